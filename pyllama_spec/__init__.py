@@ -1,0 +1,35 @@
+"""pyllama_spec: speculative decoding over llama.cpp, with the loop in Python.
+
+Layers (each module has one job):
+
+* ``_native/`` + ``_ffi``: the cffi declarations and the compiled extension.
+* ``backend``, ``model``, ``vocab``, ``context``, ``batch``, ``memory``: thin wrappers that own
+  llama.cpp objects and hand out numpy views.
+* ``spec/``: sampling and verification math, statistics, stage timing, drafters, the loop.
+* ``generator``: :class:`Generator`, the entry point; ``cli``: the ``pyllama-spec`` command.
+"""
+from ._ffi import LLAMA_CPP_COMMIT
+from .backend import devices, set_llama_log_level, supports_gpu_offload, system_info
+from .context import Context
+from .errors import (ContextError, DecodeAbortedError, DecodeError, DrafterMismatchError, InvalidBatchError,
+                     KVCacheFullError, ModelLoadError, ModelNotFoundError, NotGGUFError, PromptTooLongError,
+                     PyllamaSpecError, TruncatedGGUFError, UnsupportedError)
+from .generator import Generator, TextStream
+from .memory import Memory
+from .model import Model
+from .spec.drafters import Draft, Drafter, create_drafter, drafter_kinds, register_drafter
+from .spec.report import GenerationResult
+from .spec.sampling import SamplingParams
+from .spec.stats import SpecStats
+from .vocab import Vocab
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "LLAMA_CPP_COMMIT", "Context", "ContextError", "DecodeAbortedError", "DecodeError", "Draft", "Drafter",
+    "DrafterMismatchError", "GenerationResult", "Generator", "InvalidBatchError", "KVCacheFullError", "Memory",
+    "Model", "ModelLoadError", "ModelNotFoundError", "NotGGUFError", "PromptTooLongError", "PyllamaSpecError",
+    "SamplingParams", "SpecStats", "TextStream", "TruncatedGGUFError", "UnsupportedError", "Vocab",
+    "__version__", "create_drafter", "devices", "drafter_kinds", "register_drafter", "set_llama_log_level",
+    "supports_gpu_offload", "system_info",
+]

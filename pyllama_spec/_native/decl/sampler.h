@@ -1,0 +1,17 @@
+/* llama.cpp's sampler chain. */
+typedef struct llama_sampler_chain_params { bool no_perf; } llama_sampler_chain_params;
+struct llama_sampler_chain_params llama_sampler_chain_default_params(void);
+struct llama_sampler * llama_sampler_chain_init(struct llama_sampler_chain_params params);
+void llama_sampler_chain_add(struct llama_sampler * chain, struct llama_sampler * smpl);
+int32_t llama_sampler_chain_n(const struct llama_sampler * chain);
+struct llama_sampler * llama_sampler_init_greedy(void);
+struct llama_sampler * llama_sampler_init_dist(uint32_t seed);
+struct llama_sampler * llama_sampler_init_top_k(int32_t k);
+struct llama_sampler * llama_sampler_init_top_p(float p, size_t min_keep);
+struct llama_sampler * llama_sampler_init_min_p(float p, size_t min_keep);
+struct llama_sampler * llama_sampler_init_temp(float t);
+const char * llama_sampler_name(const struct llama_sampler * smpl);
+void llama_sampler_accept(struct llama_sampler * smpl, llama_token token);
+void llama_sampler_reset(struct llama_sampler * smpl);
+void llama_sampler_free(struct llama_sampler * smpl);
+llama_token llama_sampler_sample(struct llama_sampler * smpl, struct llama_context * ctx, int32_t idx);

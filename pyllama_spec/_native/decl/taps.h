@@ -1,0 +1,20 @@
+/* Our extern "C" shim over llama-ext.h (C++ linkage upstream) plus bulk batch fills. See shim.cpp. */
+struct pyls_mem_row { char name[64]; size_t model; size_t context; size_t compute; };
+
+void pyls_set_embeddings_layer_inp(struct llama_context * ctx, uint32_t lid, bool value);
+float * pyls_get_embeddings_layer_inp(struct llama_context * ctx, uint32_t lid);
+void pyls_set_embeddings_nextn(struct llama_context * ctx, bool value, bool masked);
+float * pyls_get_embeddings_nextn(struct llama_context * ctx);
+struct llama_context * pyls_get_ctx_other(struct llama_context * ctx);
+int32_t pyls_model_dflash_selector_top_k(const struct llama_model * model);
+const int32_t * pyls_model_target_layer_ids(const struct llama_model * model);
+uint32_t pyls_model_target_layer_ids_n(const struct llama_model * model);
+uint32_t pyls_model_get_tok_embd(const struct llama_model * model, float * out);
+int32_t pyls_memory_breakdown(const struct llama_context * ctx, struct pyls_mem_row * rows, int32_t n_rows);
+
+int32_t pyls_batch_ext_add_embd_rows(struct llama_batch_ext * batch, llama_seq_id seq_id, const float * data,
+                                     int32_t n_rows, int32_t n_embd, const llama_pos * pos, int32_t n_pos_per_row,
+                                     bool output);
+int32_t pyls_batch_ext_add_tokens(struct llama_batch_ext * batch, llama_seq_id seq_id, const llama_token * tokens,
+                                  int32_t n_tokens, const llama_pos * pos, const int8_t * output);
+const char * pyls_llama_cpp_commit(void);

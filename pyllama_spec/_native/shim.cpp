@@ -1,0 +1,119 @@
+// extern "C" shim: llama-ext.h declares these with C++ linkage, so cffi cannot reach them directly.
+// Every entry point catches C++ exceptions: one escaping into the cffi trampoline would terminate Python.
+#include "shim.h"
+#include "llama-ext.h"
+#include "ggml-backend.h"
+
+#include <algorithm>
+#include <cstring>
+
+#ifndef PYLS_LLAMA_CPP_COMMIT
+#define PYLS_LLAMA_CPP_COMMIT "unknown"
+#endif
+
+extern "C" {
+
+void pyls_set_embeddings_layer_inp(llama_context * ctx, uint32_t lid, bool value) {
+    llama_set_embeddings_layer_inp(ctx, lid, value);
+}
+
+float * pyls_get_embeddings_layer_inp(llama_context * ctx, uint32_t lid) {
+    return llama_get_embeddings_layer_inp(ctx, lid);
+}
+
+void pyls_set_embeddings_nextn(llama_context * ctx, bool value, bool masked) {
+    llama_set_embeddings_nextn(ctx, value, masked);
+}
+
+float * pyls_get_embeddings_nextn(llama_context * ctx) {
+    return llama_get_embeddings_nextn(ctx);
+}
+
+llama_context * pyls_get_ctx_other(llama_context * ctx) {
+    return llama_get_ctx_other(ctx);
+}
+
+int32_t pyls_model_dflash_selector_top_k(const llama_model * model) {
+    return llama_model_dflash_selector_top_k(model);
+}
+
+const int32_t * pyls_model_target_layer_ids(const llama_model * model) {
+    return llama_model_target_layer_ids(model);
+}
+
+uint32_t pyls_model_target_layer_ids_n(const llama_model * model) {
+    return llama_model_target_layer_ids_n(model);
+}
+
+uint32_t pyls_model_get_tok_embd(const llama_model * model, float * out) {
+    try {
+        return llama_model_get_tok_embd(model, out);
+    } catch (...) {
+        return 0;
+    }
+}
+
+int32_t pyls_memory_breakdown(const llama_context * ctx, pyls_mem_row * rows, int32_t n_rows) {
+    try {
+        const llama_memory_breakdown mb = llama_get_memory_breakdown(ctx);
+        int32_t i = 0;
+        for (const auto & kv : mb) {
+            if (i < n_rows) {
+                const char * name = kv.first ? ggml_backend_buft_name(kv.first) : "unknown";
+                std::strncpy(rows[i].name, name, sizeof(rows[i].name) - 1);
+                rows[i].name[sizeof(rows[i].name) - 1] = '\0';
+                rows[i].model   = kv.second.model;
+                rows[i].context = kv.second.context;
+                rows[i].compute = kv.second.compute;
+            }
+            ++i;
+        }
+        return i;
+    } catch (...) {
+        return -1;
+    }
+}
+
+// One call per batch instead of three per row: the injection of target features runs every step.
+int32_t pyls_batch_ext_add_embd_rows(llama_batch_ext * batch, llama_seq_id seq_id, const float * data,
+                                     int32_t n_rows, int32_t n_embd, const llama_pos * pos, int32_t n_pos_per_row,
+                                     bool output) {
+    for (int32_t i = 0; i < n_rows; ++i) {
+        llama_embd e = { data + (size_t) i * n_embd, 1, (size_t) n_embd };
+        const int32_t idx = llama_batch_ext_add_embd(batch, seq_id, e);
+        if (idx < 0) {
+            return idx;
+        }
+        if (!llama_batch_ext_set_pos(batch, idx, pos + (size_t) i * n_pos_per_row)) {
+            return -4;
+        }
+        if (output && !llama_batch_ext_set_output_logits(batch, idx, true)) {
+            return -5;
+        }
+    }
+    return n_rows;
+}
+
+int32_t pyls_batch_ext_add_tokens(llama_batch_ext * batch, llama_seq_id seq_id, const llama_token * tokens,
+                                  int32_t n_tokens, const llama_pos * pos, const int8_t * output) {
+    for (int32_t i = 0; i < n_tokens; ++i) {
+        const int32_t idx = llama_batch_ext_add_token(batch, seq_id, tokens[i]);
+        if (idx < 0) {
+            return idx;
+        }
+        llama_pos p[4] = { pos[i], pos[i], pos[i], 0 };
+        if (!llama_batch_ext_set_pos(batch, idx, p)) {
+            return -4;
+        }
+        if (output && output[i] && !llama_batch_ext_set_output_logits(batch, idx, true)) {
+            return -5;
+        }
+    }
+    return n_tokens;
+}
+
+const char * pyls_llama_cpp_commit(void) {
+    return PYLS_LLAMA_CPP_COMMIT;
+}
+
+}

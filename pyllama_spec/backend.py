@@ -1,0 +1,109 @@
+"""Process-wide llama.cpp set-up: one-time backend init, log routing, device list.
+
+llama.cpp's log output goes to the Python logger ``pyllama_spec.llama_cpp``.
+It is quiet by default (warnings and errors only); call
+``set_llama_log_level(logging.INFO)`` or configure that logger to see more.
+The last error lines are kept so that a failed load can quote them.
+"""
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+
+from ._ffi import ffi, lib
+
+log = logging.getLogger("pyllama_spec.llama_cpp")
+log.setLevel(logging.WARNING)
+
+_LEVELS = {
+    lib.GGML_LOG_LEVEL_DEBUG: logging.DEBUG,
+    lib.GGML_LOG_LEVEL_INFO: logging.INFO,
+    lib.GGML_LOG_LEVEL_WARN: logging.WARNING,
+    lib.GGML_LOG_LEVEL_ERROR: logging.ERROR,
+}
+_init_lock = threading.Lock()
+_initialized = False
+_pending: list[str] = []
+_pending_level = logging.INFO
+#: the most recent warning/error lines from llama.cpp (for error messages)
+recent_errors: collections.deque[str] = collections.deque(maxlen=16)
+
+
+@ffi.def_extern()
+def _pyls_log_callback(level, text, user_data):  # noqa: ARG001 - signature fixed by ggml
+    global _pending_level
+    if level != lib.GGML_LOG_LEVEL_CONT:
+        _pending_level = _LEVELS.get(level, logging.INFO)
+    if text == ffi.NULL:
+        return
+    # llama.cpp emits a line in fragments; join them so each record is one line.
+    _pending.append(ffi.string(text).decode("utf-8", "replace"))
+    if not _pending[-1].endswith("\n"):
+        return
+    line = "".join(_pending).rstrip("\n")
+    _pending.clear()
+    if _pending_level >= logging.WARNING:
+        recent_errors.append(line)
+    if log.isEnabledFor(_pending_level):
+        log.log(_pending_level, "%s", line)
+
+
+def ensure_init() -> None:
+    """Initialise llama.cpp's backends once per process and route its log to ``logging``."""
+    global _initialized
+    if _initialized:
+        return
+    with _init_lock:
+        if _initialized:
+            return
+        lib.llama_log_set(lib._pyls_log_callback, ffi.NULL)
+        lib.llama_backend_init()
+        _initialized = True
+
+
+def set_llama_log_level(level: int) -> None:
+    """Set the level of llama.cpp's log lines that reach Python logging (e.g. ``logging.INFO``)."""
+    log.setLevel(level)
+
+
+def last_llama_error(default: str = "") -> str:
+    """The last warning/error line logged by llama.cpp, or ``default``."""
+    return recent_errors[-1] if recent_errors else default
+
+
+def system_info() -> str:
+    """llama.cpp's one-line description of the CPU features and backends compiled in."""
+    ensure_init()
+    return ffi.string(lib.llama_print_system_info()).decode()
+
+
+def supports_gpu_offload() -> bool:
+    """True when this build has a GPU backend (CUDA) and a device is visible."""
+    ensure_init()
+    return bool(lib.llama_supports_gpu_offload())
+
+
+def devices() -> list[dict]:
+    """The ggml backend devices: ``[{"name", "description", "type", "free_mib", "total_mib"}]``."""
+    ensure_init()
+    out = []
+    kinds = {lib.GGML_BACKEND_DEVICE_TYPE_CPU: "cpu", lib.GGML_BACKEND_DEVICE_TYPE_GPU: "gpu",
+             lib.GGML_BACKEND_DEVICE_TYPE_ACCEL: "accel"}
+    free = ffi.new("size_t *")
+    total = ffi.new("size_t *")
+    for i in range(lib.ggml_backend_dev_count()):
+        dev = lib.ggml_backend_dev_get(i)
+        lib.ggml_backend_dev_memory(dev, free, total)
+        out.append({
+            "name": ffi.string(lib.ggml_backend_dev_name(dev)).decode(),
+            "description": ffi.string(lib.ggml_backend_dev_description(dev)).decode(),
+            "type": kinds.get(lib.ggml_backend_dev_type(dev), "other"),
+            "free_mib": free[0] / 2**20,
+            "total_mib": total[0] / 2**20,
+        })
+    return out
+
+
+__all__ = ["ensure_init", "set_llama_log_level", "last_llama_error", "system_info",
+           "supports_gpu_offload", "devices"]

@@ -1,0 +1,125 @@
+"""Batches: ``TokenBatch`` (a ``llama_batch`` whose arrays numpy owns) and ``EmbdBatch``
+(a ``llama_batch_ext`` of embedding rows, for injecting target features into a drafter).
+
+The arrays handed to llama.cpp belong to the Python object for the whole call, so no
+pointer ever outlives its buffer; filling a batch is a few numpy assignments, not a
+C call per token.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ._ffi import ffi, lib
+from .errors import InvalidBatchError
+
+
+class TokenBatch:
+    """A reusable ``llama_batch`` of up to ``capacity`` tokens for one sequence per token.
+
+    Attributes (numpy views, length ``capacity``; only the first ``n_tokens`` are used):
+        token: int32 token ids.  pos: int32 positions.  seq: int32 sequence ids.
+        logits: int8 output flags (1 = compute logits/embeddings for this row).
+    """
+
+    def __init__(self, capacity: int):
+        if capacity <= 0:
+            raise ValueError(f"batch capacity must be positive, got {capacity}")
+        self.capacity = capacity
+        self.token = np.zeros(capacity, dtype=np.int32)
+        self.pos = np.zeros(capacity, dtype=np.int32)
+        self.seq = np.zeros(capacity, dtype=np.int32)
+        self.logits = np.zeros(capacity, dtype=np.int8)
+        self._n_seq_id = np.ones(capacity, dtype=np.int32)
+        # one pointer per token into self.seq: llama_batch wants llama_seq_id ** seq_id
+        self._seq_ptrs = ffi.new("llama_seq_id *[]", capacity)
+        base = ffi.cast("llama_seq_id *", self.seq.ctypes.data)
+        for i in range(capacity):
+            self._seq_ptrs[i] = base + i
+        # the struct itself lives as long as the batch (passed by value at each decode)
+        self._c = ffi.new("struct llama_batch *")
+        self._c.token = ffi.cast("llama_token *", self.token.ctypes.data)
+        self._c.embd = ffi.NULL
+        self._c.pos = ffi.cast("llama_pos *", self.pos.ctypes.data)
+        self._c.n_seq_id = ffi.cast("int32_t *", self._n_seq_id.ctypes.data)
+        self._c.seq_id = self._seq_ptrs
+        self._c.logits = ffi.cast("int8_t *", self.logits.ctypes.data)
+        self.n_tokens = 0
+
+    def set(self, tokens, pos, seq_id: int = 0, logits=None) -> None:
+        """Fill the batch.
+
+        Args:
+            tokens: ``(n,)`` token ids.
+            pos: ``(n,)`` positions.
+            seq_id: the sequence every token belongs to.
+            logits: ``(n,)`` bools (rows that produce outputs); None = last row only.
+
+        Raises:
+            InvalidBatchError: more tokens than the capacity, or mismatched lengths.
+        """
+        tokens = np.asarray(tokens, dtype=np.int32)
+        n = tokens.shape[0]
+        if n == 0 or n > self.capacity:
+            raise InvalidBatchError(
+                f"a batch holds 1..{self.capacity} tokens (the context's n_batch), got {n}; "
+                "split the input or create the context with a larger n_batch", -1)
+        pos = np.asarray(pos, dtype=np.int32)
+        if pos.shape != (n,):
+            raise InvalidBatchError(f"pos must have shape ({n},), got {pos.shape}", -1)
+        self.token[:n] = tokens
+        self.pos[:n] = pos
+        self.seq[:n] = seq_id
+        if logits is None:
+            self.logits[:n] = 0
+            self.logits[n - 1] = 1
+        else:
+            lg = np.asarray(logits, dtype=np.int8)
+            if lg.shape != (n,):
+                raise InvalidBatchError(f"logits flags must have shape ({n},), got {lg.shape}", -1)
+            self.logits[:n] = lg
+        self.n_tokens = n
+
+    def as_c(self):
+        """The ``struct llama_batch`` value (valid while this object lives)."""
+        self._c.n_tokens = self.n_tokens
+        return self._c[0]
+
+
+class EmbdBatch:
+    """A ``llama_batch_ext`` of embedding rows (owned; freed with the object).
+
+    Used to decode rows that are not token ids, e.g. the target features that a DFlash
+    drafter turns into K/V entries (``common_speculative_impl_draft_dflash::process``).
+    """
+
+    def __init__(self, ctx_ptr):
+        ptr = lib.llama_batch_ext_init(ctx_ptr)
+        if ptr == ffi.NULL:
+            raise MemoryError("llama_batch_ext_init failed")
+        self._ptr = ffi.gc(ptr, lib.llama_batch_ext_free)
+        self._keep = None
+
+    def set(self, rows: np.ndarray, pos: np.ndarray, seq_id: int = 0, output: bool = False):
+        """Fill with ``rows`` ``(n, width)`` float32 at positions ``pos`` ``(n,)``.
+
+        The 4-slot position form ``{p, p, p, 0}`` is used so M-RoPE drafters work too.
+
+        Raises:
+            InvalidBatchError: the batch is full or llama.cpp rejects a row.
+        """
+        rows = np.ascontiguousarray(rows, dtype=np.float32)
+        n, width = rows.shape
+        pos4 = np.zeros((n, 4), dtype=np.int32)
+        pos4[:, 0] = pos4[:, 1] = pos4[:, 2] = pos
+        self._keep = (rows, pos4)  # llama.cpp reads these during llama_process
+        lib.llama_batch_ext_clear(self._ptr)
+        rc = lib.pyls_batch_ext_add_embd_rows(
+            self._ptr, seq_id, ffi.cast("float *", rows.ctypes.data), n, width,
+            ffi.cast("llama_pos *", pos4.ctypes.data), 4, output)
+        if rc != n:
+            raise InvalidBatchError(f"could not add {n} embedding rows of width {width} (rc {rc}); "
+                                    "a batch holds at most n_batch rows of the model's input width", -1)
+        return self._ptr
+
+
+__all__ = ["TokenBatch", "EmbdBatch"]

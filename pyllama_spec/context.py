@@ -1,0 +1,397 @@
+"""``Context``: an inference context (owns ``llama_context *``, keeps its ``Model`` alive).
+
+Outputs (logits, embeddings, layer-input taps) are returned as numpy **views** of
+llama.cpp's buffers: zero-copy, valid until the next decode on this context (copy
+them with ``.copy()`` to keep them longer).
+"""
+from __future__ import annotations
+
+import os
+import weakref
+
+import numpy as np
+
+from . import backend
+from ._ffi import ffi, lib
+from .batch import EmbdBatch, TokenBatch
+from .errors import ContextError, InvalidBatchError, UnsupportedError, check_decode
+from .memory import Memory
+from .model import Model
+
+KV_TYPES = {"f32": lib.GGML_TYPE_F32, "f16": lib.GGML_TYPE_F16, "bf16": lib.GGML_TYPE_BF16,
+            "q8_0": lib.GGML_TYPE_Q8_0, "q4_0": lib.GGML_TYPE_Q4_0, "q4_1": lib.GGML_TYPE_Q4_1,
+            "q5_0": lib.GGML_TYPE_Q5_0, "q5_1": lib.GGML_TYPE_Q5_1}
+FLASH_ATTN = {"auto": lib.LLAMA_FLASH_ATTN_TYPE_AUTO, True: lib.LLAMA_FLASH_ATTN_TYPE_ENABLED,
+              False: lib.LLAMA_FLASH_ATTN_TYPE_DISABLED, "on": lib.LLAMA_FLASH_ATTN_TYPE_ENABLED,
+              "off": lib.LLAMA_FLASH_ATTN_TYPE_DISABLED}
+
+
+def default_threads() -> int:
+    """CPU threads for decoding: the cores this process may run on."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover - macOS
+        return max(1, os.cpu_count() or 1)
+
+
+def _positive(name: str, value) -> int:
+    if not isinstance(value, int) or value <= 0:
+        raise ContextError(f"{name} must be a positive int, got {value!r}")
+    return value
+
+
+class Context:
+    """An inference context over a :class:`Model`.
+
+    Args:
+        model: the model.
+        n_ctx: KV-cache size in tokens (0 = the model's training context).
+        n_batch: most tokens one :meth:`decode` call may take.
+        n_ubatch: most tokens computed in one graph (≤ n_batch).
+        n_seq_max: number of sequences (KV-cache streams).
+        flash_attn: ``"auto"`` | True | False.
+        type_k, type_v: KV-cache types: ``"f16"`` (default), ``"q8_0"``, ``"bf16"``, ``"f32"``, ...
+            (a quantized V cache needs flash attention).
+        offload_kqv: keep the KV cache and attention on the GPU.
+        n_threads, n_threads_batch: CPU threads (default: the cores available).
+        embeddings: also output embeddings (final hidden states).
+        ctx_other: another context this one is linked to; a DFlash drafter's context must be
+            linked to its target's (it borrows the target's token embedding and output head).
+        causal_attn: False for bidirectional attention inside a batch (DFlash drafters).
+        n_outputs_max, n_outputs_max_per_seq: caps on output rows per ubatch (0 = n_batch).
+
+    Raises:
+        ContextError: a parameter is out of range or llama.cpp could not create the context.
+    """
+
+    def __init__(self, model: Model, *, n_ctx: int = 4096, n_batch: int = 512, n_ubatch: int | None = None,
+                 n_seq_max: int = 1, flash_attn="auto", type_k: str = "f16", type_v: str = "f16",
+                 offload_kqv: bool = True, n_threads: int | None = None, n_threads_batch: int | None = None,
+                 embeddings: bool = False, ctx_other: "Context | None" = None, causal_attn: bool = True,
+                 n_outputs_max: int = 0, n_outputs_max_per_seq: int = 0, no_perf: bool = False):
+        backend.ensure_init()
+        if model.vocab_only:
+            raise ContextError("this model was loaded with vocab_only=True; load it with weights to decode")
+        if not isinstance(n_ctx, int) or n_ctx < 0:
+            raise ContextError(f"n_ctx must be a non-negative int (0 = training context), got {n_ctx!r}")
+        n_batch = _positive("n_batch", n_batch)
+        n_ubatch = n_batch if n_ubatch is None else _positive("n_ubatch", n_ubatch)
+        if n_ubatch > n_batch:
+            raise ContextError(f"n_ubatch ({n_ubatch}) cannot exceed n_batch ({n_batch})")
+        n_seq_max = _positive("n_seq_max", n_seq_max)
+        if type_k not in KV_TYPES or type_v not in KV_TYPES:
+            raise ContextError(f"type_k/type_v must be one of {sorted(KV_TYPES)}, got {type_k!r}/{type_v!r}")
+        if flash_attn not in FLASH_ATTN:
+            raise ContextError(f"flash_attn must be 'auto', True or False, got {flash_attn!r}")
+        if model.arch == "dflash" and ctx_other is None:
+            raise ContextError("a DFlash drafter has no token embedding or output head of its own: create its "
+                               "context with ctx_other=<the target's Context>")
+        threads = n_threads or default_threads()
+        p = lib.llama_context_default_params()
+        p.n_ctx = n_ctx
+        p.n_batch = n_batch
+        p.n_ubatch = n_ubatch
+        p.n_seq_max = n_seq_max
+        p.n_rs_seq = 0
+        p.n_outputs_max = n_outputs_max
+        p.n_outputs_max_per_seq = n_outputs_max_per_seq
+        p.n_threads = threads
+        p.n_threads_batch = n_threads_batch or threads
+        p.flash_attn_type = FLASH_ATTN[flash_attn]
+        p.type_k = KV_TYPES[type_k]
+        p.type_v = KV_TYPES[type_v]
+        p.offload_kqv = offload_kqv
+        p.embeddings = embeddings
+        p.no_perf = no_perf
+        p.ctx_other = ctx_other.ptr if ctx_other is not None else ffi.NULL
+        backend.recent_errors.clear()
+        ptr = lib.llama_init_from_model(model.ptr, p)
+        if ptr == ffi.NULL:
+            raise ContextError(f"llama.cpp could not create the context for {model.path.name} "
+                               f"(n_ctx={n_ctx}, n_batch={n_batch}, n_ubatch={n_ubatch}, type_k={type_k}, "
+                               f"type_v={type_v}): {backend.last_llama_error('no reason given')}")
+        self._ptr = ffi.gc(ptr, lib.llama_free)
+        self.model = model
+        self.ctx_other = ctx_other
+        self._dependents: weakref.WeakSet[Context] = weakref.WeakSet()
+        if ctx_other is not None:
+            ctx_other._dependents.add(self)
+        self.n_ctx = lib.llama_n_ctx(ptr)
+        self.n_batch = lib.llama_n_batch(ptr)
+        self.n_ubatch = lib.llama_n_ubatch(ptr)
+        self.n_seq_max = lib.llama_n_seq_max(ptr)
+        self.n_outputs_max = n_outputs_max or self.n_batch
+        self.memory = Memory(self)
+        self._batch = TokenBatch(self.n_batch)
+        self._ebatch: EmbdBatch | None = None
+        self._n_vocab = model.n_vocab
+        self._n_embd = model.n_embd
+        self._n_outputs = 0
+        self._n_tokens_last = 0
+        self._taps: set[int] = set()
+        self._taps_ready = False
+        self._causal = True
+        self.set_causal_attn(causal_attn)
+
+    # lifetime -------------------------------------------------------------------------------
+    @property
+    def ptr(self):
+        """The ``llama_context *`` (raises if closed)."""
+        if self._ptr is None:
+            raise ValueError("the context is closed")
+        return self._ptr
+
+    def close(self) -> None:
+        """Free the context now (idempotent); contexts linked to it with ctx_other are closed first."""
+        if getattr(self, "_ptr", None) is None:
+            return
+        for dep in list(self._dependents):
+            dep.close()
+        ffi.release(self._ptr)
+        self._ptr = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    # settings -------------------------------------------------------------------------------
+    def set_causal_attn(self, causal: bool) -> None:
+        """Causal (True) or bidirectional (False) attention within a batch."""
+        lib.llama_set_causal_attn(self.ptr, bool(causal))
+        self._causal = bool(causal)
+
+    @property
+    def causal_attn(self) -> bool:
+        return self._causal
+
+    def set_threads(self, n_threads: int, n_threads_batch: int | None = None) -> None:
+        lib.llama_set_n_threads(self.ptr, n_threads, n_threads_batch or n_threads)
+
+    def set_embeddings_nextn(self, value: bool, masked: bool = True) -> None:
+        """Ask for next-n embeddings (MTP / DFlash graphs; ``masked``: only for output rows)."""
+        lib.pyls_set_embeddings_nextn(self.ptr, value, masked)
+
+    # decoding -------------------------------------------------------------------------------
+    def decode(self, tokens, pos=None, *, seq_id: int = 0, logits="last") -> int:
+        """Decode a batch of tokens of one sequence (``llama_decode``).
+
+        Args:
+            tokens: ``(n,)`` token ids, ``1 ≤ n ≤ n_batch``.
+            pos: ``(n,)`` positions, or None to continue after the sequence's last cached position.
+            seq_id: the sequence.
+            logits: which rows produce outputs: ``"last"``, ``"all"``, ``"none"``, or ``(n,)`` bools.
+
+        Returns:
+            The number of output rows (the first dimension of :meth:`logits`).
+
+        Raises:
+            InvalidBatchError: bad sizes, token ids or positions (checked before llama.cpp runs).
+            KVCacheFullError: no room in the KV cache.
+            DecodeError: any other failure.
+        """
+        toks = np.asarray(tokens, dtype=np.int32).reshape(-1)
+        n = toks.shape[0]
+        if n == 0:
+            raise InvalidBatchError("decode() needs at least one token", -1)
+        if toks.min() < 0 or toks.max() >= self._n_vocab:
+            bad = toks[(toks < 0) | (toks >= self._n_vocab)][0]
+            raise InvalidBatchError(f"token id {bad} is outside the vocabulary [0, {self._n_vocab})", -1)
+        self.memory._seq(seq_id)
+        if pos is None:
+            pos = np.arange(n, dtype=np.int32) + (self.memory.pos_max(seq_id) + 1)
+        if isinstance(logits, str):
+            if logits not in ("last", "all", "none"):
+                raise ValueError(f"logits must be 'last', 'all', 'none' or an array of flags, got {logits!r}")
+            flags = np.zeros(n, dtype=np.int8)
+            if logits == "all":
+                flags[:] = 1
+            elif logits == "last":
+                flags[-1] = 1
+        else:
+            flags = np.asarray(logits, dtype=np.int8)
+        n_out = int(np.count_nonzero(flags))
+        self._check_batch(n, n_out)
+        self._batch.set(toks, pos, seq_id, flags)
+        backend.recent_errors.clear()
+        rc = lib.llama_decode(self.ptr, self._batch.as_c())
+        self._after_decode(rc, n, n_out, "decode")
+        return n_out
+
+    def decode_embd(self, rows: np.ndarray, pos, *, seq_id: int = 0, output: bool = False) -> None:
+        """Decode embedding rows instead of token ids (``llama_batch_ext`` + ``llama_process``).
+
+        For a DFlash drafter a row is the concatenated target features of one position,
+        ``len(target_layer_ids) × n_embd`` wide; the drafter turns them into K/V entries.
+        Rows are sent in chunks of ``n_ubatch``.
+
+        Args:
+            rows: ``(n, width)`` float32.
+            pos: ``(n,)`` positions.
+            output: produce outputs for these rows.
+
+        Raises:
+            InvalidBatchError: wrong width or shape.
+            DecodeError (and subclasses): llama.cpp failed.
+        """
+        rows = np.asarray(rows, dtype=np.float32)
+        if rows.ndim != 2:
+            raise InvalidBatchError(f"rows must be 2-D (n, width), got shape {rows.shape}", -1)
+        width = self.embd_input_width
+        if rows.shape[1] != width:
+            raise InvalidBatchError(f"{self.model.path.name} takes embedding rows of width {width}, "
+                                    f"got {rows.shape[1]}", -1)
+        pos = np.asarray(pos, dtype=np.int32).reshape(-1)
+        if pos.shape[0] != rows.shape[0]:
+            raise InvalidBatchError(f"{rows.shape[0]} rows but {pos.shape[0]} positions", -1)
+        self.memory._seq(seq_id)
+        if self._ebatch is None:
+            self._ebatch = EmbdBatch(self.ptr)
+        step = self.n_ubatch
+        for i in range(0, rows.shape[0], step):
+            n = min(step, rows.shape[0] - i)
+            self._check_batch(n, n if output else 0)
+            b = self._ebatch.set(rows[i:i + n], pos[i:i + n], seq_id, output)
+            backend.recent_errors.clear()
+            rc = lib.llama_process(self.ptr, lib.LLAMA_PROCESS_TYPE_DECODE, b)
+            self._after_decode(rc, n, n if output else 0, "decode_embd")
+
+    @property
+    def embd_input_width(self) -> int:
+        """Width of one embedding row for :meth:`decode_embd`."""
+        ids = self.model.target_layer_ids
+        return len(ids) * self._n_embd if ids else lib.llama_model_n_embd_inp(self.model.ptr)
+
+    def _check_batch(self, n: int, n_out: int) -> None:
+        if n > self.n_batch:
+            raise InvalidBatchError(f"{n} tokens exceed n_batch={self.n_batch}; split the input or create the "
+                                    "context with a larger n_batch", -1)
+        if not self._causal and n > self.n_ubatch:
+            raise InvalidBatchError(f"with non-causal attention the whole batch must fit one ubatch: {n} tokens "
+                                    f"> n_ubatch={self.n_ubatch}; create the context with n_ubatch ≥ {n}", -1)
+        if n_out > self.n_outputs_max:
+            raise InvalidBatchError(f"{n_out} output rows exceed n_outputs_max={self.n_outputs_max}", -1)
+
+    def _after_decode(self, rc: int, n: int, n_out: int, what: str) -> None:
+        if rc != 0:
+            self._n_outputs = 0
+            self._taps_ready = False
+            check_decode(rc, f"{self.model.path.name}: {what} of {n} tokens")
+        self._n_outputs = n_out
+        self._n_tokens_last = n
+        self._taps_ready = bool(self._taps)
+
+    def synchronize(self) -> None:
+        """Wait until the backend (GPU) has finished all queued work."""
+        lib.llama_synchronize(self.ptr)
+
+    # outputs --------------------------------------------------------------------------------
+    @property
+    def n_outputs(self) -> int:
+        """Output rows of the last decode."""
+        return self._n_outputs
+
+    def logits(self) -> np.ndarray:
+        """Logits of the last decode's output rows: ``(n_outputs, n_vocab)`` float32 view.
+
+        Rows are in batch order of the rows flagged for output. Valid until the next decode.
+        """
+        if self._n_outputs == 0:
+            raise ValueError("the last decode produced no output rows (pass logits='all' or 'last')")
+        p = lib.llama_get_logits(self.ptr)
+        if p == ffi.NULL:
+            raise UnsupportedError("this context produces no logits")
+        buf = ffi.buffer(p, self._n_outputs * self._n_vocab * 4)
+        return np.frombuffer(buf, dtype=np.float32).reshape(self._n_outputs, self._n_vocab)
+
+    def logits_ith(self, i: int) -> np.ndarray:
+        """Logits of batch row ``i`` (negative counts from the end): ``(n_vocab,)`` float32 view.
+
+        Raises:
+            IndexError: row ``i`` produced no output.
+        """
+        p = lib.llama_get_logits_ith(self.ptr, i)
+        if p == ffi.NULL:
+            raise IndexError(f"batch row {i} has no logits (was it flagged for output?)")
+        return np.frombuffer(ffi.buffer(p, self._n_vocab * 4), dtype=np.float32)
+
+    def embeddings(self) -> np.ndarray:
+        """Final hidden states of the output rows: ``(n_outputs, n_embd)`` float32 view
+        (needs ``embeddings=True``)."""
+        p = lib.llama_get_embeddings(self.ptr)
+        if p == ffi.NULL or self._n_outputs == 0:
+            raise UnsupportedError("no embeddings: create the context with embeddings=True and decode with outputs")
+        return np.frombuffer(ffi.buffer(p, self._n_outputs * self._n_embd * 4),
+                             dtype=np.float32).reshape(self._n_outputs, self._n_embd)
+
+    # layer-input taps (the features DFlash and EAGLE-3 drafters read) -----------------------
+    def enable_layer_inputs(self, layer_ids) -> None:
+        """Record the inputs of these layers at every following decode.
+
+        Raises:
+            UnsupportedError: llama.cpp does not record layer inputs for this architecture.
+            ValueError: a layer id outside ``[0, n_layer)``.
+        """
+        if not self.model.supports_layer_taps:
+            raise UnsupportedError(f"llama.cpp records no layer inputs for architecture {self.model.arch!r}; "
+                                   f"tappable: {', '.join(sorted(m for m in _tappable()))}")
+        n_layer = self.model.n_layer
+        for lid in layer_ids:
+            if not (isinstance(lid, (int, np.integer)) and 0 <= lid < n_layer):
+                raise ValueError(f"layer id {lid!r} is outside [0, {n_layer}) for {self.model.path.name}")
+        for lid in layer_ids:
+            lib.pyls_set_embeddings_layer_inp(self.ptr, int(lid), True)
+            self._taps.add(int(lid))
+        self._taps_ready = False
+
+    @property
+    def enabled_layer_inputs(self) -> list[int]:
+        return sorted(self._taps)
+
+    def layer_input(self, layer_id: int) -> np.ndarray:
+        """The input of layer ``layer_id`` for every token of the last decode:
+        ``(n_tokens, n_embd)`` float32 view (row = batch index). Valid until the next decode.
+
+        Raises:
+            ValueError: the tap was not enabled, or no decode has run since it was.
+        """
+        if layer_id not in self._taps:
+            raise ValueError(f"layer {layer_id} is not tapped; call enable_layer_inputs([{layer_id}]) first")
+        if not self._taps_ready:
+            raise ValueError("no decode has run since the layer taps were enabled")
+        p = lib.pyls_get_embeddings_layer_inp(self.ptr, layer_id)
+        return np.frombuffer(ffi.buffer(p, self._n_tokens_last * self._n_embd * 4),
+                             dtype=np.float32).reshape(self._n_tokens_last, self._n_embd)
+
+    # statistics -----------------------------------------------------------------------------
+    def perf(self) -> dict:
+        """llama.cpp's own counters: prompt/eval milliseconds and token counts."""
+        d = lib.llama_perf_context(self.ptr)
+        return {"t_load_ms": d.t_load_ms, "t_p_eval_ms": d.t_p_eval_ms, "t_eval_ms": d.t_eval_ms,
+                "n_p_eval": d.n_p_eval, "n_eval": d.n_eval, "n_reused": d.n_reused}
+
+    def reset_perf(self) -> None:
+        lib.llama_perf_context_reset(self.ptr)
+
+    def memory_breakdown(self) -> list[dict]:
+        """Memory by buffer type: ``[{"buffer", "model_mib", "context_mib", "compute_mib"}]``.
+
+        ``model`` = weights, ``context`` = KV cache, ``compute`` = scratch buffers, in MiB.
+        """
+        rows = ffi.new("struct pyls_mem_row[32]")
+        n = lib.pyls_memory_breakdown(self.ptr, rows, 32)
+        out = []
+        for i in range(max(0, min(n, 32))):
+            r = rows[i]
+            out.append({"buffer": ffi.string(r.name).decode(), "model_mib": r.model / 2**20,
+                        "context_mib": r.context / 2**20, "compute_mib": r.compute / 2**20})
+        return out
+
+
+def _tappable():
+    from .model import TAPPABLE_ARCHS
+    return TAPPABLE_ARCHS
+
+
+__all__ = ["Context", "KV_TYPES", "default_threads"]

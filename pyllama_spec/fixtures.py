@@ -1,0 +1,272 @@
+"""Deterministic GGUF files for tests, examples and benchmarks, written with ``gguf`` (llama.cpp's gguf-py).
+
+* :func:`write_tiny_target` - a small llama- or qwen3-architecture target with random but
+  sensibly scaled weights and a byte-level BPE vocabulary of its own (259 tokens, chat template).
+* :func:`write_dflash_drafter` - a DFlash drafter (``general.architecture = "dflash"``) for any
+  GGUF target: same hidden size, the target's tokenizer copied in, random weights. It is never
+  right, so it measures the cost of speculation, not its benefit.
+
+Command line::
+
+    python -m pyllama_spec.fixtures target OUT.gguf [--arch llama|qwen3] [--layers 4] [--embd 64]
+    python -m pyllama_spec.fixtures dflash OUT.gguf --target TARGET.gguf [--layers 2] [--block-size 8]
+"""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import numpy as np
+
+CHATML = ("{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + "
+          "'<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}")
+SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|mask|>"]
+
+
+def _byte_vocab() -> list[str]:
+    # GPT-2's byte-to-unicode table: every byte is one printable token, so any text tokenizes.
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    table = dict(zip(bs, cs))
+    return [chr(table[b]) for b in range(256)]
+
+
+def _rng_tensor(rng, shape, scale):
+    return (rng.standard_normal(shape) * scale).astype(np.float32)
+
+
+def _add_tiny_tokenizer(w) -> dict:
+    import gguf
+
+    tokens = _byte_vocab() + SPECIALS
+    types = [gguf.TokenType.NORMAL] * 256 + [gguf.TokenType.CONTROL] * len(SPECIALS)
+    # a few merges so the BPE path is exercised ("Ġ t" -> "Ġt", ...)
+    merges = ["Ġ t", "Ġ a", "h e", "i n"]
+    tokens += ["Ġt", "Ġa", "he", "in"]
+    types += [gguf.TokenType.NORMAL] * 4
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("default")
+    w.add_token_list(tokens)
+    w.add_token_types(types)
+    w.add_token_merges(merges)
+    ids = {s: 256 + i for i, s in enumerate(SPECIALS)}
+    w.add_bos_token_id(ids["<|endoftext|>"])
+    w.add_eos_token_id(ids["<|im_end|>"])
+    w.add_add_bos_token(False)
+    w.add_chat_template(CHATML)
+    return {"n_vocab": len(tokens), **ids}
+
+
+def write_tiny_target(path, *, arch: str = "llama", n_layer: int = 4, n_embd: int = 64, n_head: int = 4,
+                      n_head_kv: int = 2, n_ff: int = 128, n_ctx: int = 4096, seed: int = 0,
+                      dtype: str = "f32") -> dict:
+    """Write a small random target model.
+
+    Args:
+        path: output ``.gguf``.
+        arch: ``"llama"`` or ``"qwen3"`` (both record layer inputs, so both can be DFlash targets).
+        dtype: ``"f32"`` or ``"f16"`` for the matrices.
+
+    Returns:
+        ``{"n_vocab", "<|im_end|>", "<|mask|>", ...}``: vocabulary size and special-token ids.
+    """
+    import gguf
+
+    if arch not in ("llama", "qwen3"):
+        raise ValueError(f"arch must be 'llama' or 'qwen3', got {arch!r}")
+    rng = np.random.default_rng(seed)
+    hd = n_embd // n_head
+    w = gguf.GGUFWriter(str(path), arch)
+    w.add_name(f"pyllama_spec tiny {arch} target")
+    w.add_context_length(n_ctx)
+    w.add_embedding_length(n_embd)
+    w.add_feed_forward_length(n_ff)
+    w.add_block_count(n_layer)
+    w.add_head_count(n_head)
+    w.add_head_count_kv(n_head_kv)
+    w.add_key_length(hd)
+    w.add_value_length(hd)
+    w.add_rope_dimension_count(hd)
+    w.add_rope_freq_base(10000.0)
+    w.add_layer_norm_rms_eps(1e-5)
+    w.add_file_type(gguf.LlamaFileType.ALL_F32 if dtype == "f32" else gguf.LlamaFileType.MOSTLY_F16)
+    info = _add_tiny_tokenizer(w)
+    n_vocab = info["n_vocab"]
+    w.add_vocab_size(n_vocab)
+    mat = (lambda a: a) if dtype == "f32" else (lambda a: a.astype(np.float16))
+    w.add_tensor("token_embd.weight", mat(_rng_tensor(rng, (n_vocab, n_embd), 1.0)))
+    w.add_tensor("output_norm.weight", np.ones(n_embd, np.float32))
+    w.add_tensor("output.weight", mat(_rng_tensor(rng, (n_vocab, n_embd), 1.0 / np.sqrt(n_embd) * 4)))
+    for i in range(n_layer):
+        p = f"blk.{i}."
+        w.add_tensor(p + "attn_norm.weight", np.ones(n_embd, np.float32))
+        w.add_tensor(p + "attn_q.weight", mat(_rng_tensor(rng, (n_head * hd, n_embd), 1 / np.sqrt(n_embd))))
+        w.add_tensor(p + "attn_k.weight", mat(_rng_tensor(rng, (n_head_kv * hd, n_embd), 1 / np.sqrt(n_embd))))
+        w.add_tensor(p + "attn_v.weight", mat(_rng_tensor(rng, (n_head_kv * hd, n_embd), 1 / np.sqrt(n_embd))))
+        w.add_tensor(p + "attn_output.weight", mat(_rng_tensor(rng, (n_embd, n_head * hd), 1 / np.sqrt(n_embd))))
+        if arch == "qwen3":
+            w.add_tensor(p + "attn_q_norm.weight", np.ones(hd, np.float32))
+            w.add_tensor(p + "attn_k_norm.weight", np.ones(hd, np.float32))
+        w.add_tensor(p + "ffn_norm.weight", np.ones(n_embd, np.float32))
+        w.add_tensor(p + "ffn_gate.weight", mat(_rng_tensor(rng, (n_ff, n_embd), 1 / np.sqrt(n_embd))))
+        w.add_tensor(p + "ffn_up.weight", mat(_rng_tensor(rng, (n_ff, n_embd), 1 / np.sqrt(n_embd))))
+        w.add_tensor(p + "ffn_down.weight", mat(_rng_tensor(rng, (n_embd, n_ff), 1 / np.sqrt(n_ff))))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return info
+
+
+def _copy_tokenizer(w, target_path) -> dict:
+    """Copy every ``tokenizer.*`` key of the target GGUF into writer ``w``."""
+    import gguf
+
+    reader = gguf.GGUFReader(str(target_path))
+    copied = {}
+    for name, f in reader.fields.items():
+        if not name.startswith("tokenizer."):
+            continue
+        vtype = f.types[0]
+        if vtype == gguf.GGUFValueType.ARRAY:
+            sub = f.types[-1]
+            if sub == gguf.GGUFValueType.STRING:
+                val = [bytes(f.parts[i]) for i in f.data]
+            else:
+                val = [f.parts[i].tolist()[0] for i in f.data]
+            w.add_key_value(name, val, vtype, sub_type=sub)
+        elif vtype == gguf.GGUFValueType.STRING:
+            val = bytes(f.parts[f.data[0]]).decode("utf-8")
+            w.add_key_value(name, val, vtype)
+        else:
+            val = f.parts[f.data[0]].tolist()[0]
+            w.add_key_value(name, val, vtype)
+        copied[name] = val
+    return copied
+
+
+def write_dflash_drafter(path, *, target, n_layer: int = 2, block_size: int = 8, target_layers=None,
+                         n_head: int | None = None, n_head_kv: int | None = None, n_ff: int | None = None,
+                         mask_token_id: int | None = None, seed: int = 0, dtype: str = "f32",
+                         causal: bool | None = None) -> dict:
+    """Write a random DFlash drafter for the GGUF ``target``.
+
+    The drafter has the target's hidden size (llama.cpp's DFlash graph requires it), reads
+    ``target_layers`` (default: spread over the target's depth, as the z-lab drafters do) and
+    borrows the target's token embedding and output head at run time (``ctx_other``).
+
+    Args:
+        target: the target ``.gguf``.
+        block_size: ``dflash.block_size`` (draft blocks of up to block_size − 1 tokens).
+        target_layers: llama.cpp layer ids whose inputs the drafter reads.
+        mask_token_id: the mask token (default: a ``<|mask|>``-like control token of the target's
+            vocabulary, else the last token id).
+
+    Returns:
+        The metadata written: ``{"target_layers", "block_size", "mask_token_id", "n_embd"}``.
+    """
+    import gguf
+
+    from .gguf_file import read_gguf
+
+    tinfo = read_gguf(target)
+    tarch = tinfo.arch
+    n_embd = int(tinfo.get(f"{tarch}.embedding_length"))
+    t_layers = int(tinfo.get(f"{tarch}.block_count"))
+    n_head = n_head or int(tinfo.get(f"{tarch}.attention.head_count"))
+    n_head_kv = n_head_kv or int(tinfo.get(f"{tarch}.attention.head_count_kv", n_head))
+    hd = int(tinfo.get(f"{tarch}.attention.key_length", n_embd // n_head))
+    n_ff = n_ff or int(tinfo.get(f"{tarch}.feed_forward_length"))
+    if target_layers is None:
+        k = min(3, t_layers)
+        target_layers = sorted({round(1 + i * (t_layers - 3) / max(1, k - 1)) for i in range(k)}) \
+            if t_layers > 3 else list(range(t_layers))
+    target_layers = [int(x) for x in target_layers]
+    rng = np.random.default_rng(seed)
+    w = gguf.GGUFWriter(str(path), "dflash")
+    w.add_name("pyllama_spec random DFlash drafter")
+    w.add_context_length(int(tinfo.get(f"{tarch}.context_length", 4096)))
+    w.add_embedding_length(n_embd)
+    w.add_feed_forward_length(n_ff)
+    w.add_block_count(n_layer)
+    w.add_head_count(n_head)
+    w.add_head_count_kv(n_head_kv)
+    w.add_key_length(hd)
+    w.add_value_length(hd)
+    w.add_rope_dimension_count(hd)
+    w.add_rope_freq_base(float(tinfo.get(f"{tarch}.rope.freq_base", 10000.0)))
+    w.add_layer_norm_rms_eps(1e-6)
+    # generic setters: PyPI's gguf 0.19.0 lacks the DFlash helpers of the vendored gguf-py
+    w.add_uint32("dflash.block_size", block_size)
+    w.add_array("dflash.target_layers", target_layers)
+    if causal is not None:
+        w.add_bool("dflash.attention.causal", causal)
+    w.add_file_type(gguf.LlamaFileType.ALL_F32 if dtype == "f32" else gguf.LlamaFileType.MOSTLY_F16)
+    tok = _copy_tokenizer(w, target)
+    n_vocab = len(tok.get("tokenizer.ggml.tokens", []))
+    if mask_token_id is None:
+        toks = tok.get("tokenizer.ggml.tokens", [])
+        names = [t.decode("utf-8", "replace") if isinstance(t, bytes) else t for t in toks]
+        mask_token_id = next((i for i, t in enumerate(names) if "mask" in t.lower()), n_vocab - 1)
+    if "tokenizer.ggml.mask_token_id" not in tok:
+        w.add_uint32("tokenizer.ggml.mask_token_id", int(mask_token_id))
+    mat = (lambda a: a) if dtype == "f32" else (lambda a: a.astype(np.float16))
+    n_in = len(target_layers) * n_embd
+    w.add_tensor("fc.weight", mat(_rng_tensor(rng, (n_embd, n_in), 1 / np.sqrt(n_in))))
+    w.add_tensor("enc.output_norm.weight", np.ones(n_embd, np.float32))
+    w.add_tensor("output_norm.weight", np.ones(n_embd, np.float32))
+    for i in range(n_layer):
+        p = f"blk.{i}."
+        w.add_tensor(p + "attn_norm.weight", np.ones(n_embd, np.float32))
+        w.add_tensor(p + "attn_q.weight", mat(_rng_tensor(rng, (n_head * hd, n_embd), 1 / np.sqrt(n_embd))))
+        w.add_tensor(p + "attn_k.weight", mat(_rng_tensor(rng, (n_head_kv * hd, n_embd), 1 / np.sqrt(n_embd))))
+        w.add_tensor(p + "attn_v.weight", mat(_rng_tensor(rng, (n_head_kv * hd, n_embd), 1 / np.sqrt(n_embd))))
+        w.add_tensor(p + "attn_output.weight", mat(_rng_tensor(rng, (n_embd, n_head * hd), 1 / np.sqrt(n_embd))))
+        w.add_tensor(p + "attn_q_norm.weight", np.ones(hd, np.float32))
+        w.add_tensor(p + "attn_k_norm.weight", np.ones(hd, np.float32))
+        w.add_tensor(p + "ffn_norm.weight", np.ones(n_embd, np.float32))
+        w.add_tensor(p + "ffn_gate.weight", mat(_rng_tensor(rng, (n_ff, n_embd), 1 / np.sqrt(n_embd))))
+        w.add_tensor(p + "ffn_up.weight", mat(_rng_tensor(rng, (n_ff, n_embd), 1 / np.sqrt(n_embd))))
+        w.add_tensor(p + "ffn_down.weight", mat(_rng_tensor(rng, (n_embd, n_ff), 1 / np.sqrt(n_ff))))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return {"target_layers": target_layers, "block_size": block_size, "mask_token_id": int(mask_token_id),
+            "n_embd": n_embd}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m pyllama_spec.fixtures", description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    t = sub.add_parser("target", help="a tiny random target")
+    t.add_argument("out", type=Path)
+    t.add_argument("--arch", default="llama", choices=["llama", "qwen3"])
+    t.add_argument("--layers", type=int, default=4)
+    t.add_argument("--embd", type=int, default=64)
+    t.add_argument("--seed", type=int, default=0)
+    d = sub.add_parser("dflash", help="a random DFlash drafter for a target")
+    d.add_argument("out", type=Path)
+    d.add_argument("--target", type=Path, required=True)
+    d.add_argument("--layers", type=int, default=2)
+    d.add_argument("--block-size", type=int, default=8)
+    d.add_argument("--target-layers", type=lambda s: [int(x) for x in s.split(",")], default=None)
+    d.add_argument("--seed", type=int, default=0)
+    d.add_argument("--f16", action="store_true")
+    a = ap.parse_args(argv)
+    if a.cmd == "target":
+        print(write_tiny_target(a.out, arch=a.arch, n_layer=a.layers, n_embd=a.embd, seed=a.seed))
+    else:
+        print(write_dflash_drafter(a.out, target=a.target, n_layer=a.layers, block_size=a.block_size,
+                                   target_layers=a.target_layers, seed=a.seed, dtype="f16" if a.f16 else "f32"))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

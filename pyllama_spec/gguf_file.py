@@ -1,0 +1,181 @@
+"""Read and check a GGUF file's header in Python, before llama.cpp sees it.
+
+llama.cpp aborts the process on some malformed or mismatched files; reading
+the header first lets us raise a clear exception instead. (The ``gguf``
+package's reader decodes every tokenizer string and takes ~5 s on a 49k-token
+vocabulary, so this reads the header itself and skips long arrays.)
+"""
+from __future__ import annotations
+
+import mmap
+import os
+import struct
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .errors import ModelNotFoundError, NotGGUFError, TruncatedGGUFError
+
+GGUF_MAGIC = b"GGUF"
+
+
+@dataclass
+class GGUFInfo:
+    """What the header of a GGUF file says.
+
+    Attributes:
+        path: the file.
+        metadata: key → value for scalar keys and short arrays (arrays of more than
+            1024 items, such as the tokenizer's token list, are left out).
+        tensors: tensor name → shape (llama.cpp order: innermost dimension first).
+        file_size: bytes on disk.
+    """
+    path: Path
+    metadata: dict = field(default_factory=dict)
+    tensors: dict = field(default_factory=dict)
+    file_size: int = 0
+
+    @property
+    def arch(self) -> str:
+        """``general.architecture``, e.g. ``"llama"`` or ``"dflash"``."""
+        return str(self.metadata.get("general.architecture", ""))
+
+    def get(self, key: str, default=None):
+        """A metadata value; ``{arch}`` in ``key`` is replaced by the architecture."""
+        return self.metadata.get(key.replace("{arch}", self.arch), default)
+
+
+# GGUF value types: id -> struct format (strings and arrays handled apart)
+_SCALAR = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
+_STRING, _ARRAY = 8, 9
+# ggml type id -> (block size in elements, bytes per block), for the truncation check
+_GGML_BLOCK = {0: (1, 4), 1: (1, 2), 2: (32, 18), 3: (32, 20), 6: (32, 22), 7: (32, 24), 8: (32, 34),
+               9: (32, 36), 10: (256, 84), 11: (256, 110), 12: (256, 144), 13: (256, 176),
+               14: (256, 210), 15: (256, 292), 24: (1, 1), 25: (1, 2), 26: (1, 4), 27: (1, 8),
+               28: (1, 8), 30: (1, 2)}
+_MAX_ARRAY_KEPT = 1024
+
+
+class _Cursor:
+    """A bounds-checked reader over the file's bytes (a truncated header raises IndexError)."""
+
+    def __init__(self, buf):
+        self.buf, self.off = buf, 0
+
+    def take(self, fmt: str):
+        n = struct.calcsize("<" + fmt)
+        if self.off + n > len(self.buf):
+            raise IndexError("header ends early")
+        vals = struct.unpack_from("<" + fmt, self.buf, self.off)
+        self.off += n
+        return vals[0] if len(vals) == 1 else vals
+
+    def string(self) -> str:
+        n = self.take("Q")
+        if self.off + n > len(self.buf):
+            raise IndexError("header ends early")
+        s = bytes(self.buf[self.off:self.off + n]).decode("utf-8", "replace")
+        self.off += n
+        return s
+
+    def skip_string(self) -> None:
+        n = self.take("Q")
+        self.off += n
+
+    def value(self, vtype: int):
+        if vtype in _SCALAR:
+            return self.take(_SCALAR[vtype])
+        if vtype == _STRING:
+            return self.string()
+        if vtype == _ARRAY:
+            sub, count = self.take("I"), self.take("Q")
+            if count > _MAX_ARRAY_KEPT:  # tokenizer lists: skip without decoding
+                if sub == _STRING:
+                    for _ in range(count):
+                        self.skip_string()
+                elif sub in _SCALAR:
+                    self.off += count * struct.calcsize(_SCALAR[sub])
+                else:
+                    raise ValueError(f"nested array of type {sub}")
+                return None
+            return [self.value(sub) for _ in range(count)]
+        raise ValueError(f"unknown GGUF value type {vtype}")
+
+
+def check_gguf_path(path: str | os.PathLike) -> Path:
+    """Check that ``path`` is an existing file that starts with the GGUF magic.
+
+    Raises:
+        ModelNotFoundError: no such file.
+        NotGGUFError: the file is not GGUF.
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise ModelNotFoundError(f"model file not found: {str(p)!r} (check the path; directories are not models)")
+    with open(p, "rb") as fh:
+        magic = fh.read(4)
+    if magic != GGUF_MAGIC:
+        raise NotGGUFError(f"{str(p)!r} is not a GGUF file (starts with {magic!r}, expected b'GGUF'); "
+                           "convert it with llama.cpp's convert_hf_to_gguf.py")
+    return p
+
+
+def read_gguf(path: str | os.PathLike) -> GGUFInfo:
+    """Read the header of a GGUF file and check that all its tensor data is present.
+
+    Arrays longer than 1024 items (the tokenizer's lists) are skipped, so this
+    takes milliseconds even for large vocabularies.
+
+    Returns:
+        GGUFInfo with metadata and tensor shapes.
+
+    Raises:
+        ModelNotFoundError: no such file.
+        NotGGUFError: not a GGUF file.
+        TruncatedGGUFError: the header or tensor data is cut short, or the header is malformed.
+    """
+    p = check_gguf_path(path)
+    size = p.stat().st_size
+    info = GGUFInfo(path=p, file_size=size)
+    with open(p, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+        cur = _Cursor(memoryview(mm))
+        try:
+            cur.take("I")  # magic, checked above
+            version, n_tensors, n_kv = cur.take("I"), cur.take("Q"), cur.take("Q")
+            if version not in (2, 3):
+                raise ValueError(f"unsupported GGUF version {version}")
+            for _ in range(n_kv):
+                key = cur.string()
+                val = cur.value(cur.take("I"))
+                if val is not None:
+                    info.metadata[key] = val
+            tensors = []
+            for _ in range(n_tensors):
+                name = cur.string()
+                n_dims = cur.take("I")
+                shape = tuple(cur.take("Q") for _ in range(n_dims))
+                ttype, offset = cur.take("I"), cur.take("Q")
+                tensors.append((name, shape, ttype, offset))
+                info.tensors[name] = shape
+            align = int(info.metadata.get("general.alignment", 32))
+            data_start = (cur.off + align - 1) // align * align
+        except (IndexError, ValueError, struct.error, UnicodeDecodeError) as exc:
+            del cur
+            raise TruncatedGGUFError(
+                f"{str(p)!r} has a damaged or truncated GGUF header ({size} bytes): {exc}; "
+                "download or convert it again") from exc
+        del cur
+    end = data_start
+    for name, shape, ttype, offset in tensors:
+        if ttype in _GGML_BLOCK:
+            blk, nbytes = _GGML_BLOCK[ttype]
+            n = 1
+            for d in shape:
+                n *= d
+            end = max(end, data_start + offset + n // blk * nbytes)
+    if end > size:
+        raise TruncatedGGUFError(
+            f"{str(p)!r} is truncated: its tensors need {end} bytes but the file has {size}; download it again")
+    return info
+
+
+__all__ = ["GGUFInfo", "read_gguf", "check_gguf_path"]

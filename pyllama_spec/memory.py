@@ -1,0 +1,89 @@
+"""``Memory``: a context's KV cache (``llama_memory_t``, borrowed from its ``Context``)."""
+from __future__ import annotations
+
+from ._ffi import ffi, lib
+from .errors import PyllamaSpecError
+
+
+class Memory:
+    """The KV cache of a :class:`~pyllama_spec.Context`.
+
+    Positions are token positions (ints); a range ``[p0, p1)`` with ``p1 = -1`` means "to the end".
+    Every method checks the sequence id first: llama.cpp aborts on an out-of-range one.
+    """
+
+    def __init__(self, ctx):
+        self._ctx = ctx  # keeps the context (and so the cache) alive
+
+    @property
+    def _mem(self):
+        return lib.llama_get_memory(self._ctx.ptr)
+
+    def _seq(self, seq_id: int) -> int:
+        n = self._ctx.n_seq_max
+        if not (0 <= seq_id < n):
+            raise ValueError(f"seq_id {seq_id} is out of range: this context has n_seq_max={n}; "
+                             "create it with a larger n_seq_max")
+        return seq_id
+
+    def clear(self, data: bool = True) -> None:
+        """Remove every cell (``data=True`` also zeroes the buffers)."""
+        lib.llama_memory_clear(self._mem, data)
+
+    def seq_rm(self, seq_id: int, p0: int = -1, p1: int = -1) -> None:
+        """Remove positions ``[p0, p1)`` of ``seq_id`` (the rollback of speculative decoding).
+
+        Raises:
+            PyllamaSpecError: the cache cannot remove part of a sequence (recurrent models).
+        """
+        if not lib.llama_memory_seq_rm(self._mem, self._seq(seq_id), p0, p1):
+            raise PyllamaSpecError(f"this model's memory cannot remove positions [{p0}, {p1}) of sequence "
+                                   f"{seq_id} (recurrent state); save and restore the state instead")
+
+    def seq_cp(self, src: int, dst: int, p0: int = -1, p1: int = -1) -> None:
+        """Make positions ``[p0, p1)`` of ``src`` also belong to ``dst`` (no copy of data)."""
+        lib.llama_memory_seq_cp(self._mem, self._seq(src), self._seq(dst), p0, p1)
+
+    def seq_keep(self, seq_id: int) -> None:
+        """Remove every cell that does not belong to ``seq_id``."""
+        lib.llama_memory_seq_keep(self._mem, self._seq(seq_id))
+
+    def seq_add(self, seq_id: int, p0: int, p1: int, delta: int) -> None:
+        """Shift positions ``[p0, p1)`` of ``seq_id`` by ``delta`` (RoPE is re-applied).
+
+        Raises:
+            PyllamaSpecError: the cache cannot shift (e.g. M-RoPE models).
+        """
+        if not lib.llama_memory_can_shift(self._mem):
+            raise PyllamaSpecError("this model's KV cache does not support position shifts")
+        lib.llama_memory_seq_add(self._mem, self._seq(seq_id), p0, p1, delta)
+
+    def pos_min(self, seq_id: int = 0) -> int:
+        """Smallest position held for ``seq_id`` (-1 when empty)."""
+        return lib.llama_memory_seq_pos_min(self._mem, self._seq(seq_id))
+
+    def pos_max(self, seq_id: int = 0) -> int:
+        """Largest position held for ``seq_id`` (-1 when empty)."""
+        return lib.llama_memory_seq_pos_max(self._mem, self._seq(seq_id))
+
+    def state_get(self, seq_id: int = 0) -> bytes:
+        """Serialize the cache of one sequence (restore with :meth:`state_set`)."""
+        ctx = self._ctx.ptr
+        n = lib.llama_state_seq_get_size(ctx, self._seq(seq_id))
+        buf = ffi.new("uint8_t[]", n)
+        written = lib.llama_state_seq_get_data(ctx, buf, n, seq_id)
+        return ffi.unpack(ffi.cast("char *", buf), written)
+
+    def state_set(self, data: bytes, seq_id: int = 0) -> None:
+        """Load a sequence's cache saved by :meth:`state_get` into ``seq_id``.
+
+        Raises:
+            PyllamaSpecError: llama.cpp rejected the data (another model or context shape).
+        """
+        n = lib.llama_state_seq_set_data(self._ctx.ptr, data, len(data), self._seq(seq_id))
+        if n == 0:
+            raise PyllamaSpecError("llama.cpp rejected the saved sequence state (made by another model "
+                                   "or context configuration?)")
+
+
+__all__ = ["Memory"]

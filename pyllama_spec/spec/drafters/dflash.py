@@ -1,0 +1,165 @@
+"""DFlash drafter: block-diffusion drafting with target features injected into the drafter's
+KV cache (Chen et al. 2026, "DFlash: Block Diffusion for Flash Speculative Decoding",
+arXiv 2602.06036; llama.cpp ``common_speculative_impl_draft_dflash`` in common/speculative.cpp
+and ``src/models/dflash.cpp``).
+
+Per step: the target's layer inputs at ``target_layer_ids`` for the committed rows are
+concatenated per token (``(n, n_ids × n_embd)`` float32) and decoded into the drafter as
+embedding rows, which its graph turns into K/V entries; then one non-causal pass over
+``[last, mask × n_max]`` gives all draft tokens at once (rows 1..n_max); the block's own
+K/V entries are removed right after.
+"""
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+
+from ...context import Context
+from ...errors import DrafterMismatchError, UnsupportedError
+from ...gguf_file import read_gguf
+from ...model import TAPPABLE_ARCHS, Model
+from ..sampling import SamplingParams, probs, sample
+from . import Draft, Drafter, register_drafter
+
+log = logging.getLogger("pyllama_spec")
+
+
+def check_dflash_pair(target_model: Model, drafter_path) -> dict:
+    """Check a DFlash drafter file against a loaded target before llama.cpp loads it.
+
+    llama.cpp aborts the process (GGML_ASSERT) on several mismatches, so they are caught here.
+
+    Returns:
+        ``{"block_size", "target_layer_ids", "mask_token_id", "causal"}`` from the drafter's metadata.
+
+    Raises:
+        DrafterMismatchError: not a DFlash file, or built for another target.
+        UnsupportedError: DFlash2 / DSpark drafters (not driven by this loop yet).
+    """
+    info = read_gguf(drafter_path)
+    name = info.path.name
+    if info.arch != "dflash":
+        raise DrafterMismatchError(f"{name} is a {info.arch!r} model, not a DFlash drafter "
+                                   "(general.architecture must be 'dflash')")
+    if target_model.arch not in TAPPABLE_ARCHS:
+        raise DrafterMismatchError(f"target architecture {target_model.arch!r} does not expose layer inputs in "
+                                   f"llama.cpp, so no DFlash drafter can run on it; supported: "
+                                   f"{', '.join(sorted(TAPPABLE_ARCHS))}")
+    ids = info.get("dflash.target_layers")
+    if not ids:
+        raise DrafterMismatchError(f"{name} has no dflash.target_layers metadata")
+    n_layer = target_model.n_layer
+    bad = [i for i in ids if not 0 <= int(i) < n_layer]
+    if bad:
+        raise DrafterMismatchError(f"{name} reads target layers {ids}, but {target_model.path.name} has "
+                                   f"{n_layer} layers (ids {bad} out of range): it was made for another target")
+    n_embd = int(info.get("dflash.embedding_length", 0))
+    if n_embd != target_model.n_embd:
+        raise DrafterMismatchError(f"{name} has hidden size {n_embd} but the target {target_model.path.name} has "
+                                   f"{target_model.n_embd}: it was made for another target")
+    tokens = info.tensors.get("token_embd.weight")
+    n_vocab_dft = tokens[1] if tokens else None
+    out = info.tensors.get("output.weight")
+    if out is not None and out[1] != target_model.n_vocab:
+        raise DrafterMismatchError(f"{name} has an output head of {out[1]} tokens but the target's vocabulary has "
+                                   f"{target_model.n_vocab}")
+    if n_vocab_dft is not None and n_vocab_dft != target_model.n_vocab:
+        raise DrafterMismatchError(f"{name} has {n_vocab_dft} token embeddings but the target has "
+                                   f"{target_model.n_vocab}")
+    fc = info.tensors.get("fc.weight")
+    if fc is None or fc[0] != len(ids) * n_embd:
+        raise DrafterMismatchError(f"{name}: fc.weight has shape {fc}, expected ({len(ids) * n_embd}, {n_embd})")
+    if int(info.get("dflash.selector_top_k", 0)) > 0 or "markov_w1.weight" in info.tensors:
+        raise UnsupportedError(f"{name} is a DFlash2/DSpark drafter; this loop drives plain DFlash only")
+    mask = info.get("tokenizer.ggml.mask_token_id")
+    if mask is None or not 0 <= int(mask) < target_model.n_vocab:
+        raise DrafterMismatchError(f"{name} has no valid tokenizer.ggml.mask_token_id (got {mask!r})")
+    block = int(info.get("dflash.block_size", 16))
+    if block < 2:
+        raise DrafterMismatchError(f"{name}: dflash.block_size must be ≥ 2, got {block}")
+    return {"block_size": block, "target_layer_ids": [int(i) for i in ids], "mask_token_id": int(mask),
+            "causal": bool(info.get("dflash.attention.causal", False))}
+
+
+@register_drafter
+class DFlashDrafter(Drafter):
+    """A DFlash drafter model running in its own llama.cpp context linked to the target's.
+
+    Args:
+        target: the target :class:`~pyllama_spec.Context`.
+        path: the drafter ``.gguf`` (``general.architecture = "dflash"``).
+        n_gpu_layers: layers of the drafter to offload (-1 = all).
+        type_k, type_v, flash_attn: the drafter's KV cache (default: like llama.cpp's).
+
+    Raises:
+        DrafterMismatchError: the file is not a DFlash drafter for this target.
+    """
+    kind = "dflash"
+    needs_target_features = True
+    supports_rejection = True
+
+    def __init__(self, target: Context, path=None, *, n_gpu_layers: int = -1, flash_attn="auto",
+                 type_k: str = "f16", type_v: str = "f16", repack: bool = False):
+        if path is None:
+            raise ValueError("a DFlash drafter needs the path of its .gguf file")
+        meta = check_dflash_pair(target.model, path)
+        self.block_size = meta["block_size"]
+        self.target_layer_ids = meta["target_layer_ids"]
+        self.mask_token = meta["mask_token_id"]
+        self.max_n_max = self.block_size - 1
+        self.default_n_max = min(7, self.max_n_max)
+        self.target = target
+        self.model = Model(path, n_gpu_layers=n_gpu_layers, repack=repack)
+        # The whole noise block must be one ubatch (non-causal attention), and the drafter
+        # holds every committed position, like the target (common_speculative_init_result).
+        n_ubatch = max(target.n_ubatch, self.block_size)
+        self.ctx = Context(self.model, n_ctx=target.n_ctx, n_batch=max(target.n_batch, n_ubatch),
+                           n_ubatch=n_ubatch, ctx_other=target, causal_attn=meta["causal"],
+                           flash_attn=flash_attn, type_k=type_k, type_v=type_v)
+        self.ctx.set_embeddings_nextn(True, True)
+        target.enable_layer_inputs(self.target_layer_ids)
+
+    def begin(self, prompt) -> None:
+        self.ctx.memory.clear()
+
+    def observe(self, target, tokens, positions, rows, timer) -> None:
+        with timer("extract"):
+            feats = np.concatenate([target.layer_input(i)[rows] for i in self.target_layer_ids], axis=1)
+        with timer("inject", self.ctx):
+            self.ctx.decode_embd(feats, positions)
+
+    def propose(self, last_token, n_past, n_max, sp: SamplingParams, rng, timer) -> Draft:
+        n_max = min(n_max, self.max_n_max)
+        if n_max <= 0:
+            return Draft(tokens=[])
+        block = np.full(n_max + 1, self.mask_token, dtype=np.int32)
+        block[0] = last_token
+        with timer("draft", self.ctx):
+            self.ctx.decode(block, np.arange(n_past, n_past + n_max + 1, dtype=np.int32), logits="all")
+        with timer("draft_sample"):
+            logits = self.ctx.logits()[1:]
+            if sp.greedy:
+                draft = Draft(tokens=[int(t) for t in np.argmax(logits, axis=1)])
+            else:
+                q = np.stack([probs(row, sp) for row in logits])
+                draft = Draft(tokens=[sample(qi, rng) for qi in q], probs=q)
+        with timer("rollback"):
+            # the noise block never stays in the drafter's cache
+            self.ctx.memory.seq_rm(0, n_past)
+        return draft
+
+    def rollback(self, n_past: int) -> None:
+        self.ctx.memory.seq_rm(0, n_past)
+
+    def memory_report(self) -> dict:
+        return _summarize(self.ctx.memory_breakdown())
+
+    def close(self) -> None:
+        self.ctx.close()
+        self.model.close()
+
+
+def _summarize(rows) -> dict:
+    return {"weights_mib": sum(r["model_mib"] for r in rows), "kv_cache_mib": sum(r["context_mib"] for r in rows),
+            "compute_mib": sum(r["compute_mib"] for r in rows)}

@@ -1,0 +1,53 @@
+"""Prompt-lookup / n-gram drafter: copy what followed the last occurrence of the current
+suffix in the context (Saxena 2023, "prompt lookup decoding"; llama.cpp's
+``ngram-simple`` in common/speculative.cpp). No model, no KV cache."""
+from __future__ import annotations
+
+import numpy as np
+
+from ..sampling import SamplingParams
+from . import Draft, Drafter, register_drafter
+
+
+@register_drafter
+class NgramDrafter(Drafter):
+    """Args:
+        target: the target context (unused; for the common constructor signature).
+        n_min, n_max_ngram: suffix lengths tried, longest first.
+    """
+    kind = "ngram"
+    max_n_max = 64
+    default_n_max = 8
+
+    def __init__(self, target=None, *, n_min: int = 2, n_max_ngram: int = 4):
+        if not 1 <= n_min <= n_max_ngram:
+            raise ValueError(f"need 1 ≤ n_min ≤ n_max_ngram, got {n_min}, {n_max_ngram}")
+        self.n_min, self.n_max_ngram = n_min, n_max_ngram
+        self.history: list = []
+
+    def begin(self, prompt: list) -> None:
+        self.history = list(prompt)
+
+    def observe(self, target, tokens, positions, rows, timer) -> None:
+        # the loop passes the committed tokens in order; positions start where history ends
+        p0 = int(positions[0]) if len(positions) else len(self.history)
+        del self.history[p0:]
+        self.history.extend(int(t) for t in tokens)
+
+    def rollback(self, n_past: int) -> None:
+        del self.history[n_past:]
+
+    def propose(self, last_token, n_past, n_max, sp: SamplingParams, rng, timer) -> Draft:
+        with timer("draft"):
+            seq = self.history[:n_past] + [int(last_token)]
+            arr = np.asarray(seq, dtype=np.int64)
+            for n in range(min(self.n_max_ngram, len(seq) - 1), self.n_min - 1, -1):
+                suffix = arr[-n:]
+                # last earlier occurrence of the suffix (not the suffix itself)
+                for start in range(len(arr) - n - 1, -1, -1):
+                    if arr[start] == suffix[0] and np.array_equal(arr[start:start + n], suffix):
+                        cont = seq[start + n:start + n + n_max]
+                        if cont:
+                            return Draft(tokens=[int(t) for t in cont])
+                        break
+        return Draft(tokens=[])

@@ -1,0 +1,142 @@
+"""The speculative decoding loop, one readable function.
+
+    prefill(prompt[:-1]) → observe
+    repeat:
+        draft   = drafter.propose(last, n_past, n_max)            # DFlash: one non-causal pass
+        verify  = target.decode([last] + draft)                   # one batch, every row an output
+        k, bonus = accept(verify logits, draft)                   # greedy / match / rejection
+        drafter.observe(rows 0..k)                                # inject committed features
+        rollback both caches to n_past + 1 + k
+        commit draft[:k] + [bonus]; stop at EOS / stop string / max_tokens / context
+
+Invariant: both KV caches hold exactly positions ``[0, n_past)``; ``last`` (the newest
+committed token, at position ``n_past``) has not been decoded by the target yet. It is the
+loop of llama.cpp's ``examples/speculative-simple`` with ``common_speculative_impl_draft_dflash``,
+except that the drafter receives only the committed rows' features instead of every verified
+row followed by a removal (same cache contents, less work).
+"""
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..context import Context
+from .drafters import Draft, Drafter
+from .sampling import SamplingParams
+from .stats import SpecStats
+from .timing import StageTimer
+from .verify import verify_greedy, verify_match, verify_rejection
+
+VERIFY_MODES = ("match", "rejection")
+
+
+@dataclass
+class StepOutput:
+    """Tokens committed by one step, and whether generation ends here (and why)."""
+    tokens: list
+    finish_reason: str | None = None
+
+
+def _greedy_sp() -> SamplingParams:
+    return SamplingParams()
+
+
+def speculative_generate(target: Context, drafter: Drafter | None, prompt: list, *, max_tokens: int,
+                         n_max: int, sp: SamplingParams, verify: str, stats: SpecStats, timer: StageTimer,
+                         rng: np.random.Generator) -> Iterator[StepOutput]:
+    """Run the loop; yields the tokens each step commits (EOS included, then stops).
+
+    Args:
+        target: the target context (its cache is cleared first).
+        drafter: None for plain decoding through the same path (empty drafts).
+        prompt: token ids, at least one.
+        max_tokens: most tokens to commit (the caller cuts at stop strings).
+        n_max: most draft tokens per step.
+        sp: sampling settings of the target (and of the drafter with ``verify="rejection"``).
+        verify: ``"match"`` (llama.cpp's rule) or ``"rejection"`` (speculative sampling).
+
+    The caller (``Generator``) validates sizes; this function assumes ``len(prompt) < n_ctx``.
+    """
+    vocab = target.model.vocab
+    mem = target.memory
+    mem.clear()
+    if drafter is not None:
+        drafter.begin(prompt[:-1])
+    dsp = sp if verify == "rejection" else _greedy_sp()
+
+    # prefill: everything but the last prompt token, chunked by n_batch
+    timer.mark("prefill_start")
+    n_prefill = len(prompt) - 1
+    for i in range(0, n_prefill, target.n_batch):
+        chunk = prompt[i:min(i + target.n_batch, n_prefill)]
+        pos = np.arange(i, i + len(chunk), dtype=np.int32)
+        with timer("prefill", target):
+            target.decode(chunk, pos, logits="none")
+        if drafter is not None:
+            drafter.observe(target, chunk, pos, slice(0, len(chunk)), timer)
+
+    timer.mark("prefill_done")
+    last = int(prompt[-1])
+    n_past = n_prefill
+    n_out = 0
+    n_ctx = target.n_ctx
+    while True:
+        room = min(n_ctx - n_past - 1, max_tokens - n_out - 1)
+        draft = Draft(tokens=[])
+        if drafter is not None and room > 0 and n_max > 0:
+            draft = drafter.propose(last, n_past, min(n_max, room), dsp, rng, timer)
+        n_d = len(draft.tokens)
+
+        with timer("verify", target):
+            batch = [last] + draft.tokens
+            target.decode(batch, np.arange(n_past, n_past + n_d + 1, dtype=np.int32), logits="all")
+        with timer("accept"):
+            logits = target.logits()
+            if sp.greedy:
+                k, bonus = verify_greedy(logits, draft.tokens)
+            elif verify == "rejection" and draft.probs is not None:
+                k, bonus = verify_rejection(logits, draft.tokens, draft.probs, sp, rng)
+            else:
+                k, bonus = verify_match(logits, draft.tokens, sp, rng)
+        if n_d:
+            stats.record(n_d, k)
+        else:
+            stats.n_steps += 1
+            stats.acceptance_lengths.append(0)
+
+        committed = draft.tokens[:k] + [bonus]
+        if drafter is not None:
+            drafter.observe(target, batch[:k + 1], np.arange(n_past, n_past + k + 1, dtype=np.int32),
+                            slice(0, k + 1), timer)
+        n_past += k + 1
+        with timer("rollback"):
+            mem.seq_rm(0, n_past)
+            if drafter is not None:
+                drafter.rollback(n_past)
+        last = bonus
+
+        finish = None
+        for j, t in enumerate(committed):
+            if vocab.is_eog(t):
+                committed = committed[:j + 1]
+                finish = "eos"
+                # nothing at or after the EOS stays cached
+                eos_pos = n_past - (k + 1) + j + 1
+                with timer("rollback"):
+                    mem.seq_rm(0, eos_pos)
+                    if drafter is not None:
+                        drafter.rollback(eos_pos)
+                break
+        n_out += len(committed)
+        if finish is None and n_out >= max_tokens:
+            finish = "length"
+        if finish is None and n_past >= n_ctx:
+            finish = "context"
+        yield StepOutput(committed, finish)
+        if finish is not None:
+            return
+
+
+__all__ = ["speculative_generate", "StepOutput", "VERIFY_MODES"]

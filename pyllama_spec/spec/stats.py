@@ -1,0 +1,71 @@
+"""Acceptance statistics of a speculative run.
+
+Conventions: a *step* is one target verify call. ``n_drafted`` counts draft tokens sent to
+verification, ``n_accepted`` those the target agreed with. Each step also commits one
+token of the target's own (the bonus), so the mean accepted length
+τ = (n_accepted + n_steps) / n_steps = tokens committed per verify step (τ = 1 without a drafter).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class SpecStats:
+    """Counters of one generation.
+
+    Attributes:
+        n_steps: verify steps (target forward passes after prefill).
+        n_drafted: draft tokens verified.
+        n_accepted: draft tokens accepted.
+        acceptance_lengths: accepted draft tokens per step.
+        drafted_at, accepted_at: per draft position i (0-based), how often a token was
+            drafted there and how often it was accepted.
+    """
+    n_max: int = 0
+    n_steps: int = 0
+    n_drafted: int = 0
+    n_accepted: int = 0
+    acceptance_lengths: list = field(default_factory=list)
+    drafted_at: list = field(default_factory=list)
+    accepted_at: list = field(default_factory=list)
+
+    def __post_init__(self):
+        if not self.drafted_at:
+            self.drafted_at = [0] * self.n_max
+            self.accepted_at = [0] * self.n_max
+
+    def record(self, n_draft: int, n_acc: int) -> None:
+        """Record one verify step with ``n_draft`` draft tokens of which ``n_acc`` were accepted."""
+        self.n_steps += 1
+        self.n_drafted += n_draft
+        self.n_accepted += n_acc
+        self.acceptance_lengths.append(n_acc)
+        for i in range(n_draft):
+            self.drafted_at[i] += 1
+            if i < n_acc:
+                self.accepted_at[i] += 1
+
+    @property
+    def acceptance_rate(self) -> float:
+        """accepted / drafted (0.0 when nothing was drafted)."""
+        return self.n_accepted / self.n_drafted if self.n_drafted else 0.0
+
+    @property
+    def mean_accepted_length(self) -> float:
+        """τ: tokens committed per verify step, the bonus token included."""
+        return (self.n_accepted + self.n_steps) / self.n_steps if self.n_steps else 0.0
+
+    @property
+    def accepted_per_position(self) -> list:
+        """Per draft position (length n_max): fraction of steps that drafted there and were accepted."""
+        return [a / d if d else 0.0 for a, d in zip(self.accepted_at, self.drafted_at)]
+
+    def as_dict(self) -> dict:
+        return {"n_max": self.n_max, "n_steps": self.n_steps, "n_drafted": self.n_drafted,
+                "n_accepted": self.n_accepted, "acceptance_rate": self.acceptance_rate,
+                "mean_accepted_length": self.mean_accepted_length,
+                "accepted_per_position": self.accepted_per_position}
+
+
+__all__ = ["SpecStats"]

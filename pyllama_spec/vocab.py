@@ -1,0 +1,128 @@
+"""``Vocab``: tokenizer and special tokens of a model (borrowed from its ``Model``)."""
+from __future__ import annotations
+
+from ._ffi import ffi, lib
+
+
+class Vocab:
+    """The vocabulary of a :class:`~pyllama_spec.Model` (valid while the model is open).
+
+    Token ids are Python ints; special tokens that a model lacks are ``None``.
+    """
+
+    def __init__(self, model, ptr):
+        self._model = model  # keeps the llama_model alive
+        self._ptr = ptr
+        self.n_tokens: int = lib.llama_vocab_n_tokens(ptr)
+        self._piece_cache: dict[tuple[int, bool], bytes] = {}
+
+    def _special(self, tok: int) -> int | None:
+        return None if tok < 0 else int(tok)
+
+    @property
+    def bos(self) -> int | None:
+        return self._special(lib.llama_vocab_bos(self._ptr))
+
+    @property
+    def eos(self) -> int | None:
+        return self._special(lib.llama_vocab_eos(self._ptr))
+
+    @property
+    def eot(self) -> int | None:
+        return self._special(lib.llama_vocab_eot(self._ptr))
+
+    @property
+    def nl(self) -> int | None:
+        return self._special(lib.llama_vocab_nl(self._ptr))
+
+    @property
+    def pad(self) -> int | None:
+        return self._special(lib.llama_vocab_pad(self._ptr))
+
+    @property
+    def mask(self) -> int | None:
+        """The mask token (``tokenizer.ggml.mask_token_id``) that DFlash drafters fill blocks with."""
+        return self._special(lib.llama_vocab_mask(self._ptr))
+
+    @property
+    def add_bos(self) -> bool:
+        """Whether tokenize(add_special=True) prepends BOS."""
+        return bool(lib.llama_vocab_get_add_bos(self._ptr))
+
+    def is_eog(self, token: int) -> bool:
+        """True for end-of-generation tokens (EOS, EOT, ...)."""
+        return bool(lib.llama_vocab_is_eog(self._ptr, token))
+
+    def is_control(self, token: int) -> bool:
+        return bool(lib.llama_vocab_is_control(self._ptr, token))
+
+    def text(self, token: int) -> str:
+        """The raw vocabulary entry of ``token`` (as stored, e.g. with 'Ġ' for spaces)."""
+        self._check(token)
+        return ffi.string(lib.llama_vocab_get_text(self._ptr, token)).decode("utf-8", "replace")
+
+    def _check(self, token: int) -> None:
+        if not 0 <= token < self.n_tokens:
+            raise ValueError(f"token id {token} is outside the vocabulary [0, {self.n_tokens})")
+
+    def tokenize(self, text: str, *, add_special: bool = True, parse_special: bool = False) -> list[int]:
+        """Text → token ids.
+
+        Args:
+            add_special: add BOS/EOS as the model's tokenizer configuration says.
+            parse_special: turn special-token text such as ``<|im_start|>`` into the special token
+                (use for chat-template output); otherwise it is tokenized as plain text.
+        """
+        raw = text.encode("utf-8")
+        n_max = len(raw) + 8
+        while True:
+            buf = ffi.new("llama_token[]", n_max)
+            n = lib.llama_tokenize(self._ptr, raw, len(raw), buf, n_max, add_special, parse_special)
+            if n >= 0:
+                return list(ffi.unpack(buf, n))
+            if n == -(2**31):
+                raise ValueError("text too long to tokenize (token count overflows int32)")
+            n_max = -n
+
+    def token_to_piece(self, token: int, *, special: bool = False) -> bytes:
+        """The bytes one token decodes to (may be part of a UTF-8 character).
+
+        Args:
+            special: render special tokens (e.g. ``<|im_end|>``) instead of dropping them.
+        """
+        key = (token, special)
+        piece = self._piece_cache.get(key)
+        if piece is not None:
+            return piece
+        self._check(token)
+        size = 32
+        while True:
+            buf = ffi.new("char[]", size)
+            n = lib.llama_token_to_piece(self._ptr, token, buf, size, 0, special)
+            if n >= 0:
+                piece = ffi.unpack(buf, n)
+                self._piece_cache[key] = piece
+                return piece
+            size = -n
+
+    def detokenize(self, tokens, *, remove_special: bool = False, unparse_special: bool = False) -> str:
+        """Token ids → text (invalid UTF-8 at the ends is replaced).
+
+        Args:
+            remove_special: drop a leading BOS / trailing EOS.
+            unparse_special: render special tokens as their text.
+        """
+        toks = list(tokens)
+        for t in toks:
+            self._check(t)
+        arr = ffi.new("llama_token[]", toks)
+        size = max(16, 8 * len(toks))
+        while True:
+            buf = ffi.new("char[]", size)
+            n = lib.llama_detokenize(self._ptr, arr, len(toks), buf, size, remove_special, unparse_special)
+            if n >= 0:
+                return ffi.unpack(buf, n).decode("utf-8", "replace")
+            size = -n
+
+
+__all__ = ["Vocab"]
