@@ -59,6 +59,8 @@ class Context:
             linked to its target's (it borrows the target's token embedding and output head).
         causal_attn: False for bidirectional attention inside a batch (DFlash drafters).
         n_outputs_max, n_outputs_max_per_seq: caps on output rows per ubatch (0 = n_batch).
+        kv_unified: one KV buffer shared by all sequences (needed to copy part of a sequence
+            into another with ``Memory.seq_cp`` when ``n_seq_max > 1``).
 
     Raises:
         ContextError: a parameter is out of range or llama.cpp could not create the context.
@@ -68,7 +70,8 @@ class Context:
                  n_seq_max: int = 1, flash_attn="auto", type_k: str = "f16", type_v: str = "f16",
                  offload_kqv: bool = True, n_threads: int | None = None, n_threads_batch: int | None = None,
                  embeddings: bool = False, ctx_other: "Context | None" = None, causal_attn: bool = True,
-                 n_outputs_max: int = 0, n_outputs_max_per_seq: int = 0, no_perf: bool = False):
+                 n_outputs_max: int = 0, n_outputs_max_per_seq: int = 0, no_perf: bool = False,
+                 kv_unified: bool = False):
         backend.ensure_init()
         if model.vocab_only:
             raise ContextError("this model was loaded with vocab_only=True; load it with weights to decode")
@@ -103,6 +106,7 @@ class Context:
         p.offload_kqv = offload_kqv
         p.embeddings = embeddings
         p.no_perf = no_perf
+        p.kv_unified = kv_unified
         p.ctx_other = ctx_other.ptr if ctx_other is not None else ffi.NULL
         backend.recent_errors.clear()
         ptr = lib.llama_init_from_model(model.ptr, p)
@@ -120,6 +124,7 @@ class Context:
         self.n_batch = lib.llama_n_batch(ptr)
         self.n_ubatch = lib.llama_n_ubatch(ptr)
         self.n_seq_max = lib.llama_n_seq_max(ptr)
+        self.kv_unified = kv_unified
         self.n_outputs_max = n_outputs_max or self.n_batch
         self.memory = Memory(self)
         self._batch = TokenBatch(self.n_batch)

@@ -7,7 +7,6 @@ vocabulary, so this reads the header itself and skips long arrays.)
 """
 from __future__ import annotations
 
-import mmap
 import os
 import struct
 from dataclasses import dataclass, field
@@ -80,6 +79,8 @@ class _Cursor:
     def skip_string(self) -> None:
         n = self.take("Q")
         self.off += n
+        if self.off > len(self.buf):
+            raise IndexError("header ends early")
 
     def value(self, vtype: int):
         if vtype in _SCALAR:
@@ -119,6 +120,30 @@ def check_gguf_path(path: str | os.PathLike) -> Path:
     return p
 
 
+def _parse_header(p: Path, buf: bytes, size: int):
+    info = GGUFInfo(path=p, file_size=size)
+    cur = _Cursor(buf)
+    cur.take("I")  # magic, checked already
+    version, n_tensors, n_kv = cur.take("I"), cur.take("Q"), cur.take("Q")
+    if version not in (2, 3):
+        raise ValueError(f"unsupported GGUF version {version}")
+    for _ in range(n_kv):
+        key = cur.string()
+        val = cur.value(cur.take("I"))
+        if val is not None:
+            info.metadata[key] = val
+    tensors = []
+    for _ in range(n_tensors):
+        name = cur.string()
+        n_dims = cur.take("I")
+        shape = tuple(cur.take("Q") for _ in range(n_dims))
+        ttype, offset = cur.take("I"), cur.take("Q")
+        tensors.append((name, shape, ttype, offset))
+        info.tensors[name] = shape
+    align = int(info.metadata.get("general.alignment", 32))
+    return info, tensors, (cur.off + align - 1) // align * align
+
+
 def read_gguf(path: str | os.PathLike) -> GGUFInfo:
     """Read the header of a GGUF file and check that all its tensor data is present.
 
@@ -135,35 +160,22 @@ def read_gguf(path: str | os.PathLike) -> GGUFInfo:
     """
     p = check_gguf_path(path)
     size = p.stat().st_size
-    info = GGUFInfo(path=p, file_size=size)
-    with open(p, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
-        cur = _Cursor(memoryview(mm))
+    want = 8 << 20
+    while True:
+        with open(p, "rb") as fh:
+            buf = fh.read(min(size, want))
         try:
-            cur.take("I")  # magic, checked above
-            version, n_tensors, n_kv = cur.take("I"), cur.take("Q"), cur.take("Q")
-            if version not in (2, 3):
-                raise ValueError(f"unsupported GGUF version {version}")
-            for _ in range(n_kv):
-                key = cur.string()
-                val = cur.value(cur.take("I"))
-                if val is not None:
-                    info.metadata[key] = val
-            tensors = []
-            for _ in range(n_tensors):
-                name = cur.string()
-                n_dims = cur.take("I")
-                shape = tuple(cur.take("Q") for _ in range(n_dims))
-                ttype, offset = cur.take("I"), cur.take("Q")
-                tensors.append((name, shape, ttype, offset))
-                info.tensors[name] = shape
-            align = int(info.metadata.get("general.alignment", 32))
-            data_start = (cur.off + align - 1) // align * align
-        except (IndexError, ValueError, struct.error, UnicodeDecodeError) as exc:
-            del cur
-            raise TruncatedGGUFError(
-                f"{str(p)!r} has a damaged or truncated GGUF header ({size} bytes): {exc}; "
-                "download or convert it again") from exc
-        del cur
+            info, tensors, data_start = _parse_header(p, buf, size)
+            break
+        except IndexError as exc:
+            if len(buf) < size and want < (1 << 30):
+                want *= 4  # the header is longer than what was read: read more
+                continue
+            raise TruncatedGGUFError(f"{str(p)!r} has a truncated GGUF header ({size} bytes): {exc}; "
+                                     "download or convert it again") from None
+        except (ValueError, struct.error, UnicodeDecodeError) as exc:
+            raise TruncatedGGUFError(f"{str(p)!r} has a damaged GGUF header: {exc}; download or convert it again") \
+                from None
     end = data_start
     for name, shape, ttype, offset in tensors:
         if ttype in _GGML_BLOCK:

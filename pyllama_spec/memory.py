@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from ._ffi import ffi, lib
-from .errors import PyllamaSpecError
+from .errors import PyllamaSpecError, UnsupportedError
 
 
 class Memory:
@@ -41,7 +41,15 @@ class Memory:
                                    f"{seq_id} (recurrent state); save and restore the state instead")
 
     def seq_cp(self, src: int, dst: int, p0: int = -1, p1: int = -1) -> None:
-        """Make positions ``[p0, p1)`` of ``src`` also belong to ``dst`` (no copy of data)."""
+        """Make positions ``[p0, p1)`` of ``src`` also belong to ``dst``.
+
+        Raises:
+            UnsupportedError: a partial range between separate per-sequence buffers (llama.cpp
+                would abort); create the context with ``kv_unified=True``.
+        """
+        if src != dst and not self._ctx.kv_unified and self._ctx.n_seq_max > 1 and (p0 > 0 or p1 >= 0):
+            raise UnsupportedError("copying part of a sequence needs a unified KV cache: create the context "
+                                   "with kv_unified=True (or copy the whole sequence with p0=p1=-1)")
         lib.llama_memory_seq_cp(self._mem, self._seq(src), self._seq(dst), p0, p1)
 
     def seq_keep(self, seq_id: int) -> None:

@@ -82,8 +82,8 @@ class Model:
             raise ModelLoadError(f"llama.cpp could not load {str(self.path)!r}: "
                                  f"{backend.last_llama_error('no reason given')}")
         self._ptr = ffi.gc(ptr, lib.llama_model_free)
-        self.vocab = Vocab(self, lib.llama_model_get_vocab(ptr))
         self.vocab_only = vocab_only
+        self.vocab = Vocab(self, lib.llama_model_get_vocab(ptr))
 
     # lifetime -------------------------------------------------------------------------------
     @property
@@ -110,6 +110,12 @@ class Model:
                 f"n_embd={self.n_embd}, n_vocab={self.n_vocab})")
 
     # metadata -------------------------------------------------------------------------------
+    def _hparam(self, key: str, fn) -> int:
+        # a vocab-only load leaves llama.cpp's hyper-parameters unset: read them from the header
+        if self.vocab_only:
+            return int(self.info.get("{arch}." + key, 0))
+        return int(fn(self.ptr))
+
     @property
     def arch(self) -> str:
         """``general.architecture`` (e.g. ``"llama"``, ``"dflash"``)."""
@@ -118,25 +124,25 @@ class Model:
     @property
     def n_embd(self) -> int:
         """Hidden size."""
-        return lib.llama_model_n_embd(self.ptr)
+        return self._hparam("embedding_length", lib.llama_model_n_embd)
 
     @property
     def n_layer(self) -> int:
         """Number of transformer blocks."""
-        return lib.llama_model_n_layer(self.ptr)
+        return self._hparam("block_count", lib.llama_model_n_layer)
 
     @property
     def n_head(self) -> int:
-        return lib.llama_model_n_head(self.ptr)
+        return self._hparam("attention.head_count", lib.llama_model_n_head)
 
     @property
     def n_head_kv(self) -> int:
-        return lib.llama_model_n_head_kv(self.ptr)
+        return self._hparam("attention.head_count_kv", lib.llama_model_n_head_kv)
 
     @property
     def n_ctx_train(self) -> int:
         """Context length the model was trained with (tokens)."""
-        return lib.llama_model_n_ctx_train(self.ptr)
+        return self._hparam("context_length", lib.llama_model_n_ctx_train)
 
     @property
     def n_vocab(self) -> int:

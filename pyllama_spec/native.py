@@ -1,0 +1,82 @@
+"""llama.cpp's own reference programs (built with ``-C cmake.define.PYLLAMA_SPEC_NATIVE_TOOLS=ON``),
+to compare our loop against: ``llama-speculative-simple``, ``llama-completion``, ``llama-simple``."""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import UnsupportedError
+
+
+def find_program(name: str) -> Path:
+    """Path of a reference program installed with the package.
+
+    Raises:
+        UnsupportedError: not built; reinstall with ``-C cmake.define.PYLLAMA_SPEC_NATIVE_TOOLS=ON``.
+    """
+    import pyllama_spec
+
+    for d in pyllama_spec.__path__:
+        p = Path(d) / "bin" / name
+        if p.is_file() and os.access(p, os.X_OK):
+            return p
+    raise UnsupportedError(f"{name} is not installed: reinstall with "
+                           "`pip install . -C cmake.define.PYLLAMA_SPEC_NATIVE_TOOLS=ON`")
+
+
+@dataclass
+class NativeRun:
+    """Output of one native run: ``stdout`` bytes, counters parsed from its log, seconds."""
+    stdout: bytes
+    stderr: str
+    n_drafted: int | None = None
+    n_accept: int | None = None
+    n_predict: int | None = None
+    decode_tokens_per_s: float | None = None
+
+
+def _num(pattern: str, text: str, cast=int):
+    m = re.search(pattern, text)
+    return cast(m.group(1)) if m else None
+
+
+def run_speculative_simple(target, drafter, prompt: str, *, n_max: int, n_predict: int, n_ctx: int = 4096,
+                           n_gpu_layers: int = 99, spec_type: str = "draft-dflash", extra=(),
+                           timeout: float = 600) -> NativeRun:
+    """Run ``llama-speculative-simple`` greedily (``--temp 0``, no repacking) and parse its counters.
+
+    The program prints the prompt then the generated pieces (special tokens rendered) on stdout
+    and may generate up to one block past ``n_predict``: compare outputs as prefixes.
+    """
+    cmd = [str(find_program("llama-speculative-simple")), "-m", str(target), "-md", str(drafter),
+           "--spec-type", spec_type, "--spec-draft-n-max", str(n_max), "-n", str(n_predict), "-p", prompt,
+           "--temp", "0", "-c", str(n_ctx), "-nr", "-ngl", str(n_gpu_layers), "-ngld", str(n_gpu_layers),
+           "--seed", "0", *extra]
+    r = subprocess.run(cmd, capture_output=True, timeout=timeout)
+    err = r.stderr.decode("utf-8", "replace")
+    if r.returncode != 0:
+        raise RuntimeError(f"llama-speculative-simple failed (rc {r.returncode}): {err[-2000:]}")
+    return NativeRun(stdout=r.stdout, stderr=err, n_drafted=_num(r"n_drafted\s*=\s*(\d+)", err),
+                     n_accept=_num(r"n_accept\s*=\s*(\d+)", err), n_predict=_num(r"n_predict\s*=\s*(\d+)", err),
+                     decode_tokens_per_s=_num(r"decoded\s+\d+ tokens in\s+[\d.]+ seconds, speed:\s+([\d.]+)", err,
+                                              float))
+
+
+def run_completion(model, prompt: str, *, n_predict: int, n_ctx: int = 4096, n_gpu_layers: int = 99,
+                   extra=(), timeout: float = 600) -> NativeRun:
+    """Run ``llama-completion`` greedily without chat mode; ``stdout`` holds only the generated text."""
+    cmd = [str(find_program("llama-completion")), "-m", str(model), "-p", prompt, "-n", str(n_predict),
+           "--temp", "0", "-nr", "-no-cnv", "--no-display-prompt", "-c", str(n_ctx), "-ngl", str(n_gpu_layers),
+           "--seed", "0", *extra]
+    r = subprocess.run(cmd, capture_output=True, timeout=timeout)
+    err = r.stderr.decode("utf-8", "replace")
+    if r.returncode != 0:
+        raise RuntimeError(f"llama-completion failed (rc {r.returncode}): {err[-2000:]}")
+    return NativeRun(stdout=r.stdout, stderr=err,
+                     decode_tokens_per_s=_num(r"print:\s+eval time =.*?([\d.]+) tokens per second", err, float))
+
+
+__all__ = ["find_program", "run_speculative_simple", "run_completion", "NativeRun"]

@@ -1,0 +1,60 @@
+"""``SamplerChain``: llama.cpp's own sampler chain (``llama_sampler_chain_*``), for sampling
+straight from a context's logits in C. The speculative loop uses the numpy rules of
+``spec/sampling.py`` instead (it needs the distributions themselves); this is for plain use
+and for checking one against the other."""
+from __future__ import annotations
+
+from . import backend
+from ._ffi import ffi, lib
+from .spec.sampling import SamplingParams
+
+
+class SamplerChain:
+    """top-k → top-p → min-p → temperature → seeded draw (greedy when temperature == 0),
+    the order of llama.cpp's default chain.
+
+    Raises:
+        ValueError: a sampling value out of range (see :class:`SamplingParams`).
+    """
+
+    def __init__(self, temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0, min_p: float = 0.0,
+                 seed: int | None = None):
+        backend.ensure_init()
+        self.params = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed)
+        chain = lib.llama_sampler_chain_init(lib.llama_sampler_chain_default_params())
+        self._ptr = ffi.gc(chain, lib.llama_sampler_free)
+        if self.params.greedy:
+            lib.llama_sampler_chain_add(chain, lib.llama_sampler_init_greedy())
+            return
+        if top_k:
+            lib.llama_sampler_chain_add(chain, lib.llama_sampler_init_top_k(top_k))
+        if top_p < 1.0:
+            lib.llama_sampler_chain_add(chain, lib.llama_sampler_init_top_p(top_p, 1))
+        if min_p > 0.0:
+            lib.llama_sampler_chain_add(chain, lib.llama_sampler_init_min_p(min_p, 1))
+        lib.llama_sampler_chain_add(chain, lib.llama_sampler_init_temp(temperature))
+        lib.llama_sampler_chain_add(
+            chain, lib.llama_sampler_init_dist(lib.LLAMA_DEFAULT_SEED if seed is None else seed))
+
+    def sample(self, ctx, idx: int = -1) -> int:
+        """Sample from the logits of batch row ``idx`` of ``ctx``'s last decode (and accept it).
+
+        Raises:
+            IndexError: row ``idx`` produced no logits.
+        """
+        ctx.logits_ith(idx)  # raises IndexError before llama.cpp would abort on a bad row
+        return int(lib.llama_sampler_sample(self._ptr, ctx.ptr, idx))
+
+    def accept(self, token: int) -> None:
+        lib.llama_sampler_accept(self._ptr, token)
+
+    def reset(self) -> None:
+        lib.llama_sampler_reset(self._ptr)
+
+    def close(self) -> None:
+        if self._ptr is not None:
+            ffi.release(self._ptr)
+            self._ptr = None
+
+
+__all__ = ["SamplerChain"]

@@ -1,0 +1,69 @@
+"""Shared fixtures: tiny GGUF models written by pyllama_spec.fixtures (deterministic, made once
+per session), SmolLM2-135M-Instruct fetched through pip (cached), and the native programs."""
+from __future__ import annotations
+
+import pytest
+
+import pyllama_spec as ps
+from pyllama_spec import fixtures
+
+
+@pytest.fixture(scope="session")
+def tiny(tmp_path_factory):
+    """Paths and vocabulary facts of the tiny llama target and its random DFlash drafter (block 8)."""
+    d = tmp_path_factory.mktemp("tiny")
+    info = fixtures.write_tiny_target(d / "target.gguf", arch="llama", n_layer=4, n_embd=64, seed=1)
+    fixtures.write_dflash_drafter(d / "dflash.gguf", target=d / "target.gguf", n_layer=2, block_size=8, seed=2)
+    return {"target": d / "target.gguf", "dflash": d / "dflash.gguf", "dir": d, **info}
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen3(tmp_path_factory):
+    d = tmp_path_factory.mktemp("tinyq")
+    info = fixtures.write_tiny_target(d / "target.gguf", arch="qwen3", n_layer=6, n_embd=64, seed=3)
+    fixtures.write_dflash_drafter(d / "dflash.gguf", target=d / "target.gguf", n_layer=1, block_size=16,
+                                  target_layers=[1, 3, 5], seed=4)
+    return {"target": d / "target.gguf", "dflash": d / "dflash.gguf", **info}
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tiny):
+    return ps.Model(tiny["target"])
+
+
+@pytest.fixture(scope="session")
+def tiny_gen(tiny):
+    """A Generator over the tiny target with the DFlash and n-gram drafters (shared: generate()
+    starts from empty caches every call)."""
+    gen = ps.Generator(tiny["target"], drafters={"dflash": tiny["dflash"], "ngram": "ngram"},
+                       n_ctx=1024, n_batch=64, n_ubatch=32)
+    yield gen
+    gen.close()
+
+
+@pytest.fixture(scope="session")
+def smollm2():
+    from pyllama_spec.assets import smollm2_path
+
+    try:
+        return smollm2_path()
+    except RuntimeError as exc:  # no package registry on this machine
+        pytest.skip(str(exc))
+
+
+@pytest.fixture(scope="session")
+def smol_gen(smollm2):
+    from pyllama_spec.assets import random_dflash_for_smollm2
+
+    gen = ps.Generator(smollm2, drafters={"dflash": random_dflash_for_smollm2()}, n_ctx=2048, n_batch=256)
+    yield gen
+    gen.close()
+
+
+def native_or_skip(name: str):
+    from pyllama_spec.native import find_program
+
+    try:
+        return find_program(name)
+    except ps.UnsupportedError as exc:
+        pytest.skip(str(exc))

@@ -1,0 +1,155 @@
+"""Context: decoding, logits, layer-input taps, linked contexts, and decode errors."""
+import numpy as np
+import pytest
+
+import pyllama_spec as ps
+
+PROMPT = "The quick brown fox jumps over the lazy dog, then the tiny model says"
+
+
+@pytest.fixture()
+def ctx(tiny_model):
+    c = ps.Context(tiny_model, n_ctx=512, n_batch=128, n_ubatch=32)
+    yield c
+    c.close()
+
+
+def test_batch_equals_token_by_token(ctx, tiny_model):
+    toks = tiny_model.vocab.tokenize(PROMPT)
+    assert len(toks) > ctx.n_ubatch  # several ubatches
+    ctx.decode(toks, logits="all")
+    batch = ctx.logits().copy()
+    assert batch.shape == (len(toks), 264) and batch.dtype == np.float32
+    ctx.memory.clear()
+    for i, t in enumerate(toks):
+        ctx.decode([t], [i])
+        np.testing.assert_allclose(ctx.logits()[0], batch[i], rtol=1e-2, atol=1e-2)  # f16 KV cache
+        assert int(np.argmax(ctx.logits()[0])) == int(np.argmax(batch[i]))
+        np.testing.assert_array_equal(ctx.logits_ith(-1), ctx.logits()[0])
+
+
+def test_seq_rm_then_redecode_reproduces_logits(ctx, tiny_model):
+    toks = tiny_model.vocab.tokenize(PROMPT)
+    ctx.decode(toks, logits="all")
+    ref = ctx.logits().copy()
+    ctx.memory.seq_rm(0, 20)
+    assert ctx.memory.pos_max(0) == 19
+    ctx.decode(toks[20:], logits="all")  # positions continue after the cache
+    np.testing.assert_allclose(ctx.logits(), ref[20:], rtol=1e-3, atol=2e-3)
+
+
+def test_layer_input_taps(ctx, tiny_model):
+    toks = tiny_model.vocab.tokenize(PROMPT)
+    ctx.enable_layer_inputs([0, 2])
+    with pytest.raises(ValueError, match="no decode"):
+        ctx.layer_input(0)
+    ctx.decode(toks, logits="none")
+    l0, l2 = ctx.layer_input(0), ctx.layer_input(2)
+    assert l0.shape == l2.shape == (len(toks), 64) and l2.dtype == np.float32
+    # layer 0's input is the token embedding itself
+    np.testing.assert_allclose(l0, tiny_model.token_embeddings()[toks], rtol=1e-6)
+    first = l2.copy()
+    ctx.memory.clear()
+    other = toks[:5] + [(t + 1) % 256 for t in toks[5:]]
+    ctx.decode(other, logits="none")
+    np.testing.assert_allclose(ctx.layer_input(2)[:5], first[:5], rtol=1e-5, atol=1e-5)
+    assert not np.allclose(ctx.layer_input(2)[5:], first[5:])
+    with pytest.raises(ValueError, match="not tapped"):
+        ctx.layer_input(1)
+    with pytest.raises(ValueError, match="outside"):
+        ctx.enable_layer_inputs([4])
+
+
+def test_linked_dflash_context(tiny, tiny_model):
+    tgt = ps.Context(tiny_model, n_ctx=256, n_batch=64)
+    dm = ps.Model(tiny["dflash"])
+    assert dm.arch == "dflash" and dm.target_layer_ids == [1, 2] and dm.vocab.mask == tiny["<|mask|>"]
+    with pytest.raises(ps.ContextError, match="ctx_other"):
+        ps.Context(dm, n_ctx=256)
+    drf = ps.Context(dm, n_ctx=256, n_batch=64, ctx_other=tgt, causal_attn=False)
+    tgt.enable_layer_inputs(dm.target_layer_ids)
+    toks = tiny_model.vocab.tokenize("linked contexts")
+    tgt.decode(toks, logits="none")
+    feats = np.concatenate([tgt.layer_input(i) for i in dm.target_layer_ids], axis=1)
+    assert feats.shape == (len(toks), drf.embd_input_width) == (len(toks), 128)
+    with pytest.raises(ps.InvalidBatchError, match="width"):
+        drf.decode_embd(feats[:, :64], np.arange(len(toks)))
+    drf.decode_embd(feats, np.arange(len(toks)))
+    assert drf.memory.pos_max() == len(toks) - 1
+    block = [toks[-1]] + [dm.vocab.mask] * 7
+    drf.decode(block, np.arange(len(toks), len(toks) + 8), logits="all")
+    assert drf.logits().shape == (8, 264)
+    # closing the target closes the drafter linked to it first
+    tgt.close()
+    with pytest.raises(ValueError, match="closed"):
+        drf.decode([1])
+
+
+def test_decode_errors_leave_the_context_usable(ctx, tiny_model):
+    toks = tiny_model.vocab.tokenize(PROMPT)
+    with pytest.raises(ps.InvalidBatchError, match="outside the vocabulary"):
+        ctx.decode([1, 2, 5000])
+    with pytest.raises(ps.InvalidBatchError, match="n_batch"):
+        ctx.decode(list(range(200)))
+    ctx.decode(toks[:10])
+    with pytest.raises(ps.InvalidBatchError, match="consecutive") as ei:  # position gap, rc -1
+        ctx.decode(toks[10:12], [30, 31])
+    assert ei.value.rc == -1
+    with pytest.raises(ValueError, match="n_seq_max"):
+        ctx.decode([1], seq_id=3)
+    ctx.decode(toks[10:], logits="all")
+    assert ctx.memory.pos_max() == len(toks) - 1
+
+
+def test_kv_cache_full(tiny_model):
+    c = ps.Context(tiny_model, n_ctx=256, n_batch=256)
+    c.decode(list(range(200)))
+    with pytest.raises(ps.KVCacheFullError) as ei:
+        c.decode(list(range(100)))
+    assert ei.value.rc == 1
+    c.memory.seq_rm(0, 100)
+    c.decode(list(range(100)))  # fits again
+    assert c.memory.pos_max() == 199
+
+
+def test_non_causal_batch_must_fit_one_ubatch(tiny_model):
+    c = ps.Context(tiny_model, n_ctx=256, n_batch=64, n_ubatch=16, causal_attn=False)
+    with pytest.raises(ps.InvalidBatchError, match="n_ubatch"):
+        c.decode(list(range(20)))
+    c.decode(list(range(16)))
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"n_ubatch": 1024, "n_batch": 512}, "n_ubatch"),
+    ({"type_k": "q3_x"}, "type_k"),
+    ({"flash_attn": "maybe"}, "flash_attn"),
+    ({"n_batch": 0}, "n_batch"),
+])
+def test_bad_context_parameters(tiny_model, kwargs, match):
+    with pytest.raises(ps.ContextError, match=match):
+        ps.Context(tiny_model, **kwargs)
+
+
+def test_quantized_kv_cache_needs_divisible_head(tiny_model):
+    # head dim 16 is not a multiple of q8_0's block of 32: llama.cpp refuses, we raise and stay usable
+    with pytest.raises(ps.ContextError, match="does not divide"):
+        ps.Context(tiny_model, n_ctx=256, n_batch=64, type_k="q8_0", type_v="q8_0", flash_attn=True)
+    assert ps.Context(tiny_model, n_ctx=256, n_batch=64).n_ctx == 256
+
+
+@pytest.mark.smollm2
+def test_quantized_kv_cache_and_breakdown(smollm2):
+    m = ps.Model(smollm2)
+    f16 = ps.Context(m, n_ctx=512, n_batch=64)
+    q8 = ps.Context(m, n_ctx=512, n_batch=64, type_k="q8_0", type_v="q8_0", flash_attn=True)
+    toks = m.vocab.tokenize("The capital of France is")
+    for c in (f16, q8):
+        c.decode(toks, logits="all")
+    assert np.argmax(f16.logits()[-1]) == np.argmax(q8.logits()[-1])
+    kv16 = sum(r["context_mib"] for r in f16.memory_breakdown())
+    kv8 = sum(r["context_mib"] for r in q8.memory_breakdown())
+    # 30 layers × 2 (K,V) × 192 (3 heads × 64) × 512 cells × 2 bytes = 11.25 MiB in f16; q8_0 is 34/64 of it
+    assert kv16 == pytest.approx(11.25, rel=1e-3) and kv8 == pytest.approx(11.25 * 34 / 64, rel=1e-3)
+    assert sum(r["model_mib"] for r in f16.memory_breakdown()) == pytest.approx(m.size_bytes / 2**20, rel=0.01)
+    perf = f16.perf()
+    assert perf["n_p_eval"] == len(toks)

@@ -1,0 +1,32 @@
+"""The extension matches the pinned llama.cpp and the public surface is what we export."""
+import pyllama_spec as ps
+from pyllama_spec._ffi import ffi, lib
+
+
+def test_commit_baked_in():
+    assert ffi.string(lib.pyls_llama_cpp_commit()).decode() == ps.LLAMA_CPP_COMMIT == "0c1e570"
+
+
+def test_struct_layout_comes_from_the_header():
+    # API mode: field offsets are the compiler's, so the defaults read back as llama.cpp sets them
+    p = lib.llama_context_default_params()
+    assert (p.n_ctx, p.n_batch, p.n_ubatch, p.n_seq_max) == (512, 2048, 512, 1)
+    assert p.ctx_other == ffi.NULL and p.type_k == lib.GGML_TYPE_F16
+    m = lib.llama_model_default_params()
+    assert m.use_extra_bufts is True and m.vocab_only is False
+
+
+def test_exported_members():
+    exported = set(ps.__all__)
+    public = {n for n in dir(ps) if not n.startswith("_") and n not in {
+        "backend", "batch", "chat", "context", "errors", "generator", "gguf_file", "memory", "model", "spec",
+        "vocab", "fixtures", "assets", "native", "sampler", "cli"}}
+    assert exported - {"__version__"} == public
+    for name in exported:
+        assert getattr(ps, name) is not None
+
+
+def test_system_info_and_devices():
+    assert "CPU" in ps.system_info()
+    devs = ps.devices()
+    assert devs and devs[0]["type"] in ("cpu", "gpu", "accel")

@@ -1,0 +1,46 @@
+"""llama.cpp's sampler chain and our numpy distributions agree where they must."""
+import numpy as np
+import pytest
+
+import pyllama_spec as ps
+from pyllama_spec.sampler import SamplerChain
+from pyllama_spec.spec.sampling import SamplingParams, probs, sample
+
+
+def test_chain_greedy_and_seeded(tiny_model):
+    c = ps.Context(tiny_model, n_ctx=128, n_batch=32)
+    c.decode(tiny_model.vocab.tokenize("sampling"), logits="all")
+    last = c.logits()[-1].copy()
+    assert SamplerChain().sample(c, -1) == int(np.argmax(last))
+    assert SamplerChain(temperature=0.7, top_k=1, seed=3).sample(c, -1) == int(np.argmax(last))
+    a = [SamplerChain(temperature=1.0, top_k=20, seed=s).sample(c, -1) for s in range(20)]
+    b = [SamplerChain(temperature=1.0, top_k=20, seed=s).sample(c, -1) for s in range(20)]
+    assert a == b and len(set(a)) > 1
+    top20 = set(np.argsort(-last)[:20].tolist())
+    assert set(a) <= top20
+    c.decode(tiny_model.vocab.tokenize(" again"), logits="last")
+    with pytest.raises(IndexError, match="no logits"):
+        SamplerChain().sample(c, 0)  # row 0 was not an output: llama.cpp would return garbage/abort
+
+
+def test_numpy_probs_filters():
+    logits = np.log(np.array([0.5, 0.25, 0.15, 0.07, 0.03]))
+    p = probs(logits, SamplingParams(temperature=1.0))
+    np.testing.assert_allclose(p, [0.5, 0.25, 0.15, 0.07, 0.03], rtol=1e-9)
+    np.testing.assert_allclose(probs(logits, SamplingParams(temperature=1.0, top_k=2)), [2 / 3, 1 / 3, 0, 0, 0])
+    np.testing.assert_allclose(probs(logits, SamplingParams(temperature=1.0, top_p=0.8)),
+                               np.array([0.5, 0.25, 0.15, 0, 0]) / 0.9)
+    np.testing.assert_allclose(probs(logits, SamplingParams(temperature=1.0, min_p=0.35)), [2 / 3, 1 / 3, 0, 0, 0])
+    hot = probs(logits, SamplingParams(temperature=2.0))
+    np.testing.assert_allclose(hot, np.sqrt([0.5, 0.25, 0.15, 0.07, 0.03]) / np.sqrt([0.5, 0.25, 0.15, 0.07, 0.03]).sum())
+    assert probs(logits, SamplingParams()).tolist() == [1, 0, 0, 0, 0]
+    rng = np.random.default_rng(0)
+    draws = np.bincount([sample(p, rng) for _ in range(20000)], minlength=5) / 20000
+    np.testing.assert_allclose(draws, p, atol=0.015)
+
+
+@pytest.mark.parametrize("kwargs", [{"temperature": -1}, {"temperature": float("nan")}, {"top_k": -2},
+                                    {"top_p": 0.0}, {"top_p": 1.5}, {"min_p": 1.0}, {"seed": -1}])
+def test_bad_sampling_values(kwargs):
+    with pytest.raises(ValueError, match=next(iter(kwargs))):
+        SamplingParams(**kwargs)
