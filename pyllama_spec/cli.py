@@ -1,0 +1,134 @@
+"""``pyllama-spec``: generate with a drafter and print the stage report, compare drafters side by
+side, or describe a model.
+
+    pyllama-spec generate TARGET -d dflash=DRAFTER.gguf --drafter dflash -p "..." [--json]
+    pyllama-spec bench TARGET -d dflash=DRAFTER.gguf -d ngram -p "..." --runs 3
+    pyllama-spec info MODEL.gguf
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import statistics
+import sys
+
+
+def _drafter_specs(items) -> dict:
+    out = {}
+    for item in items or []:
+        name, _, spec = item.partition("=")
+        out[name] = spec or name
+    return out
+
+
+def _common(ap):
+    ap.add_argument("target", help="target .gguf")
+    ap.add_argument("-d", "--add-drafter", action="append", metavar="NAME[=PATH]",
+                    help="a drafter: dflash=path/to/drafter.gguf, or a kind without file such as 'ngram'")
+    ap.add_argument("-p", "--prompt", help="prompt text (default: a JavaScript coding question as chat)")
+    ap.add_argument("--raw", action="store_true", help="send the prompt as plain text, not as a chat message")
+    ap.add_argument("-n", "--max-tokens", type=int, default=256)
+    ap.add_argument("--n-max", type=int, default=None, help="draft tokens per step")
+    ap.add_argument("-c", "--n-ctx", type=int, default=4096)
+    ap.add_argument("-ngl", "--n-gpu-layers", type=int, default=-1)
+    ap.add_argument("--temperature", type=float, default=0.0)
+    ap.add_argument("--seed", type=int, default=None)
+    ap.add_argument("--verify", choices=["match", "rejection"], default="match")
+    ap.add_argument("--no-sync", action="store_true", help="do not synchronize at stage boundaries")
+    ap.add_argument("-v", "--verbose", action="store_true", help="show llama.cpp's log")
+
+
+def _generator(a):
+    import pyllama_spec as ps
+
+    if a.verbose:
+        logging.basicConfig(level=logging.INFO)
+        ps.set_llama_log_level(logging.INFO)
+    return ps.Generator(a.target, drafters=_drafter_specs(a.add_drafter), n_ctx=a.n_ctx,
+                        n_gpu_layers=a.n_gpu_layers)
+
+
+def _prompt_kwargs(a) -> dict:
+    text = a.prompt or "Write a JavaScript debounce function."
+    return {"prompt": text} if a.raw else {"messages": [{"role": "user", "content": text}]}
+
+
+def cmd_generate(a) -> int:
+    gen = _generator(a)
+    res = gen.generate(**_prompt_kwargs(a), drafter=a.drafter, max_tokens=a.max_tokens, n_max=a.n_max,
+                       temperature=a.temperature, seed=a.seed, verify=a.verify, sync_stages=not a.no_sync)
+    if a.json:
+        print(json.dumps({**res.as_dict(), "memory": gen.memory_report()}, indent=2))
+    else:
+        print(res.text)
+        print()
+        print(res.report())
+    gen.close()
+    return 0
+
+
+def cmd_bench(a) -> int:
+    gen = _generator(a)
+    names = [None, *gen.drafters]
+    kw = dict(**_prompt_kwargs(a), max_tokens=a.max_tokens, temperature=a.temperature, seed=a.seed,
+              verify=a.verify, sync_stages=not a.no_sync)
+    gen.generate(**{**kw, "max_tokens": 8})  # warm-up
+    speeds = {n: [] for n in names}
+    results = {}
+    for _ in range(a.runs):  # alternate so drift hits every configuration alike
+        for n in names:
+            r = gen.generate(**kw, drafter=n, n_max=a.n_max if n else None)
+            speeds[n].append(r.tokens_per_s)
+            results[n] = r
+    base = statistics.median(speeds[None])
+    print(f"{'drafter':<12}{'n_max':>6}{'tok/s':>10}{'× plain':>9}{'accept':>9}{'τ':>7}{'same tokens':>13}")
+    for n in names:
+        r = results[n]
+        med = statistics.median(speeds[n])
+        same = r.tokens == results[None].tokens
+        print(f"{n or 'none':<12}{r.n_max:>6}{med:>10.1f}{med / base:>9.2f}{100 * r.stats.acceptance_rate:>8.1f}%"
+              f"{r.stats.mean_accepted_length:>7.2f}{str(same):>13}")
+    gen.close()
+    return 0
+
+
+def cmd_info(a) -> int:
+    import pyllama_spec as ps
+
+    m = ps.Model(a.model, vocab_only=True)
+    print(f"{m.path.name}: arch={m.arch} layers={m.n_layer} n_embd={m.n_embd} heads={m.n_head}/{m.n_head_kv} "
+          f"vocab={m.n_vocab} ctx_train={m.n_ctx_train}")
+    print(f"layer taps (DFlash/EAGLE-3 target): {m.supports_layer_taps}")
+    if m.arch == "dflash":
+        print(f"DFlash drafter: target layers {m.info.get('dflash.target_layers')}, block size "
+              f"{m.info.get('dflash.block_size', 16)}, mask token {m.info.get('tokenizer.ggml.mask_token_id')}")
+    print(f"system: {ps.system_info()}")
+    return 0
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="pyllama-spec", description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    g = sub.add_parser("generate", help="generate once and print the stage report")
+    _common(g)
+    g.add_argument("--drafter", default=None, help="drafter name to use (default: none, plain decoding)")
+    g.add_argument("--json", action="store_true", help="print the result as JSON")
+    g.set_defaults(fn=cmd_generate)
+    b = sub.add_parser("bench", help="every drafter and plain decoding, alternating runs")
+    _common(b)
+    b.add_argument("--runs", type=int, default=3)
+    b.set_defaults(fn=cmd_bench)
+    i = sub.add_parser("info", help="describe a GGUF model")
+    i.add_argument("model")
+    i.set_defaults(fn=cmd_info)
+    a = ap.parse_args(argv)
+    try:
+        return a.fn(a)
+    except (ValueError, OSError) as exc:
+        print(f"pyllama-spec: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

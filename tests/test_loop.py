@@ -1,0 +1,214 @@
+"""The speculative loop on tiny fixtures: lossless at T = 0, reproducible and distribution-
+preserving at T > 0, exact stopping, consistent timing."""
+import numpy as np
+import pytest
+from scipy import stats
+
+import pyllama_spec as ps
+from pyllama_spec.spec.drafters import Draft, Drafter
+
+PROMPTS = ["hello there, how are you", "def add(a, b):\n    return", "Once upon a time " * 6]
+
+
+@pytest.fixture(scope="module")
+def plain(tiny_gen):
+    return {p: tiny_gen.generate(p, max_tokens=48).tokens for p in PROMPTS}
+
+
+@pytest.mark.parametrize("prompt", PROMPTS)
+@pytest.mark.parametrize("n_max", [1, 3, 7])
+@pytest.mark.parametrize("drafter", ["dflash", "ngram"])
+def test_greedy_is_lossless(tiny_gen, plain, prompt, n_max, drafter):
+    r = tiny_gen.generate(prompt, drafter=drafter, n_max=n_max, max_tokens=48)
+    assert r.tokens == plain[prompt]
+    assert r.n_max == n_max and r.finish_reason == "length" and len(r.tokens) == 48
+    assert r.stats.n_steps * 1 + r.stats.n_accepted == 48  # every step commits accepted + 1
+
+
+def test_prompt_longer_than_ubatch_and_batch(tiny_gen):
+    long_prompt = "the cat sat on the mat and looked at the dog; " * 6  # > n_batch=64 > n_ubatch=32
+    toks = tiny_gen.tokenize_prompt(long_prompt)
+    assert len(toks) > 2 * tiny_gen.ctx.n_batch
+    ref = tiny_gen.generate(long_prompt, max_tokens=32).tokens
+    assert tiny_gen.generate(long_prompt, drafter="dflash", n_max=7, max_tokens=32).tokens == ref
+    assert tiny_gen.generate(long_prompt, drafter="ngram", max_tokens=32).tokens == ref
+
+
+def test_n_max_clamped_to_block(tiny_gen, caplog):
+    r = tiny_gen.generate("hi", drafter="dflash", n_max=30, max_tokens=8)
+    assert r.n_max == 7 and len(r.stats.accepted_per_position) == 7
+    assert "clamping to 7" in caplog.text
+
+
+class OracleDrafter(Drafter):
+    """Proposes the known target continuation, with a wrong token every `wrong_every` positions."""
+    kind = "oracle-test"
+    max_n_max = 16
+    default_n_max = 6
+
+    def __init__(self, target, reference, n_prompt, wrong_every=0):
+        self.ref, self.n_prompt, self.wrong_every = reference, n_prompt, wrong_every
+
+    def propose(self, last_token, n_past, n_max, sp, rng, timer):
+        start = n_past + 1 - self.n_prompt  # index in the output of the token after last_token
+        toks = list(self.ref[start:start + n_max])
+        if self.wrong_every:
+            toks = [(t + 1) % 256 if (start + i) % self.wrong_every == self.wrong_every - 1 else t
+                    for i, t in enumerate(toks)]
+        return Draft(tokens=toks)
+
+
+def test_partial_acceptance_and_rollback(tiny_gen, plain):
+    prompt = PROMPTS[1]
+    n_prompt = len(tiny_gen.tokenize_prompt(prompt))
+    ref = plain[prompt]
+    tiny_gen.drafters["oracle"] = OracleDrafter(tiny_gen.ctx, ref, n_prompt, wrong_every=5)
+    try:
+        r = tiny_gen.generate(prompt, drafter="oracle", n_max=6, max_tokens=48)
+    finally:
+        del tiny_gen.drafters["oracle"]
+    assert r.tokens == ref
+    assert 0.5 < r.stats.acceptance_rate < 1.0 and r.stats.mean_accepted_length > 3
+    assert tiny_gen.ctx.memory.pos_max() < n_prompt + 48
+
+
+@pytest.mark.parametrize("max_tokens", [1, 2, 5, 13])
+def test_max_tokens_is_exact(tiny_gen, plain, max_tokens):
+    prompt = PROMPTS[1]
+    n_prompt = len(tiny_gen.tokenize_prompt(prompt))
+    tiny_gen.drafters["oracle"] = OracleDrafter(tiny_gen.ctx, plain[prompt], n_prompt)
+    try:
+        r = tiny_gen.generate(prompt, drafter="oracle", n_max=6, max_tokens=max_tokens)
+    finally:
+        del tiny_gen.drafters["oracle"]
+    assert r.tokens == plain[prompt][:max_tokens] and r.finish_reason == "length"
+
+
+def test_stop_strings_cut_text_and_tokens(tiny_gen):
+    full = tiny_gen.generate(PROMPTS[0], max_tokens=40)
+    text = full.text
+    stop = text[10:13]
+    assert stop and text.find(stop) == 10
+    for drafter in (None, "dflash", "ngram"):
+        r = tiny_gen.generate(PROMPTS[0], drafter=drafter, max_tokens=40, stop=["\x00never", stop])
+        assert r.finish_reason == "stop" and r.text == text[:10]
+        assert r.tokens == full.tokens[:len(r.tokens)]
+        assert tiny_gen.model.vocab.detokenize(r.tokens).startswith(text[:10])
+        assert len(tiny_gen.model.vocab.detokenize(r.tokens[:-1])) < 10
+
+
+def test_stream_matches_and_never_splits_utf8(tiny_gen):
+    full = tiny_gen.generate(PROMPTS[2], drafter="dflash", max_tokens=40)
+    stream = tiny_gen.generate(PROMPTS[2], drafter="dflash", max_tokens=40, stream=True)
+    pieces = list(stream)
+    assert "".join(pieces) == full.text and stream.result.tokens == full.tokens
+    assert all(p.encode("utf-8").decode("utf-8") == p for p in pieces)
+
+
+def test_sampling_reproducible_and_seed_dependent(tiny_gen):
+    kw = dict(drafter="dflash", max_tokens=24, temperature=0.9, top_k=20, n_max=4)
+    for verify in ("match", "rejection"):
+        a = tiny_gen.generate(PROMPTS[0], seed=7, verify=verify, **kw).tokens
+        b = tiny_gen.generate(PROMPTS[0], seed=7, verify=verify, **kw).tokens
+        c = tiny_gen.generate(PROMPTS[0], seed=8, verify=verify, **kw).tokens
+        assert a == b and a != c
+
+
+@pytest.mark.parametrize("verify", ["match", "rejection"])
+def test_first_tokens_follow_the_target_distribution(tiny_gen, verify):
+    """Chi-square over many seeds: the first two generated tokens are distributed as the
+    target's own (T = 1, top-k 6), whatever the drafter proposes."""
+    from pyllama_spec.spec.sampling import SamplingParams, probs
+
+    prompt = PROMPTS[0]
+    sp = SamplingParams(temperature=1.0, top_k=6)
+    ctx = tiny_gen.ctx
+    toks = tiny_gen.tokenize_prompt(prompt)
+    ctx.memory.clear()
+    ctx.decode(toks, logits="last")
+    p1 = probs(ctx.logits()[0].copy(), sp)
+    first = int(np.argmax(p1))
+    ctx.decode([first], logits="last")
+    p2 = probs(ctx.logits()[0].copy(), sp)
+    n = 500
+    c1, c2 = np.zeros_like(p1), np.zeros_like(p2)
+    for seed in range(n):
+        r = tiny_gen.generate(prompt, drafter="dflash", n_max=3, max_tokens=2, temperature=1.0, top_k=6,
+                              seed=seed, verify=verify)
+        c1[r.tokens[0]] += 1
+        if r.tokens[0] == first:
+            c2[r.tokens[1]] += 1
+    for counts, p in ((c1, p1), (c2, p2)):
+        keep = p > 0
+        assert counts[~keep].sum() == 0
+        assert stats.chisquare(counts[keep], p[keep] * counts.sum()).pvalue > 1e-3
+
+
+def test_timing_adds_up(tiny_gen):
+    r = tiny_gen.generate(PROMPTS[2], drafter="dflash", max_tokens=40, sync_stages=True)
+    t = r.timings
+    staged = sum(v["seconds"] for k, v in t.items() if k not in ("wall", "other", "marks"))
+    assert staged + t["other"]["seconds"] == pytest.approx(t["wall"]["seconds"], rel=1e-9)
+    assert t["other"]["seconds"] <= 0.5 * t["wall"]["seconds"]
+    for stage in ("tokenize", "prefill", "extract", "inject", "draft", "draft_sample", "verify", "accept",
+                  "rollback", "detokenize"):
+        assert t[stage]["count"] > 0, stage
+    assert t["verify"]["count"] == r.stats.n_steps
+    assert abs(staged - t["wall"]["seconds"]) <= max(0.02 * t["wall"]["seconds"], t["other"]["seconds"] + 1e-9)
+    rep = r.report()
+    for word in ("verify", "inject", "% wall", "ms/step", "tok/s", "τ"):
+        assert word in rep
+
+
+def test_bad_arguments_raise_and_generator_stays_usable(tiny_gen):
+    with pytest.raises(ValueError, match="temperature"):
+        tiny_gen.generate("x", temperature=-0.5)
+    with pytest.raises(ValueError, match="unknown drafter 'eagle'"):
+        tiny_gen.generate("x", drafter="eagle")
+    with pytest.raises(ValueError, match="verify"):
+        tiny_gen.generate("x", verify="maybe")
+    with pytest.raises(ValueError, match="max_tokens"):
+        tiny_gen.generate("x", max_tokens=0)
+    with pytest.raises(ps.PromptTooLongError, match="n_ctx"):
+        tiny_gen.generate("y" * 2000)
+    with pytest.raises(ValueError, match="exactly one"):
+        tiny_gen.generate()
+    assert len(tiny_gen.generate("x", drafter="dflash", max_tokens=3).tokens) == 3
+
+
+def test_context_limit(tiny):
+    gen = ps.Generator(tiny["target"], drafters={"dflash": tiny["dflash"]}, n_ctx=256, n_batch=64)
+    prompt = "z" * 200
+    n_prompt = len(gen.tokenize_prompt(prompt))
+    r = gen.generate(prompt, drafter="dflash", max_tokens=500)
+    assert r.finish_reason == "context"
+    assert n_prompt + len(r.tokens) == gen.ctx.n_ctx + 1  # every cell used, plus the uncached last token
+    gen.close()
+
+
+def test_chat_messages(tiny_gen, tiny):
+    msgs = [{"role": "user", "content": "hi"}]
+    toks = tiny_gen.tokenize_prompt(messages=msgs)
+    assert toks[0] == tiny["<|im_start|>"] and toks.count(tiny["<|im_end|>"]) == 1
+    assert tiny_gen.model.vocab.detokenize(toks, unparse_special=True) == \
+        "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+    r = tiny_gen.generate(messages=msgs, drafter="dflash", max_tokens=8)
+    assert r.prompt_tokens == toks and len(r.tokens) == 8
+
+
+def test_drafter_for_another_target_is_refused(tiny, tiny_qwen3):
+    gen = ps.Generator(tiny["target"], n_ctx=256)
+    with pytest.raises(ps.DrafterMismatchError, match="another target"):
+        gen.add_drafter("wrong", tiny_qwen3["dflash"])
+    with pytest.raises(ps.UnsupportedError, match="'qwen3' model"):
+        gen.add_drafter("notdraft", tiny_qwen3["target"])
+    assert gen.generate("still fine", max_tokens=2).finish_reason == "length"
+    gen.close()
+
+
+def test_qwen3_target_block_16(tiny_qwen3):
+    gen = ps.Generator(tiny_qwen3["target"], drafters={"dflash": tiny_qwen3["dflash"]}, n_ctx=512)
+    ref = gen.generate("qwen three", max_tokens=30).tokens
+    r = gen.generate("qwen three", drafter="dflash", n_max=15, max_tokens=30)
+    assert r.tokens == ref and r.n_max == 15
+    gen.close()

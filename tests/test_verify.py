@@ -1,0 +1,68 @@
+"""Verification rules, checked without any model: they must preserve the target's distribution."""
+import numpy as np
+import pytest
+from scipy import stats
+
+from pyllama_spec.spec.sampling import SamplingParams
+from pyllama_spec.spec.stats import SpecStats
+from pyllama_spec.spec.verify import verify_greedy, verify_match, verify_rejection
+
+V = 6
+
+
+def test_greedy_accepts_the_agreeing_prefix():
+    logits = np.full((4, V), -1.0)
+    for row, tok in enumerate([2, 5, 1, 3]):
+        logits[row, tok] = 1.0
+    assert verify_greedy(logits, [2, 5, 1]) == (3, 3)
+    assert verify_greedy(logits, [2, 4, 1]) == (1, 5)
+    assert verify_greedy(logits, [0, 5, 1]) == (0, 2)
+    assert verify_greedy(logits[:1], []) == (0, 2)
+
+
+def _first_token_freqs(rule, n=20000, seed=0):
+    rng = np.random.default_rng(seed)
+    p0 = np.array([0.35, 0.25, 0.2, 0.1, 0.07, 0.03])
+    q0 = np.array([0.05, 0.1, 0.5, 0.2, 0.1, 0.05])  # a drafter that prefers the wrong tokens
+    sp = SamplingParams(temperature=1.0)
+    logits = np.log(np.stack([p0, p0]))
+    counts = np.zeros(V)
+    for _ in range(n):
+        d = int(rng.choice(V, p=q0))
+        k, bonus = rule(logits, [d], q0[None, :], sp, rng)
+        counts[d if k == 1 else bonus] += 1
+    return counts, p0
+
+
+@pytest.mark.parametrize("mode", ["rejection", "match"])
+def test_output_follows_the_target(mode):
+    if mode == "rejection":
+        rule = verify_rejection
+    else:
+        def rule(logits, draft, q, sp, rng):
+            return verify_match(logits, draft, sp, rng)
+    counts, p0 = _first_token_freqs(rule)
+    chi2 = stats.chisquare(counts, p0 * counts.sum())
+    assert chi2.pvalue > 1e-3, (counts / counts.sum(), p0)
+
+
+def test_rejection_accepts_more_when_draft_matches():
+    rng = np.random.default_rng(1)
+    p = np.array([0.7, 0.1, 0.1, 0.05, 0.03, 0.02])
+    sp = SamplingParams(temperature=1.0)
+    logits = np.log(np.stack([p, p]))
+    acc_same = np.mean([verify_rejection(logits, [int(rng.choice(V, p=p))], p[None], sp, rng)[0]
+                        for _ in range(3000)])
+    assert acc_same == pytest.approx(1.0)  # q == p: every draft is accepted
+
+
+def test_stats_conventions():
+    s = SpecStats(n_max=4)
+    s.record(4, 4)
+    s.record(4, 1)
+    s.record(2, 0)
+    assert (s.n_steps, s.n_drafted, s.n_accepted) == (3, 10, 5)
+    assert s.acceptance_rate == 0.5
+    assert s.mean_accepted_length == pytest.approx((5 + 3) / 3)
+    assert s.accepted_per_position == [2 / 3, 1 / 3, 1 / 2, 1 / 2]  # drafted 3, 3, 2, 2 times
+    assert s.acceptance_lengths == [4, 1, 0]
