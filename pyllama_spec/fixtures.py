@@ -151,28 +151,90 @@ def _copy_tokenizer(w, target_path) -> dict:
     return copied
 
 
+def write_dflash_gguf(path, *, target, weights: dict, n_layer: int, n_head: int, n_head_kv: int, head_dim: int,
+                      n_ff: int, block_size: int, target_layers, mask_token_id: int | None = None,
+                      rms_eps: float = 1e-6, quant: str = "f16", causal: bool | None = None,
+                      name: str = "pyllama_spec DFlash drafter") -> dict:
+    """Write a DFlash drafter GGUF that the pinned llama.cpp loads (``general.architecture = "dflash"``).
+
+    Args:
+        target: the target ``.gguf``: its tokenizer is copied in (so no HF folder is needed) and
+            its context length and RoPE base are reused.
+        weights: GGUF tensor name → float32 array in llama.cpp's row-major layout (``(out, in)`` for
+            matrices): ``fc.weight``, ``enc.output_norm.weight``, ``output_norm.weight`` and
+            ``blk.{i}.{attn_norm,attn_q,attn_k,attn_v,attn_output,attn_q_norm,attn_k_norm,ffn_norm,
+            ffn_gate,ffn_up,ffn_down}.weight``.
+        target_layers: llama.cpp layer ids whose inputs the drafter reads (``dflash.target_layers``).
+        mask_token_id: default: a ``<|mask|>``-like control token of the vocabulary, else the last id.
+        quant: ``"f32"``, ``"f16"`` or ``"q8_0"`` for the matrices (norms stay f32).
+
+    Returns:
+        ``{"target_layers", "block_size", "mask_token_id", "n_embd"}``.
+    """
+    import gguf
+
+    from .gguf_file import read_gguf
+
+    tinfo = read_gguf(target)
+    tarch = tinfo.arch
+    n_embd = int(tinfo.get(f"{tarch}.embedding_length"))
+    target_layers = [int(x) for x in target_layers]
+    w = gguf.GGUFWriter(str(path), "dflash")
+    w.add_name(name)
+    w.add_context_length(int(tinfo.get(f"{tarch}.context_length", 4096)))
+    w.add_embedding_length(n_embd)
+    w.add_feed_forward_length(n_ff)
+    w.add_block_count(n_layer)
+    w.add_head_count(n_head)
+    w.add_head_count_kv(n_head_kv)
+    w.add_key_length(head_dim)
+    w.add_value_length(head_dim)
+    w.add_rope_dimension_count(head_dim)
+    w.add_rope_freq_base(float(tinfo.get(f"{tarch}.rope.freq_base", 10000.0)))
+    w.add_layer_norm_rms_eps(rms_eps)
+    # generic setters: PyPI's gguf 0.19.0 lacks the DFlash helpers of the vendored gguf-py
+    w.add_uint32("dflash.block_size", block_size)
+    w.add_array("dflash.target_layers", target_layers)
+    if causal is not None:
+        w.add_bool("dflash.attention.causal", causal)
+    ftype = {"f32": gguf.LlamaFileType.ALL_F32, "f16": gguf.LlamaFileType.MOSTLY_F16,
+             "q8_0": gguf.LlamaFileType.MOSTLY_Q8_0}[quant]
+    w.add_file_type(ftype)
+    tok = _copy_tokenizer(w, target)
+    n_vocab = len(tok.get("tokenizer.ggml.tokens", []))
+    if mask_token_id is None:
+        toks = tok.get("tokenizer.ggml.tokens", [])
+        names = [t.decode("utf-8", "replace") if isinstance(t, bytes) else t for t in toks]
+        mask_token_id = next((i for i, t in enumerate(names) if "mask" in t.lower()), n_vocab - 1)
+    if "tokenizer.ggml.mask_token_id" not in tok:
+        w.add_uint32("tokenizer.ggml.mask_token_id", int(mask_token_id))
+    for tname, arr in weights.items():
+        arr = np.ascontiguousarray(arr, dtype=np.float32)
+        if arr.ndim == 1 or quant == "f32":
+            w.add_tensor(tname, arr)
+        elif quant == "f16":
+            w.add_tensor(tname, arr.astype(np.float16))
+        else:
+            q = gguf.quants.quantize(arr, gguf.GGMLQuantizationType.Q8_0)
+            w.add_tensor(tname, q, raw_shape=q.shape, raw_dtype=gguf.GGMLQuantizationType.Q8_0)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return {"target_layers": target_layers, "block_size": block_size, "mask_token_id": int(mask_token_id),
+            "n_embd": n_embd}
+
+
 def write_dflash_drafter(path, *, target, n_layer: int = 2, block_size: int = 8, target_layers=None,
                          n_head: int | None = None, n_head_kv: int | None = None, n_ff: int | None = None,
                          mask_token_id: int | None = None, seed: int = 0, dtype: str = "f32",
                          causal: bool | None = None) -> dict:
-    """Write a random DFlash drafter for the GGUF ``target``.
+    """Write a random DFlash drafter for the GGUF ``target`` (see :func:`write_dflash_gguf`).
 
     The drafter has the target's hidden size (llama.cpp's DFlash graph requires it), reads
     ``target_layers`` (default: spread over the target's depth, as the z-lab drafters do) and
     borrows the target's token embedding and output head at run time (``ctx_other``).
-
-    Args:
-        target: the target ``.gguf``.
-        block_size: ``dflash.block_size`` (draft blocks of up to block_size − 1 tokens).
-        target_layers: llama.cpp layer ids whose inputs the drafter reads.
-        mask_token_id: the mask token (default: a ``<|mask|>``-like control token of the target's
-            vocabulary, else the last token id).
-
-    Returns:
-        The metadata written: ``{"target_layers", "block_size", "mask_token_id", "n_embd"}``.
     """
-    import gguf
-
     from .gguf_file import read_gguf
 
     tinfo = read_gguf(target)
@@ -187,59 +249,28 @@ def write_dflash_drafter(path, *, target, n_layer: int = 2, block_size: int = 8,
         k = min(3, t_layers)
         target_layers = sorted({round(1 + i * (t_layers - 3) / max(1, k - 1)) for i in range(k)}) \
             if t_layers > 3 else list(range(t_layers))
-    target_layers = [int(x) for x in target_layers]
     rng = np.random.default_rng(seed)
-    w = gguf.GGUFWriter(str(path), "dflash")
-    w.add_name("pyllama_spec random DFlash drafter")
-    w.add_context_length(int(tinfo.get(f"{tarch}.context_length", 4096)))
-    w.add_embedding_length(n_embd)
-    w.add_feed_forward_length(n_ff)
-    w.add_block_count(n_layer)
-    w.add_head_count(n_head)
-    w.add_head_count_kv(n_head_kv)
-    w.add_key_length(hd)
-    w.add_value_length(hd)
-    w.add_rope_dimension_count(hd)
-    w.add_rope_freq_base(float(tinfo.get(f"{tarch}.rope.freq_base", 10000.0)))
-    w.add_layer_norm_rms_eps(1e-6)
-    # generic setters: PyPI's gguf 0.19.0 lacks the DFlash helpers of the vendored gguf-py
-    w.add_uint32("dflash.block_size", block_size)
-    w.add_array("dflash.target_layers", target_layers)
-    if causal is not None:
-        w.add_bool("dflash.attention.causal", causal)
-    w.add_file_type(gguf.LlamaFileType.ALL_F32 if dtype == "f32" else gguf.LlamaFileType.MOSTLY_F16)
-    tok = _copy_tokenizer(w, target)
-    n_vocab = len(tok.get("tokenizer.ggml.tokens", []))
-    if mask_token_id is None:
-        toks = tok.get("tokenizer.ggml.tokens", [])
-        names = [t.decode("utf-8", "replace") if isinstance(t, bytes) else t for t in toks]
-        mask_token_id = next((i for i, t in enumerate(names) if "mask" in t.lower()), n_vocab - 1)
-    if "tokenizer.ggml.mask_token_id" not in tok:
-        w.add_uint32("tokenizer.ggml.mask_token_id", int(mask_token_id))
-    mat = (lambda a: a) if dtype == "f32" else (lambda a: a.astype(np.float16))
     n_in = len(target_layers) * n_embd
-    w.add_tensor("fc.weight", mat(_rng_tensor(rng, (n_embd, n_in), 1 / np.sqrt(n_in))))
-    w.add_tensor("enc.output_norm.weight", np.ones(n_embd, np.float32))
-    w.add_tensor("output_norm.weight", np.ones(n_embd, np.float32))
+    wts = {"fc.weight": _rng_tensor(rng, (n_embd, n_in), 1 / np.sqrt(n_in)),
+           "enc.output_norm.weight": np.ones(n_embd, np.float32),
+           "output_norm.weight": np.ones(n_embd, np.float32)}
     for i in range(n_layer):
         p = f"blk.{i}."
-        w.add_tensor(p + "attn_norm.weight", np.ones(n_embd, np.float32))
-        w.add_tensor(p + "attn_q.weight", mat(_rng_tensor(rng, (n_head * hd, n_embd), 1 / np.sqrt(n_embd))))
-        w.add_tensor(p + "attn_k.weight", mat(_rng_tensor(rng, (n_head_kv * hd, n_embd), 1 / np.sqrt(n_embd))))
-        w.add_tensor(p + "attn_v.weight", mat(_rng_tensor(rng, (n_head_kv * hd, n_embd), 1 / np.sqrt(n_embd))))
-        w.add_tensor(p + "attn_output.weight", mat(_rng_tensor(rng, (n_embd, n_head * hd), 1 / np.sqrt(n_embd))))
-        w.add_tensor(p + "attn_q_norm.weight", np.ones(hd, np.float32))
-        w.add_tensor(p + "attn_k_norm.weight", np.ones(hd, np.float32))
-        w.add_tensor(p + "ffn_norm.weight", np.ones(n_embd, np.float32))
-        w.add_tensor(p + "ffn_gate.weight", mat(_rng_tensor(rng, (n_ff, n_embd), 1 / np.sqrt(n_embd))))
-        w.add_tensor(p + "ffn_up.weight", mat(_rng_tensor(rng, (n_ff, n_embd), 1 / np.sqrt(n_embd))))
-        w.add_tensor(p + "ffn_down.weight", mat(_rng_tensor(rng, (n_embd, n_ff), 1 / np.sqrt(n_ff))))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    return {"target_layers": target_layers, "block_size": block_size, "mask_token_id": int(mask_token_id),
-            "n_embd": n_embd}
+        wts[p + "attn_norm.weight"] = np.ones(n_embd, np.float32)
+        wts[p + "attn_q.weight"] = _rng_tensor(rng, (n_head * hd, n_embd), 1 / np.sqrt(n_embd))
+        wts[p + "attn_k.weight"] = _rng_tensor(rng, (n_head_kv * hd, n_embd), 1 / np.sqrt(n_embd))
+        wts[p + "attn_v.weight"] = _rng_tensor(rng, (n_head_kv * hd, n_embd), 1 / np.sqrt(n_embd))
+        wts[p + "attn_output.weight"] = _rng_tensor(rng, (n_embd, n_head * hd), 1 / np.sqrt(n_embd))
+        wts[p + "attn_q_norm.weight"] = np.ones(hd, np.float32)
+        wts[p + "attn_k_norm.weight"] = np.ones(hd, np.float32)
+        wts[p + "ffn_norm.weight"] = np.ones(n_embd, np.float32)
+        wts[p + "ffn_gate.weight"] = _rng_tensor(rng, (n_ff, n_embd), 1 / np.sqrt(n_embd))
+        wts[p + "ffn_up.weight"] = _rng_tensor(rng, (n_ff, n_embd), 1 / np.sqrt(n_embd))
+        wts[p + "ffn_down.weight"] = _rng_tensor(rng, (n_embd, n_ff), 1 / np.sqrt(n_ff))
+    return write_dflash_gguf(path, target=target, weights=wts, n_layer=n_layer, n_head=n_head, n_head_kv=n_head_kv,
+                             head_dim=hd, n_ff=n_ff, block_size=block_size, target_layers=target_layers,
+                             mask_token_id=mask_token_id, quant=dtype, causal=causal,
+                             name="pyllama_spec random DFlash drafter")
 
 
 def main(argv=None) -> int:

@@ -101,7 +101,8 @@ class Generator:
             raise TypeError(f"prompt must be a str, got {type(prompt).__name__}")
         return vocab.tokenize(prompt, add_special=True, parse_special=False)
 
-    def generate(self, prompt: str | None = None, *, messages: list | None = None, drafter: str | None = None,
+    def generate(self, prompt: str | None = None, *, messages: list | None = None, prompt_tokens: list | None = None,
+                 drafter: str | None = None,
                  max_tokens: int = 256, n_max: int | None = None, temperature: float = 0.0, top_k: int = 0,
                  top_p: float = 1.0, min_p: float = 0.0, seed: int | None = None, stop=None,
                  verify: str = "match", stream: bool = False, sync_stages: bool = True,
@@ -109,7 +110,8 @@ class Generator:
         """Generate a continuation, optionally speculatively.
 
         Args:
-            prompt / messages: a prompt string, or a chat (rendered with the model's template).
+            prompt / messages / prompt_tokens: a prompt string, a chat (rendered with the model's
+                template), or token ids — exactly one.
             drafter: a name given at construction, or None for plain target decoding.
             max_tokens: most tokens to generate (exact).
             n_max: most draft tokens per step (default: the drafter's; clamped to the drafter's
@@ -157,7 +159,15 @@ class Generator:
         timer = StageTimer(sync=sync_stages)
         timer.start_wall()
         with timer("tokenize"):
-            prompt_tokens = self.tokenize_prompt(prompt, messages, template_kwargs)
+            if prompt_tokens is not None:
+                if prompt is not None or messages is not None:
+                    raise ValueError("pass exactly one of prompt=, messages= or prompt_tokens=")
+                prompt_tokens = [int(t) for t in prompt_tokens]
+                bad = [t for t in prompt_tokens if not 0 <= t < self.model.n_vocab]
+                if bad:
+                    raise ValueError(f"prompt_tokens holds ids outside the vocabulary [0, {self.model.n_vocab}): {bad[:5]}")
+            else:
+                prompt_tokens = self.tokenize_prompt(prompt, messages, template_kwargs)
         if not prompt_tokens:
             raise ValueError("the prompt is empty (no tokens)")
         if len(prompt_tokens) >= self.ctx.n_ctx:

@@ -1,0 +1,3 @@
+from .pipeline import main
+
+raise SystemExit(main())

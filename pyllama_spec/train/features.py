@@ -1,0 +1,71 @@
+"""Target features for training, computed by llama.cpp through our bindings.
+
+For every sequence (prompt + answer tokens) the target is run once with the layer-input
+taps at the drafter's ``target_layer_ids`` switched on — the very numbers llama.cpp hands a
+DFlash drafter at inference — and the concatenated rows are stored as float16.
+"""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+
+
+def load_sequences(path, max_len: int = 1024) -> list:
+    """Read the JSON lines of :mod:`.data`: ``[{"split", "tokens", "n_prompt"}]`` (cut at ``max_len``)."""
+    out = []
+    with open(path) as f:
+        for line in f:
+            d = json.loads(line)
+            toks = (d["prompt_tokens"] + d["answer_tokens"])[:max_len]
+            if len(toks) > len(d["prompt_tokens"]) + 2:
+                out.append({"split": d["split"], "tokens": toks, "n_prompt": len(d["prompt_tokens"])})
+    return out
+
+
+def extract(target_path, sequences: list, layer_ids: list, *, n_gpu_layers: int = -1, n_batch: int = 1024,
+            progress: bool = True) -> list:
+    """Features of every sequence: a list of ``(len, len(layer_ids) × n_embd)`` float16 arrays.
+
+    Row i holds the inputs of the tapped layers at position i (computed from tokens 0..i).
+    """
+    import pyllama_spec as ps
+
+    model = ps.Model(target_path, n_gpu_layers=n_gpu_layers)
+    longest = max(len(s["tokens"]) for s in sequences)
+    ctx = ps.Context(model, n_ctx=max(256, longest + 1), n_batch=n_batch, n_ubatch=min(n_batch, 512))
+    ctx.enable_layer_inputs(layer_ids)
+    it = sequences
+    if progress:
+        from tqdm import tqdm
+        it = tqdm(sequences, desc="features", unit="seq")
+    feats = []
+    for s in it:
+        ctx.memory.clear()
+        toks = s["tokens"]
+        parts = []
+        for i in range(0, len(toks), n_batch):
+            chunk = toks[i:i + n_batch]
+            ctx.decode(chunk, np.arange(i, i + len(chunk)), logits="none")
+            parts.append(np.concatenate([ctx.layer_input(lid) for lid in layer_ids], axis=1).astype(np.float16))
+        feats.append(np.concatenate(parts, axis=0))
+    emb = model.token_embeddings()
+    ctx.close()
+    model.close()
+    return feats, emb
+
+
+def output_head(target_path, token_embeddings: np.ndarray) -> np.ndarray:
+    """The target's output projection ``(n_vocab, n_embd)`` float32: ``output.weight`` of the GGUF
+    dequantized with gguf-py, or the token embedding when the model ties them."""
+    import gguf
+
+    reader = gguf.GGUFReader(str(target_path))
+    for t in reader.tensors:
+        if t.name == "output.weight":
+            w = gguf.quants.dequantize(t.data, t.tensor_type)
+            return np.asarray(w, dtype=np.float32).reshape(token_embeddings.shape[0], -1)
+    return token_embeddings
+
+
+__all__ = ["load_sequences", "extract", "output_head"]

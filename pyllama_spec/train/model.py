@@ -1,0 +1,152 @@
+"""The DFlash drafter in PyTorch, written to compute exactly what llama.cpp's graph computes
+(``src/models/dflash.cpp``), so that a trained checkpoint exports to a working GGUF.
+
+* context: target features ``(n_ctx, n_ids·n_embd)`` → ``g = rms_norm(fc(features))``; every
+  layer's context K/V are ``k_norm(W_k g)`` (RoPE at the context positions) and ``W_v g``;
+* block: ``[anchor, mask × (B−1)]`` token embeddings of the target go through the layers
+  (pre-norm attention + SwiGLU FFN); the block attends non-causally to the context before the
+  anchor and to the whole block;
+* logits: the target's output head applied to ``rms_norm(h)``.
+
+Reference: Chen et al. 2026, arXiv 2602.06036; z-lab ``dflash/model.py``. RoPE is the NeoX
+(rotate-half) form that llama.cpp uses for DFlash drafters.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+@dataclass
+class DFlashConfig:
+    """Shape of a drafter. ``target_layer_ids`` are llama.cpp layer ids (inputs of those layers)."""
+    n_embd: int
+    n_layer: int
+    n_head: int
+    n_head_kv: int
+    head_dim: int
+    n_ff: int
+    n_vocab: int
+    target_layer_ids: list
+    block_size: int = 8
+    mask_token_id: int = 0
+    rope_base: float = 10000.0
+    rms_eps: float = 1e-6
+    n_ctx: int = 8192
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, n: int, eps: float):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(n))
+        self.eps = eps
+
+    def forward(self, x):
+        xf = x.float()
+        return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)).to(x.dtype) * self.weight
+
+
+def rope(x, pos, base: float):
+    """NeoX RoPE. x: (B, H, T, D), pos: (B, T) int."""
+    d = x.shape[-1]
+    inv = 1.0 / (base ** (torch.arange(0, d, 2, device=x.device, dtype=torch.float32) / d))
+    ang = pos.float()[:, None, :, None] * inv  # (B, 1, T, D/2)
+    cos, sin = ang.cos().to(x.dtype), ang.sin().to(x.dtype)
+    x1, x2 = x[..., : d // 2], x[..., d // 2:]
+    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
+
+
+class Layer(nn.Module):
+    def __init__(self, c: DFlashConfig):
+        super().__init__()
+        self.c = c
+        self.attn_norm = RMSNorm(c.n_embd, c.rms_eps)
+        self.q = nn.Linear(c.n_embd, c.n_head * c.head_dim, bias=False)
+        self.k = nn.Linear(c.n_embd, c.n_head_kv * c.head_dim, bias=False)
+        self.v = nn.Linear(c.n_embd, c.n_head_kv * c.head_dim, bias=False)
+        self.o = nn.Linear(c.n_head * c.head_dim, c.n_embd, bias=False)
+        self.q_norm = RMSNorm(c.head_dim, c.rms_eps)
+        self.k_norm = RMSNorm(c.head_dim, c.rms_eps)
+        self.ffn_norm = RMSNorm(c.n_embd, c.rms_eps)
+        self.gate = nn.Linear(c.n_embd, c.n_ff, bias=False)
+        self.up = nn.Linear(c.n_embd, c.n_ff, bias=False)
+        self.down = nn.Linear(c.n_ff, c.n_embd, bias=False)
+
+    def heads(self, x, n):
+        b, t, _ = x.shape
+        return x.view(b, t, n, self.c.head_dim).transpose(1, 2)  # (B, n, T, D)
+
+    def ctx_kv(self, g, pos):
+        k = rope(self.k_norm(self.heads(self.k(g), self.c.n_head_kv)), pos, self.c.rope_base)
+        return k, self.heads(self.v(g), self.c.n_head_kv)
+
+    def forward(self, h, pos, k_ctx, v_ctx, mask):
+        c = self.c
+        x = self.attn_norm(h)
+        q = rope(self.q_norm(self.heads(self.q(x), c.n_head)), pos, c.rope_base)
+        k = rope(self.k_norm(self.heads(self.k(x), c.n_head_kv)), pos, c.rope_base)
+        v = self.heads(self.v(x), c.n_head_kv)
+        k = torch.cat([k_ctx, k], dim=2)
+        v = torch.cat([v_ctx, v], dim=2)
+        rep = c.n_head // c.n_head_kv
+        if rep > 1:
+            k = k.repeat_interleave(rep, dim=1)
+            v = v.repeat_interleave(rep, dim=1)
+        a = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=1.0 / math.sqrt(c.head_dim))
+        b, _, t, _ = a.shape
+        h = h + self.o(a.transpose(1, 2).reshape(b, t, -1))
+        x = self.ffn_norm(h)
+        return h + self.down(F.silu(self.gate(x)) * self.up(x))
+
+
+class DFlashDrafter(nn.Module):
+    """The trainable part of a DFlash drafter; the target's token embedding and output head
+    are frozen buffers passed in (``tok_embd``, ``head``: ``(n_vocab, n_embd)``)."""
+
+    def __init__(self, c: DFlashConfig, tok_embd: torch.Tensor, head: torch.Tensor):
+        super().__init__()
+        self.c = c
+        n_in = len(c.target_layer_ids) * c.n_embd
+        self.fc = nn.Linear(n_in, c.n_embd, bias=False)
+        self.enc_norm = RMSNorm(c.n_embd, c.rms_eps)
+        self.layers = nn.ModuleList(Layer(c) for _ in range(c.n_layer))
+        self.out_norm = RMSNorm(c.n_embd, c.rms_eps)
+        self.register_buffer("tok_embd", tok_embd, persistent=False)
+        self.register_buffer("head", head, persistent=False)
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        for m in self.modules():
+            if isinstance(m, nn.Linear):
+                nn.init.normal_(m.weight, std=0.02)
+
+    def forward(self, feats, ctx_pos, block_tokens, block_pos, mask):
+        """Hidden states of the block rows.
+
+        Args:
+            feats: ``(B, Lc, n_ids·n_embd)`` context features.  ctx_pos: ``(B, Lc)`` their positions.
+            block_tokens: ``(B, Lq)`` anchor/mask token ids (several blocks may be packed).
+            block_pos: ``(B, Lq)`` positions.  mask: ``(B, 1, Lq, Lc + Lq)`` bool, True = attend.
+
+        Returns:
+            ``(B, Lq, n_embd)``; :meth:`logits` maps them to the vocabulary.
+        """
+        g = self.enc_norm(self.fc(feats))
+        h = F.embedding(block_tokens, self.tok_embd).to(g.dtype)
+        for layer in self.layers:
+            k_ctx, v_ctx = layer.ctx_kv(g, ctx_pos)
+            h = layer(h, block_pos, k_ctx, v_ctx, mask)
+        return self.out_norm(h)
+
+    def logits(self, h):
+        return h @ self.head.to(h.dtype).T
+
+
+__all__ = ["DFlashConfig", "DFlashDrafter"]

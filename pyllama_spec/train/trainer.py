@@ -1,0 +1,173 @@
+"""The DFlash training objective and loop (arXiv 2602.06036; z-lab ``dflash``).
+
+Per sequence, random anchor positions ``a`` in the answer; each anchor makes a block
+``[t_a, mask × (B−1)]`` at positions ``a .. a+B−1`` that sees the target features of positions
+``< a`` and (non-causally) its own block, and is trained to predict ``t_{a+1} .. t_{a+B−1}``
+with cross-entropy weighted ``exp(−(k−1)/γ)`` over block position k (early positions decide
+acceptance). Many blocks of one sequence share one forward pass through a block-diagonal mask.
+
+Validation τ: greedy block predictions on held-out sequences, accepted length = leading correct
+predictions; τ = mean(accepted + 1) = tokens per verify step at n_max = B − 1 (the data are the
+target's own greedy answers, so this is what T = 0 speculative decoding would get).
+"""
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from .model import DFlashConfig, DFlashDrafter
+
+GAMMA = {16: 7.0, 10: 5.0, 8: 4.0}
+
+
+def make_batch(seqs, feats, idx, c: DFlashConfig, n_blocks: int, rng: np.random.Generator, device, *,
+               all_anchors: bool = False):
+    """Tensors for sequences ``idx``: features, positions, packed blocks, mask and targets."""
+    B = c.block_size
+    lens = [len(seqs[i]["tokens"]) for i in idx]
+    Lc = max(lens)
+    n_in = feats[idx[0]].shape[1]
+    anchors = []
+    for i in idx:
+        s = seqs[i]
+        lo, hi = max(1, s["n_prompt"] - 1), len(s["tokens"]) - 2
+        cand = np.arange(lo, hi + 1)
+        if all_anchors:
+            a = cand[:n_blocks] if len(cand) > n_blocks else cand
+        else:
+            a = rng.choice(cand, size=min(n_blocks, len(cand)), replace=False)
+        anchors.append(np.sort(a))
+    K = max(len(a) for a in anchors)
+    Lq = K * B
+    f = np.zeros((len(idx), Lc, n_in), dtype=np.float16)
+    tok = np.full((len(idx), Lq), c.mask_token_id, dtype=np.int64)
+    pos = np.zeros((len(idx), Lq), dtype=np.int64)
+    tgt = np.full((len(idx), Lq), -100, dtype=np.int64)
+    mask = np.zeros((len(idx), 1, Lq, Lc + Lq), dtype=bool)
+    for r, (i, a_list) in enumerate(zip(idx, anchors)):
+        t = seqs[i]["tokens"]
+        f[r, :len(t)] = feats[i]
+        for k, a in enumerate(a_list):
+            q0 = k * B
+            tok[r, q0] = t[a]
+            pos[r, q0:q0 + B] = np.arange(a, a + B)
+            for j in range(1, B):
+                if a + j < len(t):
+                    tgt[r, q0 + j] = t[a + j]
+            mask[r, 0, q0:q0 + B, :a] = True
+            mask[r, 0, q0:q0 + B, Lc + q0:Lc + q0 + B] = True
+        for k in range(len(a_list), K):  # padding blocks: let them see themselves (no NaN rows)
+            q0 = k * B
+            mask[r, 0, q0:q0 + B, Lc + q0:Lc + q0 + B] = True
+    ctx_pos = np.broadcast_to(np.arange(Lc), (len(idx), Lc))
+    as_t = lambda x, dt=None: torch.as_tensor(np.ascontiguousarray(x), device=device, dtype=dt)  # noqa: E731
+    return (as_t(f), as_t(ctx_pos), as_t(tok), as_t(pos), as_t(mask), as_t(tgt))
+
+
+def position_weights(c: DFlashConfig, device):
+    B = c.block_size
+    gamma = GAMMA.get(B, B / 2)
+    w = torch.tensor([0.0] + [math.exp(-(k - 1) / gamma) for k in range(1, B)], device=device)
+    return w
+
+
+@torch.no_grad()
+def evaluate(model: DFlashDrafter, seqs, feats, idx, c: DFlashConfig, device, *, n_blocks: int = 64,
+             batch: int = 8, dtype=torch.bfloat16):
+    """Greedy acceptance on held-out sequences: ``{"tau", "per_position", "n_blocks"}``."""
+    model.eval()
+    B = c.block_size
+    acc_len, per_pos, n = [], np.zeros(B - 1), 0
+    rng = np.random.default_rng(0)
+    for s in range(0, len(idx), batch):
+        part = idx[s:s + batch]
+        f, cp, tok, pos, mask, tgt = make_batch(seqs, feats, part, c, n_blocks, rng, device)
+        with torch.autocast(device.type, dtype=dtype, enabled=device.type == "cuda"):
+            logits = model.logits(model(f.to(dtype if device.type == "cuda" else torch.float32), cp, tok, pos, mask))
+        pred = logits.argmax(-1).view(len(part), -1, B)[:, :, 1:]
+        t = tgt.view(len(part), -1, B)[:, :, 1:]
+        valid = t[:, :, 0] >= 0
+        ok = (pred == t) & (t >= 0)
+        lead = torch.cumprod(ok.int(), dim=-1)  # 1 while every earlier prediction was right
+        acc = lead.sum(-1)[valid]
+        acc_len.extend(acc.tolist())
+        per_pos += lead[valid].sum(0).cpu().numpy()
+        n += int(valid.sum())
+    model.train()
+    drafted = np.array([n] * (B - 1))
+    return {"tau": 1.0 + float(np.mean(acc_len)) if acc_len else 0.0,
+            "per_position": (per_pos / np.maximum(drafted, 1)).tolist(), "n_blocks": n}
+
+
+def train(seqs, feats, tok_embd: np.ndarray, head: np.ndarray, c: DFlashConfig, *, steps: int = 2000,
+          batch: int = 16, n_blocks: int = 32, lr: float = 1e-3, warmup: int = 100, eval_every: int = 250,
+          seed: int = 0, device: str | None = None, progress: bool = True, log=print,
+          max_seconds: float | None = None):
+    """Train a drafter; returns ``(model, history)`` where history lists the validation results.
+
+    ``max_seconds`` caps the training time: after 20 steps the step count is cut to fit it (the
+    learning-rate schedule follows the new count)."""
+    torch.manual_seed(seed)
+    dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
+    model = DFlashDrafter(c, torch.tensor(np.asarray(tok_embd, np.float32), device=dev),
+                          torch.tensor(np.asarray(head, np.float32), device=dev)).to(dev)
+    train_idx = [i for i, s in enumerate(seqs) if s["split"] == "train"]
+    held_idx = [i for i, s in enumerate(seqs) if s["split"] == "heldout"]
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.01)
+    total = {"steps": steps}
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: min(1.0, (s + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * min(1.0, s / total["steps"]))))
+    w = position_weights(c, dev)
+    rng = np.random.default_rng(seed)
+    history = []
+    bar = None
+    if progress:
+        from tqdm import tqdm
+        bar = tqdm(total=steps, desc="train", unit="step")
+    t0 = time.time()
+    step = -1
+    while step + 1 < total["steps"]:
+        step += 1
+        if bar is not None:
+            bar.update(1)
+        if max_seconds and step == 20:
+            per_step = (time.time() - t0) / 20
+            total["steps"] = max(21, min(steps, int(max_seconds / per_step)))
+            eval_every = max(1, min(eval_every, total["steps"] // 4))
+            if bar is not None:
+                bar.total = total["steps"]
+                bar.refresh()
+        idx = rng.choice(train_idx, size=min(batch, len(train_idx)), replace=False).tolist()
+        f, cp, tok, pos, mask, tgt = make_batch(seqs, feats, idx, c, n_blocks, rng, dev)
+        with torch.autocast(dev.type, dtype=dtype, enabled=dev.type == "cuda"):
+            logits = model.logits(model(f.to(dtype), cp, tok, pos, mask)).float()
+        B = c.block_size
+        ce = F.cross_entropy(logits.view(-1, logits.shape[-1]), tgt.view(-1), ignore_index=-100, reduction="none")
+        wt = w.repeat(tgt.shape[1] // B)[None, :].expand_as(tgt).reshape(-1) * (tgt.view(-1) >= 0)
+        loss = (ce * wt).sum() / wt.sum().clamp_min(1)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        if (step + 1) % eval_every == 0 or step + 1 == total["steps"]:
+            ev = evaluate(model, seqs, feats, held_idx, c, dev, dtype=dtype) if held_idx else {"tau": float("nan")}
+            ev.update(step=step + 1, loss=float(loss.detach()), seconds=time.time() - t0)
+            history.append(ev)
+            msg = f"step {step + 1}: loss {ev['loss']:.3f}  held-out τ {ev['tau']:.3f}"
+            if bar is not None:
+                bar.set_postfix(loss=f"{ev['loss']:.3f}", tau=f"{ev['tau']:.2f}")
+                bar.write(msg)
+            else:
+                log(msg)
+    if bar is not None:
+        bar.close()
+    return model, history
+
+
+__all__ = ["train", "evaluate", "make_batch"]

@@ -1,0 +1,83 @@
+"""The DFlash training pipeline: the PyTorch drafter computes what llama.cpp computes, and the
+pipeline runs end to end on the tiny fixtures (a few steps, no quality bar)."""
+import json
+
+import numpy as np
+import pytest
+
+import pyllama_spec as ps
+
+torch = pytest.importorskip("torch")
+
+
+def test_torch_drafter_matches_llama_cpp(tiny, tmp_path):
+    """Same weights, same features, same block: the logits of our PyTorch DFlash model and of
+    llama.cpp's DFlash graph (exported GGUF, f32) agree."""
+    from pyllama_spec.train.export import export_gguf
+    from pyllama_spec.train.model import DFlashConfig, DFlashDrafter
+
+    target = ps.Model(tiny["target"])
+    emb = target.token_embeddings()
+    layers = [1, 3]
+    c = DFlashConfig(n_embd=64, n_layer=2, n_head=4, n_head_kv=2, head_dim=16, n_ff=128, n_vocab=emb.shape[0],
+                     target_layer_ids=layers, block_size=8, mask_token_id=tiny["<|mask|>"])
+    torch.manual_seed(0)
+    from pyllama_spec.train.features import output_head
+
+    head = output_head(tiny["target"], emb)
+    assert head.shape == emb.shape
+    m = DFlashDrafter(c, torch.tensor(emb), torch.tensor(head))
+    with torch.no_grad():  # norms away from 1 so that a mix-up of norm weights would show
+        for name, p in m.named_parameters():
+            p.normal_(1.0 if "norm" in name else 0.0, 0.3 if "norm" in name else 0.08)
+    path = tmp_path / "d.gguf"
+    export_gguf(m, path, target=tiny["target"], quant="f32")
+
+    tctx = ps.Context(target, n_ctx=256, n_batch=64)
+    dm = ps.Model(path)
+    dctx = ps.Context(dm, n_ctx=256, n_batch=64, ctx_other=tctx, causal_attn=False)
+    dctx.set_embeddings_nextn(True, True)
+    tctx.enable_layer_inputs(layers)
+    toks = target.vocab.tokenize("the drafter must agree with llama.cpp")
+    P = len(toks) - 1
+    tctx.decode(toks[:P], logits="none")
+    feats = np.concatenate([tctx.layer_input(i) for i in layers], axis=1)
+    dctx.decode_embd(feats, np.arange(P))
+    block = [toks[P]] + [c.mask_token_id] * 7
+    dctx.decode(block, np.arange(P, P + 8), logits="all")
+    ref = dctx.logits()[1:].copy()
+
+    mask = torch.zeros(1, 1, 8, P + 8, dtype=torch.bool)
+    mask[..., :] = True
+    with torch.no_grad():
+        h = m(torch.tensor(feats)[None], torch.arange(P)[None], torch.tensor(block)[None],
+              torch.arange(P, P + 8)[None], mask)
+        ours = m.logits(h)[0, 1:].numpy()
+    np.testing.assert_allclose(ours, ref, rtol=2e-3, atol=2e-3 * np.abs(ref).max())
+    assert (ours.argmax(1) == ref.argmax(1)).all()
+
+
+def test_pipeline_end_to_end_on_tiny(tiny, tmp_path):
+    from pyllama_spec.train import data
+    from pyllama_spec.train.pipeline import run
+
+    d = tmp_path / "data.jsonl"
+    n = data.generate(tiny["target"], d, n_chat=24, n_code=6, max_tokens=32, progress=False)
+    assert n == 30 and sum(1 for _ in open(d)) == 30
+    lines = [json.loads(x) for x in open(d)]
+    assert {x["split"] for x in lines} <= {"train", "heldout"} and all(x["answer_tokens"] for x in lines)
+    rep = run(tiny["target"], tmp_path / "out", data=d, steps=20, batch=4, n_blocks=4, eval_prompts=3,
+              eval_tokens=16, progress=False)
+    out = tmp_path / "out"
+    assert (out / "hf" / "config.json").exists() and (out / "hf" / "model.safetensors").exists()
+    cfg = json.loads((out / "hf" / "config.json").read_text())
+    assert cfg["architectures"] == ["DFlashDraftModel"]
+    assert cfg["dflash_config"]["target_layer_ids"] == [i - 1 for i in rep["config"]["target_layer_ids"]]
+    for q in ("q8_0", "f16"):
+        drafter = ps.Model(out / f"drafter-{q}.gguf")
+        assert drafter.arch == "dflash" and drafter.target_layer_ids == rep["config"]["target_layer_ids"]
+        assert rep["loop_eval"][q]["identical_to_plain"]
+    gen = ps.Generator(tiny["target"], drafters={"trained": out / "drafter-q8_0.gguf"}, n_ctx=512)
+    ref = gen.generate("hello", max_tokens=20).tokens
+    assert gen.generate("hello", drafter="trained", max_tokens=20).tokens == ref
+    gen.close()
