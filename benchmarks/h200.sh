@@ -48,13 +48,13 @@ test)
   ;;
 train)
   log "self-distillation data (resumed from the CPU-made part)"
-  cp .dev/gpu/data.jsonl "$W/data.jsonl" 2>/dev/null || true
-  timeout 280 python3 -m pyllama_spec.train.data "$W/cache/SmolLM2-135M-Instruct.Q4_1.gguf" "$W/data.jsonl" \
-      --n-chat 900 --n-code 150 --max-tokens 200 2>&1 | tail -2
+  [ -f "$W/data.jsonl" ] || cp .dev/gpu/data.jsonl "$W/data.jsonl"
+  (cd /tmp && timeout 280 python3 -m pyllama_spec.train.data "$W/cache/SmolLM2-135M-Instruct.Q4_1.gguf" "$W/data.jsonl" \
+      --n-chat 900 --n-code 150 --max-tokens 200 2>&1 | tail -2)
   wc -l "$W/data.jsonl"
   log "training configurations"
   timeout 420 python3 benchmarks/train_configs.py "$W/cache/SmolLM2-135M-Instruct.Q4_1.gguf" "$W/data.jsonl" \
-      "$W/train" --out "$OUT" 2>&1 | grep -v "it/s\]" | tail -40
+      "$W/train" --out "$OUT" 2>&1 | tee "$OUT/train_configs.txt" | tail -40
   ;;
 bench)
   log "trained drafter vs plain vs native"

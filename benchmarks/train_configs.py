@@ -18,14 +18,10 @@ import time
 from pathlib import Path
 
 import numpy as np
-import torch
 
 import pyllama_spec as ps
-from pyllama_spec.train.export import export_gguf, export_hf
 from pyllama_spec.train.features import extract, load_sequences, output_head
-from pyllama_spec.train.model import DFlashConfig
 from pyllama_spec.train.pipeline import evaluate_loop, pick_mask_token
-from pyllama_spec.train.trainer import train
 
 CONFIGS = [
     {"name": "L2-B8-t4", "layers": [1, 10, 19, 29], "drafter_layers": 2, "block": 8},
@@ -41,7 +37,7 @@ def main():
     ap.add_argument("data")
     ap.add_argument("work")
     ap.add_argument("--out", required=True)
-    ap.add_argument("--seconds", type=float, default=70.0, help="training time per configuration")
+    ap.add_argument("--seconds", type=float, default=60.0, help="training time per configuration")
     ap.add_argument("--configs", default=",".join(c["name"] for c in CONFIGS))
     ap.add_argument("--eval-prompts", type=int, default=40)
     a = ap.parse_args()
@@ -58,6 +54,13 @@ def main():
     arch = info.arch
     mask = pick_mask_token(a.target, seqs)
     n_embd = emb.shape[1]
+    # torch only now: loaded before llama.cpp's CUDA backend, its CUDA libraries crash ggml-cuda
+    import torch
+
+    from pyllama_spec.train.export import export_gguf, export_hf
+    from pyllama_spec.train.model import DFlashConfig
+    from pyllama_spec.train.trainer import train
+
     print(f"{len(seqs)} sequences ({sum(s['split'] == 'heldout' for s in seqs)} held out), "
           f"{sum(len(s['tokens']) for s in seqs)} tokens; features of layers {union} in {time.time() - t0:.1f} s; "
           f"mask token {mask}", flush=True)

@@ -4,6 +4,8 @@ import pytest
 
 import pyllama_spec as ps
 
+from .conftest import EXACT, close_logits
+
 PROMPT = "The quick brown fox jumps over the lazy dog, then the tiny model says"
 
 
@@ -23,8 +25,7 @@ def test_batch_equals_token_by_token(ctx, tiny_model):
     ctx.memory.clear()
     for i, t in enumerate(toks):
         ctx.decode([t], [i])
-        np.testing.assert_allclose(ctx.logits()[0], batch[i], rtol=1e-2, atol=1e-2)  # f16 KV cache
-        assert int(np.argmax(ctx.logits()[0])) == int(np.argmax(batch[i]))
+        close_logits(ctx.logits()[0], batch[i])
         np.testing.assert_array_equal(ctx.logits_ith(-1), ctx.logits()[0])
 
 
@@ -35,7 +36,7 @@ def test_seq_rm_then_redecode_reproduces_logits(ctx, tiny_model):
     ctx.memory.seq_rm(0, 20)
     assert ctx.memory.pos_max(0) == 19
     ctx.decode(toks[20:], logits="all")  # positions continue after the cache
-    np.testing.assert_allclose(ctx.logits(), ref[20:], rtol=1e-3, atol=2e-3)
+    close_logits(ctx.logits(), ref[20:])
 
 
 def test_layer_input_taps(ctx, tiny_model):
@@ -52,7 +53,8 @@ def test_layer_input_taps(ctx, tiny_model):
     ctx.memory.clear()
     other = toks[:5] + [(t + 1) % 256 for t in toks[5:]]
     ctx.decode(other, logits="none")
-    np.testing.assert_allclose(ctx.layer_input(2)[:5], first[:5], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(ctx.layer_input(2)[:5], first[:5], rtol=1e-5 if EXACT else 1e-2,
+                               atol=1e-5 if EXACT else 1e-2)
     assert not np.allclose(ctx.layer_input(2)[5:], first[5:])
     with pytest.raises(ValueError, match="not tapped"):
         ctx.layer_input(1)
@@ -148,8 +150,10 @@ def test_quantized_kv_cache_and_breakdown(smollm2):
     assert np.argmax(f16.logits()[-1]) == np.argmax(q8.logits()[-1])
     kv16 = sum(r["context_mib"] for r in f16.memory_breakdown())
     kv8 = sum(r["context_mib"] for r in q8.memory_breakdown())
-    # 30 layers × 2 (K,V) × 192 (3 heads × 64) × 512 cells × 2 bytes = 11.25 MiB in f16; q8_0 is 34/64 of it
-    assert kv16 == pytest.approx(11.25, rel=1e-3) and kv8 == pytest.approx(11.25 * 34 / 64, rel=1e-3)
+    # 30 layers × 2 (K,V) × 192 (3 heads × 64) × 512 cells × 2 bytes = 11.25 MiB in f16; q8_0 is 34/64 of
+    # it on the CPU (the CUDA buffers add a little padding)
+    assert kv16 == pytest.approx(11.25, rel=1e-3)
+    assert kv8 == pytest.approx(11.25 * 34 / 64, rel=1e-3 if EXACT else 1e-2)
     assert sum(r["model_mib"] for r in f16.memory_breakdown()) == pytest.approx(m.size_bytes / 2**20, rel=0.01)
     perf = f16.perf()
     assert perf["n_p_eval"] == len(toks)

@@ -4,6 +4,8 @@ import pytest
 
 import pyllama_spec as ps
 
+from .conftest import EXACT, close_logits
+
 
 def test_seq_cp_keep_and_positions(tiny_model):
     separate = ps.Context(tiny_model, n_ctx=256, n_batch=64, n_seq_max=2)
@@ -22,7 +24,7 @@ def test_seq_cp_keep_and_positions(tiny_model):
     assert m.pos_max(1) == 9
     # sequence 1 continues from the shared prefix and reproduces sequence 0's logits
     c.decode(toks[10:], seq_id=1, logits="all")
-    np.testing.assert_allclose(c.logits(), ref[10:], rtol=1e-3, atol=2e-3)
+    close_logits(c.logits(), ref[10:])
     m.seq_keep(1)
     assert m.pos_max(0) == -1 and m.pos_max(1) == len(toks) - 1
     m.clear()
@@ -40,7 +42,10 @@ def test_state_roundtrip(tiny_model):
     c.memory.state_set(state, 0)
     assert c.memory.pos_max() == len(toks) - 2
     c.decode(toks[-1:])
-    np.testing.assert_array_equal(c.logits(), ref)
+    if EXACT:
+        np.testing.assert_array_equal(c.logits(), ref)
+    else:
+        close_logits(c.logits(), ref)
     with pytest.raises(ps.PyllamaSpecError):
         c.memory.state_set(b"\x00" * 16, 0)
 

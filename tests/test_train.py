@@ -7,6 +7,8 @@ import pytest
 
 import pyllama_spec as ps
 
+from .conftest import EXACT, assert_same_tokens
+
 torch = pytest.importorskip("torch")
 
 
@@ -76,8 +78,8 @@ def test_pipeline_end_to_end_on_tiny(tiny, tmp_path):
     for q in ("q8_0", "f16"):
         drafter = ps.Model(out / f"drafter-{q}.gguf")
         assert drafter.arch == "dflash" and drafter.target_layer_ids == rep["config"]["target_layer_ids"]
-        assert rep["loop_eval"][q]["identical_to_plain"]
+        assert rep["loop_eval"][q]["identical_to_plain"] or not EXACT
     gen = ps.Generator(tiny["target"], drafters={"trained": out / "drafter-q8_0.gguf"}, n_ctx=512)
     ref = gen.generate("hello", max_tokens=20).tokens
-    assert gen.generate("hello", drafter="trained", max_tokens=20).tokens == ref
+    assert_same_tokens(gen.generate("hello", drafter="trained", max_tokens=20).tokens, ref)
     gen.close()
