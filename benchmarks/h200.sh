@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Build, test, benchmark and train on the lent H200 (the `device` tool), one phase per call.
 # The machine has no network and no cffi: the calls carry .dev/gpu (wheels + a trimmed llama.cpp
-# tree made by benchmarks/prepare_device.sh) and the SmolLM2 GGUF in two parts; everything is
+# tree made by benchmarks/prepare_device.sh on the CPU machine) and the SmolLM2 GGUF in two parts; everything is
 # built and kept under /tmp/w, which survives between calls while the machine stays warm.
 #
 #   bash benchmarks/h200.sh build   # carry .dev/gpu .dev/smol.part00   (~5 min)
 #   bash benchmarks/h200.sh test    # carry .dev/smol.part01            (pytest + native comparison)
-#   bash benchmarks/h200.sh train   # carry .dev/gpu/data.jsonl         (self-distillation + training)
+#   bash benchmarks/h200.sh train   # (no carry)                         (data + training configurations)
+#   bash benchmarks/h200.sh bench   # (no carry)                         (best trained drafter vs plain vs native)
 set -uo pipefail
 PHASE=${1:?phase: build | test | train | bench}
 REPO=$(pwd)
@@ -14,6 +15,9 @@ W=/tmp/w
 OUT=${OUT:-$W/out}
 mkdir -p "$W/cache" "$W/site" "$OUT"
 export PYTHONPATH=$W/pkg:$W/site PYLLAMA_SPEC_CACHE=$W/cache PYTHONUNBUFFERED=1
+# On that image, torch imported before the first model load crashes llama.cpp's tokenizer set-up
+# unless libstdc++ is loaded at start (README, Known issues).
+[ "$PHASE" = build ] || export LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libstdc++.so.6
 log() { echo "== $(date +%T) $*"; }
 
 case "$PHASE" in
@@ -47,14 +51,14 @@ test)
   timeout 120 python3 examples/stage_timing.py --max-tokens 128 > "$OUT/demo_h200.txt" 2>&1; tail -40 "$OUT/demo_h200.txt"
   ;;
 train)
-  log "self-distillation data (resumed from the CPU-made part)"
-  [ -f "$W/data.jsonl" ] || cp .dev/gpu/data.jsonl "$W/data.jsonl"
+  log "self-distillation data (the committed 1050 sequences; generation resumes if more are asked for)"
+  [ -f "$W/data.jsonl" ] || gunzip -c benchmarks/data/smollm2-selfdistill-1050.jsonl.gz > "$W/data.jsonl"
   (cd /tmp && timeout 280 python3 -m pyllama_spec.train.data "$W/cache/SmolLM2-135M-Instruct.Q4_1.gguf" "$W/data.jsonl" \
       --n-chat 900 --n-code 150 --max-tokens 200 2>&1 | tail -2)
   wc -l "$W/data.jsonl"
   log "training configurations"
-  timeout 420 python3 benchmarks/train_configs.py "$W/cache/SmolLM2-135M-Instruct.Q4_1.gguf" "$W/data.jsonl" \
-      "$W/train" --out "$OUT" 2>&1 | tee "$OUT/train_configs.txt" | tail -40
+  (cd /tmp && timeout 420 python3 "$REPO/benchmarks/train_configs.py" "$W/cache/SmolLM2-135M-Instruct.Q4_1.gguf" \
+      "$W/data.jsonl" "$W/train" --out "$OUT") 2>&1 | tee "$OUT/train_configs.txt" | tail -40
   ;;
 bench)
   log "trained drafter vs plain vs native"

@@ -379,17 +379,25 @@ class Context:
     def reset_perf(self) -> None:
         lib.llama_perf_context_reset(self.ptr)
 
-    def memory_breakdown(self) -> list[dict]:
-        """Memory by buffer type: ``[{"buffer", "model_mib", "context_mib", "compute_mib"}]``.
+    def memory_summary(self) -> dict:
+        """``{"weights_mib", "kv_cache_mib", "compute_mib"}`` summed over devices (MiB)."""
+        rows = self.memory_breakdown()
+        return {"weights_mib": sum(r["model_mib"] for r in rows), "kv_cache_mib": sum(r["context_mib"] for r in rows),
+                "compute_mib": sum(r["compute_mib"] for r in rows)}
 
-        ``model`` = weights, ``context`` = KV cache, ``compute`` = scratch buffers, in MiB.
+    def memory_breakdown(self) -> list[dict]:
+        """Memory by buffer type: ``[{"buffer", "model_bytes", "context_bytes", "compute_bytes",
+        "model_mib", "context_mib", "compute_mib"}]``.
+
+        ``model`` = weights, ``context`` = KV cache, ``compute`` = scratch buffers (bytes and MiB).
         """
         rows = ffi.new("struct pyls_mem_row[32]")
         n = lib.pyls_memory_breakdown(self.ptr, rows, 32)
         out = []
         for i in range(max(0, min(n, 32))):
             r = rows[i]
-            out.append({"buffer": ffi.string(r.name).decode(), "model_mib": r.model / 2**20,
+            out.append({"buffer": ffi.string(r.name).decode(), "model_bytes": r.model, "context_bytes": r.context,
+                        "compute_bytes": r.compute, "model_mib": r.model / 2**20,
                         "context_mib": r.context / 2**20, "compute_mib": r.compute / 2**20})
         return out
 

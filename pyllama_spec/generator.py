@@ -13,7 +13,6 @@ from .context import Context
 from .errors import PromptTooLongError, UnsupportedError
 from .model import Model
 from .spec.drafters import Drafter, create_drafter, drafter_kinds
-from .spec.drafters.dflash import _summarize
 from .spec.loop import VERIFY_MODES, speculative_generate
 from .spec.report import GenerationResult
 from .spec.sampling import SamplingParams
@@ -188,7 +187,7 @@ class Generator:
     def memory_report(self) -> dict:
         """Memory in MiB: ``{"target": {...}, "drafters": {name: {...}}}`` with ``weights_mib``,
         ``kv_cache_mib`` and ``compute_mib`` (summed over devices)."""
-        return {"target": _summarize(self.ctx.memory_breakdown()),
+        return {"target": self.ctx.memory_summary(),
                 "drafters": {n: d.memory_report() for n, d in self.drafters.items()}}
 
     def close(self) -> None:

@@ -59,6 +59,10 @@ class Model:
         self.info: GGUFInfo = read_gguf(self.path)
         if not isinstance(n_gpu_layers, int):
             raise TypeError(f"n_gpu_layers must be an int (-1 = all layers), got {n_gpu_layers!r}")
+        n_gpus = sum(d["type"] == "gpu" for d in backend.devices())
+        if not isinstance(main_gpu, int) or not 0 <= main_gpu < max(1, n_gpus):
+            raise ValueError(f"main_gpu must be in [0, {max(1, n_gpus)}) on this machine ({n_gpus} GPU(s)), "
+                             f"got {main_gpu!r}")
         params = lib.llama_model_default_params()
         params.n_gpu_layers = n_gpu_layers
         params.main_gpu = main_gpu

@@ -54,6 +54,8 @@ class Vocab:
         return bool(lib.llama_vocab_is_eog(self._ptr, token))
 
     def is_control(self, token: int) -> bool:
+        """True for control tokens (BOS, <|im_start|>, ...)."""
+        self._check(token)  # llama.cpp indexes with .at(): an unknown id would terminate the process
         return bool(lib.llama_vocab_is_control(self._ptr, token))
 
     def text(self, token: int) -> str:

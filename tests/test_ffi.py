@@ -30,3 +30,17 @@ def test_system_info_and_devices():
     assert "CPU" in ps.system_info()
     devs = ps.devices()
     assert devs and devs[0]["type"] in ("cpu", "gpu", "accel")
+
+
+def test_llama_log_reaches_python_logging(tiny, caplog):
+    import logging
+
+    ps.set_llama_log_level(logging.INFO)
+    try:
+        with caplog.at_level(logging.INFO, logger="pyllama_spec.llama_cpp"):
+            ps.Model(tiny["target"])
+    finally:
+        ps.set_llama_log_level(logging.WARNING)
+    lines = [r.getMessage() for r in caplog.records if r.name == "pyllama_spec.llama_cpp"]
+    assert any("llama_model_loader" in m for m in lines)
+    assert all("\n" not in m for m in lines)  # fragments are joined into whole lines

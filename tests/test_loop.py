@@ -16,7 +16,7 @@ def plain(tiny_gen):
 
 
 @pytest.mark.parametrize("prompt", PROMPTS)
-@pytest.mark.parametrize("n_max", [1, 3, 7])
+@pytest.mark.parametrize("n_max", range(1, 8))  # 1 .. block_size - 1
 @pytest.mark.parametrize("drafter", ["dflash", "ngram"])
 def test_greedy_is_lossless(tiny_gen, plain, prompt, n_max, drafter):
     r = tiny_gen.generate(prompt, drafter=drafter, n_max=n_max, max_tokens=48)
@@ -149,12 +149,11 @@ def test_timing_adds_up(tiny_gen):
     t = r.timings
     staged = sum(v["seconds"] for k, v in t.items() if k not in ("wall", "other", "marks"))
     assert staged + t["other"]["seconds"] == pytest.approx(t["wall"]["seconds"], rel=1e-9)
-    assert t["other"]["seconds"] <= 0.5 * t["wall"]["seconds"]
+    assert t["other"]["seconds"] <= 0.10 * t["wall"]["seconds"]  # tiny model: ~0.1 ms steps, glue shows
     for stage in ("tokenize", "prefill", "extract", "inject", "draft", "draft_sample", "verify", "accept",
                   "rollback", "detokenize"):
         assert t[stage]["count"] > 0, stage
     assert t["verify"]["count"] == r.stats.n_steps
-    assert abs(staged - t["wall"]["seconds"]) <= max(0.02 * t["wall"]["seconds"], t["other"]["seconds"] + 1e-9)
     rep = r.report()
     for word in ("verify", "inject", "% wall", "ms/step", "tok/s", "τ"):
         assert word in rep

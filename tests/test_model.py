@@ -40,6 +40,14 @@ def test_vocab_roundtrip_and_specials(tiny, tiny_model):
     assert v.token_to_piece(v.eos) == b"" and v.token_to_piece(v.eos, special=True) == b"<|im_end|>"
     with pytest.raises(ValueError, match="outside the vocabulary"):
         v.detokenize([999])
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        v.is_control(-5)
+    assert v.is_control(tiny["<|im_start|>"]) and not v.is_control(65)
+
+
+def test_bad_main_gpu(tiny):
+    with pytest.raises(ValueError, match="main_gpu"):
+        ps.Model(tiny["target"], main_gpu=7)
 
 
 @pytest.mark.smollm2

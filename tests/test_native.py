@@ -85,3 +85,12 @@ def test_eos_inside_an_accepted_block(smol_gen):
         assert smol_gen.drafters["dflash"].ctx.memory.pos_max() < eos_pos
     finally:
         del smol_gen.drafters["oracle"]
+
+
+@pytest.mark.smollm2
+def test_smollm2_stages_account_for_the_wall_time(smol_gen):
+    """On a real model the named stages cover the wall time to within 2 % (``other`` is the rest)."""
+    r = smol_gen.generate(messages=CHAT, drafter="dflash", n_max=4, max_tokens=48)
+    t = r.timings
+    assert t["other"]["seconds"] <= 0.02 * t["wall"]["seconds"], r.report()
+    assert t["verify"]["count"] == r.stats.n_steps and t["draft"]["count"] >= r.stats.n_steps - 1

@@ -92,7 +92,10 @@ def extract(archive: Path, dest: Path) -> None:
                     continue
                 m.name = rel
                 members.append(m)
-            tar.extractall(tmp, members=members, filter="data")
+            try:
+                tar.extractall(tmp, members=members, filter="data")
+            except TypeError:  # Python without tarfile extraction filters (< 3.10.12 / 3.11.4)
+                tar.extractall(tmp, members=members)
         (tmp / MARKER).write_text(LLAMA_CPP_COMMIT + "\n")
         if dest.exists():
             shutil.rmtree(dest)

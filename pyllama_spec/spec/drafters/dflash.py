@@ -153,13 +153,9 @@ class DFlashDrafter(Drafter):
         self.ctx.memory.seq_rm(0, n_past)
 
     def memory_report(self) -> dict:
-        return _summarize(self.ctx.memory_breakdown())
+        return self.ctx.memory_summary()
 
     def close(self) -> None:
         self.ctx.close()
         self.model.close()
 
-
-def _summarize(rows) -> dict:
-    return {"weights_mib": sum(r["model_mib"] for r in rows), "kv_cache_mib": sum(r["context_mib"] for r in rows),
-            "compute_mib": sum(r["compute_mib"] for r in rows)}

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# On the CPU machine, before using the H200 (benchmarks/h200.sh): put into .dev/ (git-ignored) what
+# that offline machine needs: cffi/pycparser/gguf wheels for its Python 3.12, a trimmed llama.cpp
+# tree (other GPU backends, tests, server left out: 2.6 MB as tar.xz) and SmolLM2 in two parts
+# (a call carries at most 64 MiB).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+mkdir -p .dev/gpu/whl
+python3 vendor/fetch_llama_cpp.py
+python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+    --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+    -d .dev/gpu/whl cffi==2.0.0 pycparser==3.0 gguf==0.19.0
+skip=()
+for b in vulkan sycl metal opencl hexagon cann openvino webgpu et virtgpu rpc zdnn musa blas; do
+    skip+=(--exclude="llama.cpp/ggml/src/ggml-$b")
+done
+tar -C vendor -cJf .dev/gpu/llama.cpp.tar.xz "${skip[@]}" --exclude=llama.cpp/tests --exclude=llama.cpp/gguf-py \
+    --exclude=llama.cpp/conversion --exclude=llama.cpp/tools/server --exclude=llama.cpp/requirements \
+    --exclude=llama.cpp/examples/llama.android --exclude=llama.cpp/examples/llama.swiftui llama.cpp
+gguf=$(python3 -c "from pyllama_spec.assets import smollm2_path; print(smollm2_path())")
+split -b 50000000 -d "$gguf" .dev/smol.part
+ls -la .dev .dev/gpu
