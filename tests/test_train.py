@@ -83,3 +83,15 @@ def test_pipeline_end_to_end_on_tiny(tiny, tmp_path):
     ref = gen.generate("hello", max_tokens=20).tokens
     assert_same_tokens(gen.generate("hello", drafter="trained", max_tokens=20).tokens, ref)
     gen.close()
+
+
+def test_loop_replay_counts_steps_not_anchors():
+    from pyllama_spec.train.trainer import loop_tau
+
+    acc = np.zeros(20, dtype=int)
+    acc[0] = 7   # step 1 at anchor 0 commits 8 tokens, lands on anchor 8
+    acc[8] = 0   # one token
+    acc[9] = 3   # four tokens, lands on 13
+    # anchors 13..15 commit one each; the replay stops at the end (16)
+    assert loop_tau(acc, 0, 16) == (16, 6)
+    assert loop_tau(np.full(20, 100), 2, 12) == (10, 1)  # capped at the end of the sequence
