@@ -11,7 +11,7 @@ Layers (each module has one job):
 from ._ffi import LLAMA_CPP_COMMIT
 from .backend import devices, set_llama_log_level, supports_gpu_offload, system_info
 from .context import Context
-from .errors import (ContextError, DecodeAbortedError, DecodeError, DrafterMismatchError, InvalidBatchError,
+from .errors import (ClosedError, ContextError, InvalidArgumentError, DecodeAbortedError, DecodeError, DrafterMismatchError, InvalidBatchError,
                      KVCacheFullError, ModelLoadError, ModelNotFoundError, NotGGUFError, PromptTooLongError,
                      PyllamaSpecError, TruncatedGGUFError, UnsupportedError)
 from .generator import Generator, TextStream
@@ -26,7 +26,7 @@ from .vocab import Vocab
 __version__ = "0.1.0"
 
 __all__ = [
-    "LLAMA_CPP_COMMIT", "Context", "ContextError", "DecodeAbortedError", "DecodeError", "Draft", "Drafter",
+    "LLAMA_CPP_COMMIT", "ClosedError", "Context", "InvalidArgumentError", "ContextError", "DecodeAbortedError", "DecodeError", "Draft", "Drafter",
     "DrafterMismatchError", "GenerationResult", "Generator", "InvalidBatchError", "KVCacheFullError", "Memory",
     "Model", "ModelLoadError", "ModelNotFoundError", "NotGGUFError", "PromptTooLongError", "PyllamaSpecError",
     "SamplingParams", "SpecStats", "TextStream", "TruncatedGGUFError", "UnsupportedError", "Vocab",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import jinja2
 import jinja2.sandbox
 
-from .errors import UnsupportedError
+from .errors import InvalidArgumentError, UnsupportedError
 
 
 def _raise(msg):
@@ -24,14 +24,14 @@ def render_chat(template: str | None, messages: list, *, add_generation_prompt: 
         raise UnsupportedError("the model has no chat template (tokenizer.chat_template); pass a prompt string")
     if not isinstance(messages, list) or not all(isinstance(m, dict) and "role" in m and "content" in m
                                                  for m in messages):
-        raise ValueError("messages must be a list of {'role': ..., 'content': ...} dicts")
+        raise InvalidArgumentError("messages must be a list of {'role': ..., 'content': ...} dicts")
     env = jinja2.sandbox.ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
     env.globals["raise_exception"] = _raise
     try:
         return env.from_string(template).render(messages=messages, add_generation_prompt=add_generation_prompt,
                                                 bos_token=bos_token, eos_token=eos_token, **template_kwargs)
     except jinja2.exceptions.TemplateError as exc:
-        raise ValueError(f"the chat template rejected the messages: {exc}") from exc
+        raise InvalidArgumentError(f"the chat template rejected the messages: {exc}") from exc
 
 
 __all__ = ["render_chat"]

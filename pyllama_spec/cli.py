@@ -1,4 +1,4 @@
-"""``pyllama-spec``: generate with a drafter and print the stage report, compare drafters side by
+"""pyllama-spec: generate with a drafter and print the stage report, compare drafters side by
 side, or describe a model.
 
     pyllama-spec generate TARGET -d dflash=DRAFTER.gguf --drafter dflash -p "..." [--json]
@@ -55,6 +55,8 @@ def _prompt_kwargs(a) -> dict:
 
 
 def cmd_generate(a) -> int:
+    if a.drafter and a.drafter not in _drafter_specs(a.add_drafter):
+        raise ValueError(f"--drafter {a.drafter} was not added: pass -d {a.drafter}=PATH.gguf (or -d ngram)")
     gen = _generator(a)
     res = gen.generate(**_prompt_kwargs(a), drafter=a.drafter, max_tokens=a.max_tokens, n_max=a.n_max,
                        temperature=a.temperature, seed=a.seed, verify=a.verify, sync_stages=not a.no_sync)
@@ -69,6 +71,8 @@ def cmd_generate(a) -> int:
 
 
 def cmd_bench(a) -> int:
+    if a.runs < 1:
+        raise ValueError(f"--runs must be ≥ 1, got {a.runs}")
     gen = _generator(a)
     names = [None, *gen.drafters]
     kw = dict(**_prompt_kwargs(a), max_tokens=a.max_tokens, temperature=a.temperature, seed=a.seed,

@@ -14,7 +14,8 @@ import numpy as np
 from . import backend
 from ._ffi import ffi, lib
 from .batch import EmbdBatch, TokenBatch
-from .errors import ContextError, InvalidBatchError, UnsupportedError, check_decode
+from .errors import (ClosedError, ContextError, InvalidArgumentError, InvalidBatchError, UnsupportedError,
+                     check_decode)
 from .memory import Memory
 from .model import Model
 
@@ -116,6 +117,7 @@ class Context:
                                f"type_v={type_v}): {backend.last_llama_error('no reason given')}")
         self._ptr = ffi.gc(ptr, lib.llama_free)
         self.model = model
+        model._contexts.add(self)
         self.ctx_other = ctx_other
         self._dependents: weakref.WeakSet[Context] = weakref.WeakSet()
         if ctx_other is not None:
@@ -143,7 +145,7 @@ class Context:
     def ptr(self):
         """The ``llama_context *`` (raises if closed)."""
         if self._ptr is None:
-            raise ValueError("the context is closed")
+            raise ClosedError("this context is closed (or its model was): create a new one")
         return self._ptr
 
     def close(self) -> None:
@@ -208,7 +210,7 @@ class Context:
             pos = np.arange(n, dtype=np.int32) + (self.memory.pos_max(seq_id) + 1)
         if isinstance(logits, str):
             if logits not in ("last", "all", "none"):
-                raise ValueError(f"logits must be 'last', 'all', 'none' or an array of flags, got {logits!r}")
+                raise InvalidArgumentError(f"logits must be 'last', 'all', 'none' or an array of flags, got {logits!r}")
             flags = np.zeros(n, dtype=np.int8)
             if logits == "all":
                 flags[:] = 1
@@ -303,7 +305,7 @@ class Context:
         Rows are in batch order of the rows flagged for output. Valid until the next decode.
         """
         if self._n_outputs == 0:
-            raise ValueError("the last decode produced no output rows (pass logits='all' or 'last')")
+            raise InvalidArgumentError("the last decode produced no output rows (pass logits='all' or 'last')")
         p = lib.llama_get_logits(self.ptr)
         if p == ffi.NULL:
             raise UnsupportedError("this context produces no logits")
@@ -344,7 +346,7 @@ class Context:
         n_layer = self.model.n_layer
         for lid in layer_ids:
             if not (isinstance(lid, (int, np.integer)) and 0 <= lid < n_layer):
-                raise ValueError(f"layer id {lid!r} is outside [0, {n_layer}) for {self.model.path.name}")
+                raise InvalidArgumentError(f"layer id {lid!r} is outside [0, {n_layer}) for {self.model.path.name}")
         for lid in layer_ids:
             lib.pyls_set_embeddings_layer_inp(self.ptr, int(lid), True)
             self._taps.add(int(lid))
@@ -362,9 +364,9 @@ class Context:
             ValueError: the tap was not enabled, or no decode has run since it was.
         """
         if layer_id not in self._taps:
-            raise ValueError(f"layer {layer_id} is not tapped; call enable_layer_inputs([{layer_id}]) first")
+            raise InvalidArgumentError(f"layer {layer_id} is not tapped; call enable_layer_inputs([{layer_id}]) first")
         if not self._taps_ready:
-            raise ValueError("no decode has run since the layer taps were enabled")
+            raise InvalidArgumentError("no decode has run since the layer taps were enabled")
         p = lib.pyls_get_embeddings_layer_inp(self.ptr, layer_id)
         return np.frombuffer(ffi.buffer(p, self._n_tokens_last * self._n_embd * 4),
                              dtype=np.float32).reshape(self._n_tokens_last, self._n_embd)

@@ -5,6 +5,8 @@ would make llama.cpp abort the process, becomes one of these; the objects
 involved stay usable afterwards::
 
     PyllamaSpecError
+    ├── InvalidArgumentError          (also ValueError)         a bad argument: names it and the allowed values
+    ├── ClosedError                   (also ValueError)         using a Model/Context after close()
     ├── ModelLoadError
     │   ├── ModelNotFoundError        (also FileNotFoundError)  wrong path
     │   ├── NotGGUFError              (also ValueError)         not a GGUF file
@@ -23,6 +25,14 @@ from __future__ import annotations
 
 class PyllamaSpecError(Exception):
     """Base class of every exception raised by pyllama_spec."""
+
+
+class InvalidArgumentError(PyllamaSpecError, ValueError):
+    """An argument is out of range or malformed; the message names it and what is allowed."""
+
+
+class ClosedError(PyllamaSpecError, ValueError):
+    """The Model, Context or Generator was closed; create a new one."""
 
 
 class ModelLoadError(PyllamaSpecError):
@@ -113,7 +123,7 @@ def check_decode(rc: int, what: str) -> None:
 
 
 __all__ = [
-    "PyllamaSpecError", "ModelLoadError", "ModelNotFoundError", "NotGGUFError", "TruncatedGGUFError",
+    "PyllamaSpecError", "InvalidArgumentError", "ClosedError", "ModelLoadError", "ModelNotFoundError", "NotGGUFError", "TruncatedGGUFError",
     "ContextError", "DecodeError", "KVCacheFullError", "InvalidBatchError", "DecodeAbortedError",
     "PromptTooLongError", "DrafterMismatchError", "UnsupportedError", "check_decode",
 ]

@@ -10,7 +10,7 @@ import numpy as np
 
 from .chat import render_chat
 from .context import Context
-from .errors import PromptTooLongError, UnsupportedError
+from .errors import InvalidArgumentError, PromptTooLongError, PyllamaSpecError, UnsupportedError
 from .model import Model
 from .spec.drafters import Drafter, create_drafter, drafter_kinds
 from .spec.loop import VERIFY_MODES, speculative_generate
@@ -52,6 +52,7 @@ class Generator:
         self.ctx = Context(self.model, n_ctx=n_ctx, n_batch=n_batch, n_ubatch=n_ubatch, flash_attn=flash_attn,
                            type_k=type_k, type_v=type_v, n_threads=n_threads)
         self.drafters: dict[str, Drafter] = {}
+        self._active: _Run | None = None
         self._drafter_opts = {"n_gpu_layers": n_gpu_layers, "repack": repack}
         for name, spec in (drafters or {}).items():
             self.add_drafter(name, spec)
@@ -65,6 +66,9 @@ class Generator:
             drafter = create_drafter(kind, self.ctx, **kwargs)
         elif isinstance(spec, (str, os.PathLike)) and str(spec) in drafter_kinds():
             drafter = create_drafter(str(spec), self.ctx)
+        elif isinstance(spec, str) and not os.path.exists(spec) and not spec.endswith(".gguf") and os.sep not in spec:
+            raise InvalidArgumentError(f"drafter {name!r}: {spec!r} is neither a known drafter kind "
+                                       f"({', '.join(drafter_kinds())}) nor an existing .gguf file")
         elif isinstance(spec, (str, os.PathLike)):
             from .gguf_file import read_gguf
 
@@ -85,7 +89,7 @@ class Generator:
         """The token ids ``generate`` would feed the target for this prompt or chat."""
         vocab = self.model.vocab
         if (prompt is None) == (messages is None):
-            raise ValueError("pass exactly one of prompt= (a string) or messages= (a chat)")
+            raise InvalidArgumentError("pass exactly one of prompt= (a string) or messages= (a chat)")
         if messages is not None:
             bos = vocab.token_to_piece(vocab.bos, special=True).decode() if vocab.bos is not None else ""
             eos = vocab.token_to_piece(vocab.eos, special=True).decode() if vocab.eos is not None else ""
@@ -133,50 +137,58 @@ class Generator:
         """
         sp = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed)
         if not isinstance(max_tokens, int) or max_tokens < 1:
-            raise ValueError(f"max_tokens must be an int ≥ 1, got {max_tokens!r}")
+            raise InvalidArgumentError(f"max_tokens must be an int ≥ 1, got {max_tokens!r}")
         if verify not in VERIFY_MODES:
-            raise ValueError(f"verify must be one of {VERIFY_MODES}, got {verify!r}")
+            raise InvalidArgumentError(f"verify must be one of {VERIFY_MODES}, got {verify!r}")
         d = None
         if drafter is not None:
             if drafter not in self.drafters:
-                raise ValueError(f"unknown drafter {drafter!r}; this generator has: "
+                raise InvalidArgumentError(f"unknown drafter {drafter!r}; this generator has: "
                                  f"{', '.join(self.drafters) or 'none'} (or None for plain decoding)")
             d = self.drafters[drafter]
             if n_max is None:
                 n_max = d.default_n_max
             if not isinstance(n_max, int) or n_max < 0:
-                raise ValueError(f"n_max must be an int ≥ 0, got {n_max!r}")
+                raise InvalidArgumentError(f"n_max must be an int ≥ 0, got {n_max!r}")
             if n_max > d.max_n_max:
                 log.warning("n_max=%d exceeds what drafter %r can make; clamping to %d", n_max, drafter, d.max_n_max)
                 n_max = d.max_n_max
+            if n_max > self.ctx.n_batch - 1:  # the verify batch is [last, drafts...]
+                log.warning("n_max=%d does not fit a verify batch of n_batch=%d; clamping to %d", n_max,
+                            self.ctx.n_batch, self.ctx.n_batch - 1)
+                n_max = self.ctx.n_batch - 1
         else:
             n_max = 0
         stops = [stop] if isinstance(stop, str) else list(stop or [])
         if any(not isinstance(s, str) or not s for s in stops):
-            raise ValueError(f"stop must be a non-empty string or a list of them, got {stop!r}")
+            raise InvalidArgumentError(f"stop must be a non-empty string or a list of them, got {stop!r}")
 
         timer = StageTimer(sync=sync_stages)
         timer.start_wall()
         with timer("tokenize"):
             if prompt_tokens is not None:
                 if prompt is not None or messages is not None:
-                    raise ValueError("pass exactly one of prompt=, messages= or prompt_tokens=")
+                    raise InvalidArgumentError("pass exactly one of prompt=, messages= or prompt_tokens=")
                 prompt_tokens = [int(t) for t in prompt_tokens]
                 bad = [t for t in prompt_tokens if not 0 <= t < self.model.n_vocab]
                 if bad:
-                    raise ValueError(f"prompt_tokens holds ids outside the vocabulary [0, {self.model.n_vocab}): {bad[:5]}")
+                    raise InvalidArgumentError(f"prompt_tokens holds ids outside the vocabulary [0, {self.model.n_vocab}): {bad[:5]}")
             else:
                 prompt_tokens = self.tokenize_prompt(prompt, messages, template_kwargs)
         if not prompt_tokens:
-            raise ValueError("the prompt is empty (no tokens)")
+            raise InvalidArgumentError("the prompt is empty (no tokens)")
         if len(prompt_tokens) >= self.ctx.n_ctx:
             raise PromptTooLongError(f"the prompt has {len(prompt_tokens)} tokens but n_ctx is {self.ctx.n_ctx}; "
                                      "shorten it or create the Generator with a larger n_ctx")
+        if self._active is not None:
+            # the target and drafter caches are about to be reused: an unfinished stream is void
+            self._active.invalidate()
         stats = SpecStats(n_max=n_max)
         rng = np.random.default_rng(seed)
         steps = speculative_generate(self.ctx, d, prompt_tokens, max_tokens=max_tokens, n_max=n_max, sp=sp,
                                      verify=verify, stats=stats, timer=timer, rng=rng)
         run = _Run(self, steps, stops, timer, stats, prompt_tokens, drafter, n_max, verify, sync_stages)
+        self._active = run
         if stream:
             return TextStream(run)
         for _ in run.pieces():
@@ -212,6 +224,12 @@ class _Run:
         self.prompt_tokens, self.drafter, self.n_max, self.verify, self.sync = \
             prompt_tokens, drafter, n_max, verify, sync
         self.result: GenerationResult | None = None
+        self.invalid = False
+
+    def invalidate(self) -> None:
+        if self.result is None:
+            self.invalid = True
+            self.steps.close()
 
     def pieces(self) -> Iterator[str]:
         vocab = self.gen.model.vocab
@@ -223,6 +241,8 @@ class _Run:
         n_committed = 0
         hold = max((len(s) for s in self.stops), default=0)
         for step in self.steps:
+            if self.invalid:
+                break
             n_committed += len(step.tokens)
             with self.timer("detokenize"):
                 for t in step.tokens:
@@ -248,13 +268,16 @@ class _Run:
                 emitted = safe
             if step.finish_reason is not None:
                 finish = step.finish_reason
+        if self.invalid:
+            raise PyllamaSpecError("this stream was cut off by a later generate() call on the same Generator "
+                                   "(they share the KV caches); consume a stream before starting the next")
         if emitted < len(text):
             yield text[emitted:]
         self.timer.stop_wall()
         self.result = GenerationResult(
             text=text, tokens=tokens, finish_reason=finish, prompt_tokens=self.prompt_tokens, stats=self.stats,
             timings=self.timer.as_dict(), drafter=self.drafter, n_max=self.n_max, verify=self.verify,
-            sync_stages=self.sync, extra={"n_committed": n_committed})
+            sync_stages=self.sync, extra={"n_committed": n_committed}, marks=dict(self.timer.marks))
 
     def _find_stop(self, text: str):
         hits = [i for i in (text.find(s) for s in self.stops) if i >= 0]

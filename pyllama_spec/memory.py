@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from ._ffi import ffi, lib
-from .errors import PyllamaSpecError, UnsupportedError
+from .errors import InvalidArgumentError, PyllamaSpecError, UnsupportedError
 
 
 class Memory:
@@ -22,7 +22,7 @@ class Memory:
     def _seq(self, seq_id: int) -> int:
         n = self._ctx.n_seq_max
         if not (0 <= seq_id < n):
-            raise ValueError(f"seq_id {seq_id} is out of range: this context has n_seq_max={n}; "
+            raise InvalidArgumentError(f"seq_id {seq_id} is out of range: this context has n_seq_max={n}; "
                              "create it with a larger n_seq_max")
         return seq_id
 

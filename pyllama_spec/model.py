@@ -2,13 +2,14 @@
 from __future__ import annotations
 
 import os
+import weakref
 from pathlib import Path
 
 import numpy as np
 
 from . import backend
 from ._ffi import ffi, lib
-from .errors import ModelLoadError, UnsupportedError
+from .errors import ClosedError, InvalidArgumentError, ModelLoadError, UnsupportedError
 from .gguf_file import GGUFInfo, read_gguf
 from .vocab import Vocab
 
@@ -61,7 +62,7 @@ class Model:
             raise TypeError(f"n_gpu_layers must be an int (-1 = all layers), got {n_gpu_layers!r}")
         n_gpus = sum(d["type"] == "gpu" for d in backend.devices())
         if not isinstance(main_gpu, int) or not 0 <= main_gpu < max(1, n_gpus):
-            raise ValueError(f"main_gpu must be in [0, {max(1, n_gpus)}) on this machine ({n_gpus} GPU(s)), "
+            raise InvalidArgumentError(f"main_gpu must be in [0, {max(1, n_gpus)}) on this machine ({n_gpus} GPU(s)), "
                              f"got {main_gpu!r}")
         params = lib.llama_model_default_params()
         params.n_gpu_layers = n_gpu_layers
@@ -86,6 +87,7 @@ class Model:
             raise ModelLoadError(f"llama.cpp could not load {str(self.path)!r}: "
                                  f"{backend.last_llama_error('no reason given')}")
         self._ptr = ffi.gc(ptr, lib.llama_model_free)
+        self._contexts: weakref.WeakSet = weakref.WeakSet()
         self.vocab_only = vocab_only
         self.vocab = Vocab(self, lib.llama_model_get_vocab(ptr))
 
@@ -94,12 +96,14 @@ class Model:
     def ptr(self):
         """The ``llama_model *`` (raises if closed)."""
         if self._ptr is None:
-            raise ValueError("the model is closed")
+            raise ClosedError(f"the model {self.path.name} is closed: load it again")
         return self._ptr
 
     def close(self) -> None:
-        """Free the model now (idempotent). Contexts made from it must be closed first."""
+        """Free the model now (idempotent); the contexts made from it are closed first."""
         if getattr(self, "_ptr", None) is not None:
+            for ctx in list(self._contexts):
+                ctx.close()
             ffi.release(self._ptr)
             self._ptr = None
 

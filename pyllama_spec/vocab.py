@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from ._ffi import ffi, lib
+from .errors import ClosedError, InvalidArgumentError
 
 
 class Vocab:
@@ -12,9 +13,15 @@ class Vocab:
 
     def __init__(self, model, ptr):
         self._model = model  # keeps the llama_model alive
-        self._ptr = ptr
+        self._raw = ptr
         self.n_tokens: int = lib.llama_vocab_n_tokens(ptr)
         self._piece_cache: dict[tuple[int, bool], bytes] = {}
+
+    @property
+    def _ptr(self):
+        if self._model._ptr is None:
+            raise ClosedError(f"the model {self._model.path.name} is closed: its vocabulary is gone")
+        return self._raw
 
     def _special(self, tok: int) -> int | None:
         return None if tok < 0 else int(tok)
@@ -65,7 +72,7 @@ class Vocab:
 
     def _check(self, token: int) -> None:
         if not 0 <= token < self.n_tokens:
-            raise ValueError(f"token id {token} is outside the vocabulary [0, {self.n_tokens})")
+            raise InvalidArgumentError(f"token id {token} is outside the vocabulary [0, {self.n_tokens})")
 
     def tokenize(self, text: str, *, add_special: bool = True, parse_special: bool = False) -> list[int]:
         """Text → token ids.
@@ -83,7 +90,7 @@ class Vocab:
             if n >= 0:
                 return list(ffi.unpack(buf, n))
             if n == -(2**31):
-                raise ValueError("text too long to tokenize (token count overflows int32)")
+                raise InvalidArgumentError("text too long to tokenize (token count overflows int32)")
             n_max = -n
 
     def token_to_piece(self, token: int, *, special: bool = False) -> bytes:

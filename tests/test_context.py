@@ -157,3 +157,25 @@ def test_quantized_kv_cache_and_breakdown(smollm2):
     assert sum(r["model_mib"] for r in f16.memory_breakdown()) == pytest.approx(m.size_bytes / 2**20, rel=0.01)
     perf = f16.perf()
     assert perf["n_p_eval"] == len(toks)
+
+
+def test_use_after_close_raises_instead_of_crashing(tiny):
+    """Regression: using a Vocab, Context or Generator after close() used to segfault/abort."""
+    m = ps.Model(tiny["target"])
+    v = m.vocab
+    c = ps.Context(m, n_ctx=256, n_batch=32)
+    m.close()  # closes its contexts first
+    with pytest.raises(ps.ClosedError):
+        c.decode([1, 2, 3])
+    with pytest.raises(ps.ClosedError):
+        v.tokenize("hi")
+    with pytest.raises(ps.ClosedError):
+        _ = v.eos
+    m.close()  # idempotent
+    gen = ps.Generator(tiny["target"], n_ctx=256)
+    with gen:
+        assert gen.generate("hi", max_tokens=2).finish_reason == "length"
+    with pytest.raises(ps.ClosedError):
+        gen.generate("hi", max_tokens=2)
+    with pytest.raises(ps.ClosedError):
+        gen.generate(prompt_tokens=[1, 2], max_tokens=2)

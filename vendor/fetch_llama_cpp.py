@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -58,10 +59,13 @@ def download(cache: Path) -> Path:
     archive = cache / SDIST_FILE
     if archive.exists() and sha256_of(archive) == SDIST_SHA256:
         return archive
-    # --no-build-isolation: pip still prepares the sdist's metadata; with isolation it would
-    # first build every build requirement from source (cmake included) because of --no-binary.
+    # pip prepares the sdist's metadata, which needs its build backend (scikit-build-core).
+    # --no-binary names only this package, so its build requirements come as wheels; inside our
+    # own build scikit-build-core is already importable and --no-build-isolation skips that step.
     cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", SDIST_NAME,
-           "--no-build-isolation", f"{SDIST_NAME}=={SDIST_VERSION}", "-d", str(cache)]
+           f"{SDIST_NAME}=={SDIST_VERSION}", "-d", str(cache)]
+    if importlib.util.find_spec("scikit_build_core") is not None:
+        cmd.insert(-3, "--no-build-isolation")
     print("fetch_llama_cpp:", " ".join(cmd), flush=True)
     subprocess.run(cmd, check=True)
     digest = sha256_of(archive)

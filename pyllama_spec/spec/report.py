@@ -18,6 +18,7 @@ class GenerationResult:
         prompt_tokens: the prompt's token ids.
         stats: acceptance statistics (:class:`SpecStats`).
         timings: ``{stage: {"seconds", "count"}}`` with ``wall`` and ``other``; seconds.
+        marks: seconds since the call began at ``prefill_start`` and ``prefill_done``.
         drafter: the drafter's name (None for plain decoding).
         n_max: draft block size used; verify: the verification rule; sync_stages: whether stage
             boundaries synchronized the backend.
@@ -33,6 +34,7 @@ class GenerationResult:
     verify: str = "match"
     sync_stages: bool = True
     extra: dict = field(default_factory=dict)
+    marks: dict = field(default_factory=dict)
 
     @property
     def n_prompt(self) -> int:
@@ -46,19 +48,18 @@ class GenerationResult:
     @property
     def prefill_seconds(self) -> float:
         """Seconds of the prefill phase (target prefill + the drafter's feature injection)."""
-        m = self.timings["marks"]
-        return m["prefill_done"] - m["prefill_start"]
+        return self.marks["prefill_done"] - self.marks["prefill_start"]
 
     @property
     def prompt_tokens_per_s(self) -> float:
         """Prefill throughput: prompt tokens (all but the last) / :attr:`prefill_seconds`."""
         s = self.prefill_seconds
-        return (self.n_prompt - 1) / s if s > 0 else float("nan")
+        return (self.n_prompt - 1) / s if s > 0 and self.n_prompt > 1 else float("nan")
 
     @property
     def generation_seconds(self) -> float:
         """Seconds from the end of prefill to the end of the call."""
-        return self.timings["wall"]["seconds"] - self.timings["marks"]["prefill_done"]
+        return self.timings["wall"]["seconds"] - self.marks["prefill_done"]
 
     @property
     def tokens_per_s(self) -> float:
@@ -91,7 +92,9 @@ class GenerationResult:
                          f"{st['count']:>8}{ms / steps:>10.3f}")
         lines.append(f"{'wall':<13}{wall * 1e3:>10.2f}{100.0:>8.1f}%")
         s = self.stats
-        lines.append(f"prompt {self.prompt_tokens_per_s:,.1f} tok/s   generation {self.tokens_per_s:,.1f} tok/s")
+        pps = self.prompt_tokens_per_s
+        lines.append(f"prompt {'–' if self.n_prompt < 2 else f'{pps:,.1f}'} tok/s   "
+                     f"generation {self.tokens_per_s:,.1f} tok/s")
         if s.n_drafted:
             per_pos = " ".join(f"{x:.2f}" for x in s.accepted_per_position)
             lines.append(f"drafted {s.n_drafted}  accepted {s.n_accepted}  acceptance {100 * s.acceptance_rate:.1f}%  "

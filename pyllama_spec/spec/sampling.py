@@ -11,6 +11,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..errors import InvalidArgumentError
+
 
 @dataclass(frozen=True)
 class SamplingParams:
@@ -31,7 +33,7 @@ class SamplingParams:
 
     def __post_init__(self):
         def bad(name, value, allowed):
-            raise ValueError(f"{name} must be {allowed}, got {value!r}")
+            raise InvalidArgumentError(f"{name} must be {allowed}, got {value!r}")
         if not isinstance(self.temperature, (int, float)) or not np.isfinite(self.temperature) or self.temperature < 0:
             bad("temperature", self.temperature, "a finite number ≥ 0 (0 = greedy)")
         if not isinstance(self.top_k, (int, np.integer)) or self.top_k < 0:

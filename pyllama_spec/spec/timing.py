@@ -65,7 +65,6 @@ class StageTimer:
         staged = sum(v.seconds for v in self.stages.values())
         out["wall"] = {"seconds": self.wall, "count": 1}
         out["other"] = {"seconds": self.wall - staged, "count": 1}
-        out["marks"] = dict(self.marks)
         return out
 
 

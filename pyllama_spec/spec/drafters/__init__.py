@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ...errors import InvalidArgumentError
 from ..sampling import SamplingParams
 
 
@@ -80,7 +81,7 @@ _REGISTRY: dict[str, type] = {}
 def register_drafter(cls: type) -> type:
     """Class decorator: make ``cls`` creatable by ``create_drafter(cls.kind, ...)``."""
     if not cls.kind:
-        raise ValueError("a drafter class needs a non-empty `kind`")
+        raise InvalidArgumentError("a drafter class needs a non-empty `kind`")
     _REGISTRY[cls.kind] = cls
     return cls
 
@@ -99,7 +100,7 @@ def create_drafter(kind: str, target, **kwargs) -> Drafter:
     try:
         cls = _REGISTRY[kind]
     except KeyError:
-        raise ValueError(f"unknown drafter kind {kind!r}; known kinds: {', '.join(drafter_kinds())}") from None
+        raise InvalidArgumentError(f"unknown drafter kind {kind!r}; known kinds: {', '.join(drafter_kinds())}") from None
     return cls(target, **kwargs)
 
 

@@ -16,7 +16,7 @@ import logging
 import numpy as np
 
 from ...context import Context
-from ...errors import DrafterMismatchError, UnsupportedError
+from ...errors import InvalidArgumentError, DrafterMismatchError, UnsupportedError
 from ...gguf_file import read_gguf
 from ...model import TAPPABLE_ARCHS, Model
 from ..sampling import SamplingParams, probs, sample
@@ -102,7 +102,7 @@ class DFlashDrafter(Drafter):
     def __init__(self, target: Context, path=None, *, n_gpu_layers: int = -1, flash_attn="auto",
                  type_k: str = "f16", type_v: str = "f16", repack: bool = False):
         if path is None:
-            raise ValueError("a DFlash drafter needs the path of its .gguf file")
+            raise InvalidArgumentError("a DFlash drafter needs the path of its .gguf file")
         meta = check_dflash_pair(target.model, path)
         self.block_size = meta["block_size"]
         self.target_layer_ids = meta["target_layer_ids"]

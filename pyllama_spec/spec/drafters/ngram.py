@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...errors import InvalidArgumentError
 from ..sampling import SamplingParams
 from . import Draft, Drafter, register_drafter
 
@@ -21,7 +22,7 @@ class NgramDrafter(Drafter):
 
     def __init__(self, target=None, *, n_min: int = 2, n_max_ngram: int = 4):
         if not 1 <= n_min <= n_max_ngram:
-            raise ValueError(f"need 1 ≤ n_min ≤ n_max_ngram, got {n_min}, {n_max_ngram}")
+            raise InvalidArgumentError(f"need 1 ≤ n_min ≤ n_max_ngram, got {n_min}, {n_max_ngram}")
         self.n_min, self.n_max_ngram = n_min, n_max_ngram
         self.history: list = []
 
