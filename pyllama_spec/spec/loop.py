@@ -100,11 +100,7 @@ def speculative_generate(target: Context, drafter: Drafter | None, prompt: list,
                 k, bonus = verify_rejection(logits, draft.tokens, draft.probs, sp, rng)
             else:
                 k, bonus = verify_match(logits, draft.tokens, sp, rng)
-        if n_d:
-            stats.record(n_d, k)
-        else:
-            stats.n_steps += 1
-            stats.acceptance_lengths.append(0)
+        stats.record(n_d, k)
 
         committed = draft.tokens[:k] + [bonus]
         if drafter is not None:

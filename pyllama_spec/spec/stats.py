@@ -46,6 +46,15 @@ class SpecStats:
             if i < n_acc:
                 self.accepted_at[i] += 1
 
+    def merge(self, other: "SpecStats") -> None:
+        """Add another run's counters to these (same n_max)."""
+        self.n_steps += other.n_steps
+        self.n_drafted += other.n_drafted
+        self.n_accepted += other.n_accepted
+        self.acceptance_lengths += other.acceptance_lengths
+        self.drafted_at = [a + b for a, b in zip(self.drafted_at, other.drafted_at)]
+        self.accepted_at = [a + b for a, b in zip(self.accepted_at, other.accepted_at)]
+
     @property
     def acceptance_rate(self) -> float:
         """accepted / drafted (0.0 when nothing was drafted)."""

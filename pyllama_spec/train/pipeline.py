@@ -61,13 +61,7 @@ def evaluate_loop(target_path, drafter_path, sequences, *, n_max: int, n_gpu_lay
         n_plain += r0.n_generated
         t_spec += r1.generation_seconds
         n_spec += r1.n_generated
-        st = r1.stats
-        stats.n_steps += st.n_steps
-        stats.n_drafted += st.n_drafted
-        stats.n_accepted += st.n_accepted
-        stats.acceptance_lengths += st.acceptance_lengths
-        stats.drafted_at = [a + b for a, b in zip(stats.drafted_at, st.drafted_at)]
-        stats.accepted_at = [a + b for a, b in zip(stats.accepted_at, st.accepted_at)]
+        stats.merge(r1.stats)
     gen.close()
     return {"n_prompts": len(held), "n_max": n_max, "tau": stats.mean_accepted_length,
             "acceptance_rate": stats.acceptance_rate, "accepted_per_position": stats.accepted_per_position,
