@@ -17,6 +17,6 @@ done
 tar -C vendor -cJf .dev/gpu/llama.cpp.tar.xz "${skip[@]}" --exclude=llama.cpp/tests --exclude=llama.cpp/gguf-py \
     --exclude=llama.cpp/conversion --exclude=llama.cpp/tools/server --exclude=llama.cpp/requirements \
     --exclude=llama.cpp/examples/llama.android --exclude=llama.cpp/examples/llama.swiftui llama.cpp
-gguf=$(python3 -c "from pyllama_spec.assets import smollm2_path; print(smollm2_path())")
+gguf=$(cd / && python3 -c "from pyllama_spec.assets import smollm2_path; print(smollm2_path())")  # not from the source tree
 split -b 50000000 -d "$gguf" .dev/smol.part
 ls -la .dev .dev/gpu

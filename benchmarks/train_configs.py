@@ -51,7 +51,6 @@ def main():
     feats_u, emb = extract(a.target, seqs, union, progress=False)
     head = output_head(a.target, emb)
     info = ps.Model(a.target, vocab_only=True).info
-    arch = info.arch
     mask = pick_mask_token(a.target, seqs)
     n_embd = emb.shape[1]
     # torch only now: loaded before llama.cpp's CUDA backend, its CUDA libraries crash ggml-cuda
@@ -68,12 +67,8 @@ def main():
     for cfg in configs:
         cols = np.concatenate([np.arange(union.index(i) * n_embd, (union.index(i) + 1) * n_embd) for i in cfg["layers"]])
         feats = [f[:, cols] for f in feats_u]
-        c = DFlashConfig(n_embd=n_embd, n_layer=cfg["drafter_layers"], n_head=int(info.get(f"{arch}.attention.head_count")),
-                         n_head_kv=int(info.get(f"{arch}.attention.head_count_kv")),
-                         head_dim=int(info.get(f"{arch}.attention.key_length", 64)),
-                         n_ff=int(info.get(f"{arch}.feed_forward_length")), n_vocab=emb.shape[0],
-                         target_layer_ids=cfg["layers"], block_size=cfg["block"], mask_token_id=mask,
-                         rope_base=float(info.get(f"{arch}.rope.freq_base", 10000.0)))
+        c = DFlashConfig.for_target(info, emb.shape[0], n_layer=cfg["drafter_layers"], target_layer_ids=cfg["layers"],
+                                    block_size=cfg["block"], mask_token_id=mask)
         t1 = time.time()
         model, hist = train(seqs, feats, emb, head, c, steps=20000, batch=16, n_blocks=32, lr=1.5e-3,
                             eval_every=10**9, max_seconds=a.seconds, progress=False)

@@ -2,7 +2,6 @@
 (``PYLLAMA_SPEC_NATIVE_TOOLS=ON``): the same files and settings must give the same tokens."""
 import pytest
 
-import pyllama_spec as ps
 from pyllama_spec.native import run_completion, run_speculative_simple
 
 from .conftest import EXACT, assert_same_tokens, native_or_skip

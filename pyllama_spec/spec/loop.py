@@ -39,10 +39,6 @@ class StepOutput:
     finish_reason: str | None = None
 
 
-def _greedy_sp() -> SamplingParams:
-    return SamplingParams()
-
-
 def speculative_generate(target: Context, drafter: Drafter | None, prompt: list, *, max_tokens: int,
                          n_max: int, sp: SamplingParams, verify: str, stats: SpecStats, timer: StageTimer,
                          rng: np.random.Generator) -> Iterator[StepOutput]:
@@ -64,7 +60,8 @@ def speculative_generate(target: Context, drafter: Drafter | None, prompt: list,
     mem.clear()
     if drafter is not None:
         drafter.begin(prompt[:-1])
-    dsp = sp if verify == "rejection" else _greedy_sp()
+    # with the match rule the drafter proposes its argmax, as llama.cpp's drafters do
+    dsp = sp if verify == "rejection" else SamplingParams()
 
     # prefill: everything but the last prompt token, chunked by n_batch
     timer.mark("prefill_start")

@@ -41,6 +41,20 @@ class DFlashConfig:
     def to_dict(self) -> dict:
         return asdict(self)
 
+    @classmethod
+    def for_target(cls, info, n_vocab: int, **kwargs) -> "DFlashConfig":
+        """A drafter shaped like the target whose GGUF header is ``info`` (:class:`GGUFInfo`): same
+        hidden size (llama.cpp's DFlash graph requires it), heads, FFN width, RoPE base and context."""
+        a = info.arch
+        n_embd = int(info.get(f"{a}.embedding_length"))
+        n_head = int(info.get(f"{a}.attention.head_count"))
+        base = dict(n_embd=n_embd, n_head=n_head, n_head_kv=int(info.get(f"{a}.attention.head_count_kv", n_head)),
+                    head_dim=int(info.get(f"{a}.attention.key_length", n_embd // n_head)),
+                    n_ff=int(info.get(f"{a}.feed_forward_length")), n_vocab=n_vocab,
+                    rope_base=float(info.get(f"{a}.rope.freq_base", 10000.0)),
+                    n_ctx=int(info.get(f"{a}.context_length", 8192)))
+        return cls(**{**base, **kwargs})
+
 
 class RMSNorm(nn.Module):
     def __init__(self, n: int, eps: float):

@@ -99,22 +99,14 @@ def run(target, out_dir, *, data=None, layers=None, drafter_layers: int = 2, blo
     tm = ps.Model(target, vocab_only=True)
     n_layer_t = tm.n_layer
     info = tm.info
-    arch = info.arch
     layers = list(layers or default_layers(n_layer_t))
     mask = pick_mask_token(target, seqs)
     t_feat = time.time()
     feats, emb = extract(target, seqs, layers, n_gpu_layers=n_gpu_layers, progress=progress)
     head = output_head(target, emb)
     t_feat = time.time() - t_feat
-    n_embd = emb.shape[1]
-    n_head = int(info.get(f"{arch}.attention.head_count"))
-    n_head_kv = int(info.get(f"{arch}.attention.head_count_kv", n_head))
-    c = DFlashConfig(n_embd=n_embd, n_layer=drafter_layers, n_head=n_head, n_head_kv=n_head_kv,
-                     head_dim=int(info.get(f"{arch}.attention.key_length", n_embd // n_head)),
-                     n_ff=int(info.get(f"{arch}.feed_forward_length")), n_vocab=emb.shape[0],
-                     target_layer_ids=layers, block_size=block_size, mask_token_id=mask,
-                     rope_base=float(info.get(f"{arch}.rope.freq_base", 10000.0)),
-                     n_ctx=int(info.get(f"{arch}.context_length", 8192)))
+    c = DFlashConfig.for_target(info, emb.shape[0], n_layer=drafter_layers, target_layer_ids=layers,
+                                block_size=block_size, mask_token_id=mask)
     t_train = time.time()
     model, history = train(seqs, feats, emb, head, c, steps=steps, batch=batch, n_blocks=n_blocks, lr=lr,
                            device=device, progress=progress)
