@@ -6,9 +6,12 @@ Prints, per configuration, the generation speed of each (tokens/s after prefill,
 ``-C cmake.define.PYLLAMA_SPEC_NATIVE_TOOLS=ON``.
 
     python benchmarks/compare_native.py [--target T.gguf --drafter D.gguf] [--n-max 1 4 7]
-        [--max-tokens 128] [--runs 3] [-ngl 99] [--json out.json]
+        [--max-tokens 128] [--runs 3] [-ngl 99] [--json out.json] [--prompts DATA.jsonl --n-prompts 20]
 
-Defaults: SmolLM2-135M-Instruct and a random DFlash drafter of its shape (block 8).
+Defaults: SmolLM2-135M-Instruct, a random DFlash drafter of its shape (block 8), and one chat
+prompt. ``--prompts`` takes the held-out prompts of a self-distillation file
+(``pyllama_spec.train.data``) instead; tokens/s are then means over the prompts, τ and
+acceptance pooled over all verify steps.
 """
 from __future__ import annotations
 
@@ -19,6 +22,7 @@ import statistics
 import time
 
 import pyllama_spec as ps
+from pyllama_spec.spec.stats import SpecStats
 from pyllama_spec.assets import random_dflash_for_smollm2, smollm2_path
 from pyllama_spec.native import run_completion, run_speculative_simple
 
@@ -35,13 +39,23 @@ def main() -> None:
     ap.add_argument("-ngl", "--n-gpu-layers", type=int, default=99)
     ap.add_argument("-c", "--n-ctx", type=int, default=2048)
     ap.add_argument("--json", help="also write the numbers here")
+    ap.add_argument("--prompts", help="self-distillation JSON lines: use their held-out prompts")
+    ap.add_argument("--n-prompts", type=int, default=20)
     a = ap.parse_args()
     target = a.target or str(smollm2_path())
     drafter = a.drafter or str(random_dflash_for_smollm2())
     gen = ps.Generator(target, drafters={"dflash": drafter}, n_ctx=a.n_ctx, n_gpu_layers=a.n_gpu_layers)
-    prompt_text = gen.model.vocab.detokenize(gen.tokenize_prompt(messages=CHAT), unparse_special=True)
     vocab = gen.model.vocab
-    gen.generate(messages=CHAT, max_tokens=16)  # warm-up
+    if a.prompts:
+        with open(a.prompts) as f:
+            held = [json.loads(x) for x in f]
+        texts = [vocab.detokenize(d["prompt_tokens"], unparse_special=True) for d in held
+                 if d["split"] == "heldout"][:a.n_prompts]
+    else:
+        texts = [vocab.detokenize(gen.tokenize_prompt(messages=CHAT), unparse_special=True)]
+    # the native programs tokenize the text with special tokens parsed: so do we
+    prompts = [(t, vocab.tokenize(t, add_special=True, parse_special=True)) for t in texts]
+    gen.generate(prompt_tokens=prompts[0][1], max_tokens=16)  # warm-up
 
     def pieces(tokens):
         return b"".join(vocab.token_to_piece(t, special=True) for t in tokens)
@@ -49,37 +63,52 @@ def main() -> None:
     rows = []
     configs = [0, *a.n_max]
     for n_max in configs:
-        ours_free, ours_sync, native = [], [], []
+        nat_rates, free_rates, sync_rates = [], [], []
+        stats = SpecStats(n_max=max(n_max, 1))
         same = True
-        for _ in range(a.runs):
-            if n_max == 0:
-                nat = run_completion(target, prompt_text, n_predict=a.max_tokens, n_ctx=a.n_ctx,
-                                     n_gpu_layers=a.n_gpu_layers)
-            else:
-                nat = run_speculative_simple(target, drafter, prompt_text, n_max=n_max, n_predict=a.max_tokens,
-                                             n_ctx=a.n_ctx, n_gpu_layers=a.n_gpu_layers)
-            native.append(nat.decode_tokens_per_s)
-            name = None if n_max == 0 else "dflash"
-            r = gen.generate(messages=CHAT, drafter=name, n_max=n_max or None, max_tokens=a.max_tokens,
-                             sync_stages=False)
-            ours_free.append(r.tokens_per_s)
-            rs = gen.generate(messages=CHAT, drafter=name, n_max=n_max or None, max_tokens=a.max_tokens,
-                              sync_stages=True)
-            ours_sync.append(rs.tokens_per_s)
-            ours_bytes = pieces(r.tokens) if n_max == 0 else pieces(r.prompt_tokens) + pieces(r.tokens)
-            out = nat.stdout if n_max == 0 else nat.stdout.lstrip(b"\n")
-            same &= out.startswith(ours_bytes) and r.tokens == rs.tokens
-        row = {"n_max": n_max, "native_tok_s": statistics.median(native),
-               "ours_tok_s": statistics.median(ours_free), "ours_sync_tok_s": statistics.median(ours_sync),
-               "acceptance": r.stats.acceptance_rate, "tau": r.stats.mean_accepted_length, "identical": same}
+        for text, toks in prompts:
+            native, ours_free, ours_sync = [], [], []
+            for _ in range(a.runs):
+                if n_max == 0:
+                    nat = run_completion(target, text, n_predict=a.max_tokens, n_ctx=a.n_ctx,
+                                         n_gpu_layers=a.n_gpu_layers)
+                else:
+                    nat = run_speculative_simple(target, drafter, text, n_max=n_max, n_predict=a.max_tokens,
+                                                 n_ctx=a.n_ctx, n_gpu_layers=a.n_gpu_layers)
+                native.append(nat.decode_tokens_per_s)
+                name = None if n_max == 0 else "dflash"
+                r = gen.generate(prompt_tokens=toks, drafter=name, n_max=n_max or None, max_tokens=a.max_tokens,
+                                 sync_stages=False)
+                ours_free.append(r.tokens_per_s)
+                rs = gen.generate(prompt_tokens=toks, drafter=name, n_max=n_max or None, max_tokens=a.max_tokens,
+                                  sync_stages=True)
+                ours_sync.append(rs.tokens_per_s)
+                ours_bytes = pieces(r.tokens) if n_max == 0 else pieces(r.prompt_tokens) + pieces(r.tokens)
+                out = nat.stdout if n_max == 0 else nat.stdout.lstrip(b"\n")
+                same &= out.startswith(ours_bytes) and r.tokens == rs.tokens
+            if n_max:
+                stats.merge(r.stats)
+            nat_rates.append(statistics.median(native))
+            free_rates.append(statistics.median(ours_free))
+            sync_rates.append(statistics.median(ours_sync))
+        row = {"n_max": n_max, "native_tok_s": statistics.mean(nat_rates), "ours_tok_s": statistics.mean(free_rates),
+               "ours_sync_tok_s": statistics.mean(sync_rates), "n_prompts": len(prompts),
+               "acceptance": stats.acceptance_rate if n_max else None,
+               "tau": stats.mean_accepted_length if n_max else None,
+               "accepted_per_position": stats.accepted_per_position if n_max else None, "identical": same}
         row["ratio"] = row["ours_tok_s"] / row["native_tok_s"]
         rows.append(row)
+        tau = f"τ {row['tau']:.2f}  acc {100 * row['acceptance']:.1f}%" if n_max else "plain"
         print(f"n_max={n_max:<3} native {row['native_tok_s']:8.1f} tok/s   ours {row['ours_tok_s']:8.1f} tok/s "
               f"(sync {row['ours_sync_tok_s']:8.1f})   ours/native {row['ratio']:.3f}   "
-              f"τ {row['tau']:.2f}   identical tokens: {same}", flush=True)
+              f"{tau}   identical tokens: {same}", flush=True)
+    plain = rows[0]
+    for row in rows[1:]:
+        print(f"n_max={row['n_max']}: DFlash / plain = {row['ours_tok_s'] / plain['ours_tok_s']:.2f} (ours), "
+              f"{row['native_tok_s'] / plain['native_tok_s']:.2f} (native)")
     info = {"date": time.strftime("%Y-%m-%d"), "host": platform.node(), "system": ps.system_info(),
             "devices": ps.devices(), "target": target, "drafter": drafter, "max_tokens": a.max_tokens,
-            "runs": a.runs, "n_gpu_layers": a.n_gpu_layers, "rows": rows}
+            "runs": a.runs, "prompts": a.prompts or "chat", "n_gpu_layers": a.n_gpu_layers, "rows": rows}
     if a.json:
         with open(a.json, "w") as f:
             json.dump(info, f, indent=2)

@@ -1,15 +1,19 @@
 #!/usr/bin/env bash
-# Build, test, benchmark and train on the lent H200 (the `device` tool), one phase per call.
-# The machine has no network and no cffi: the calls carry .dev/gpu (wheels + a trimmed llama.cpp
-# tree made by benchmarks/prepare_device.sh on the CPU machine) and the SmolLM2 GGUF in two parts; everything is
-# built and kept under /tmp/w, which survives between calls while the machine stays warm.
+# Build or install, train and benchmark on the lent H200 (the `device` tool), one phase per call.
+# The machine has no network and no cffi: the calls carry .dev/gpu (wheels, a trimmed llama.cpp tree,
+# optionally our CUDA wheel built on the CPU machine; made by benchmarks/prepare_device.sh) and the
+# SmolLM2 GGUF in two parts; everything is kept under /tmp/w, which survives between calls while the
+# machine stays warm (30 s between calls).
 #
-#   bash benchmarks/h200.sh build   # carry .dev/gpu .dev/smol.part00   (~5 min)
-#   bash benchmarks/h200.sh test    # carry .dev/smol.part01            (pytest + native comparison)
-#   bash benchmarks/h200.sh train   # (no carry)                         (data + training configurations)
-#   bash benchmarks/h200.sh bench   # (no carry)                         (best trained drafter vs plain vs native)
+#   bash benchmarks/h200.sh install  # carry .dev/gpu          (our wheel if carried, else builds: ~6 min)
+#   bash benchmarks/h200.sh model0   # carry .dev/smol.part00
+#   bash benchmarks/h200.sh data     # carry .dev/smol.part01  (self-distillation data, batched; features)
+#   bash benchmarks/h200.sh train    # the configurations in parallel on shared features, pick the best
+#   bash benchmarks/h200.sh bench    # best drafter vs plain vs native on held-out prompts; pytest
+#
+# Settings through the environment: N_CHAT, N_CODE, MAX_TOKENS (data); TRAIN_SECONDS, CONFIGS (train).
 set -uo pipefail
-PHASE=${1:?phase: build | test | train | bench}
+PHASE=${1:?phase: install | model0 | data | train | bench}
 REPO=$(pwd)
 W=/tmp/w
 OUT=${OUT:-$W/out}
@@ -17,15 +21,13 @@ mkdir -p "$W/cache" "$W/site" "$OUT"
 export PYTHONPATH=$W/pkg:$W/site PYLLAMA_SPEC_CACHE=$W/cache PYTHONUNBUFFERED=1
 # On that image, torch imported before the first model load crashes llama.cpp's tokenizer set-up
 # unless libstdc++ is loaded at start (README, Known issues).
-[ "$PHASE" = build ] || export LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libstdc++.so.6
+[ "$PHASE" = install ] || export LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libstdc++.so.6
+GGUF=$W/cache/SmolLM2-135M-Instruct.Q4_1.gguf
+CONFIGS=${CONFIGS:-L2-B8-t2,L3-B8-t2,L3-B8-t3}
 log() { echo "== $(date +%T) $*"; }
 
-case "$PHASE" in
-build)
-  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$OUT/gpu.txt"
-  python3 -m pip install -q --no-index --no-deps --no-compile --target "$W/site" .dev/gpu/whl/*.whl || exit 1
+build() {
   tar -xJf .dev/gpu/llama.cpp.tar.xz -C "$W"
-  [ -f .dev/smol.part00 ] && cp .dev/smol.part00 "$W/"
   log "build (pip wheel, CUDA sm_90, native tools)"
   start=$(date +%s)
   python3 -m pip wheel . --no-deps --no-build-isolation -w "$W/wheels" \
@@ -34,38 +36,87 @@ build)
   rc=$?
   echo "build rc=$rc seconds=$(( $(date +%s) - start ))" | tee -a "$OUT/gpu.txt"
   [ $rc -eq 0 ] || { tail -50 "$OUT/build.log"; exit 1; }
-  ls -la "$W/wheels" | tee -a "$OUT/gpu.txt"
-  # a fresh environment: the wheel alone, installed into an empty target folder
+  rm -rf "$W/pkg"
   python3 -m pip install -q --no-index --no-deps --target "$W/pkg" "$W"/wheels/pyllama_spec-*.whl
-  (cd /tmp && python3 -c "import pyllama_spec as ps; print(ps.system_info()); print(ps.devices()); print('gpu offload', ps.supports_gpu_offload())") | tee -a "$OUT/gpu.txt"
+}
+
+check() {
+  (cd /tmp && python3 -c "import pyllama_spec as ps; print(ps.system_info()); print(ps.devices()); \
+print('gpu offload', ps.supports_gpu_offload()); from pyllama_spec.native import find_program; \
+print(find_program('llama-speculative-simple'))") 2>&1 | tee -a "$OUT/gpu.txt"
+  (cd /tmp && python3 -c "import pyllama_spec as ps, sys; sys.exit(0 if ps.supports_gpu_offload() else 1)")
+}
+
+case "$PHASE" in
+install)
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$OUT/gpu.txt"
+  python3 -m pip install -q --no-index --no-deps --no-compile --target "$W/site" \
+      $(ls .dev/gpu/whl/*.whl | grep -v pyllama_spec) || exit 1
+  cp .dev/gpu/llama.cpp.tar.xz "$W/"
+  if ls .dev/gpu/whl/pyllama_spec-*.whl >/dev/null 2>&1; then
+    log "installing the wheel built on the CPU machine"
+    python3 -m pip install -q --no-index --no-deps --target "$W/pkg" .dev/gpu/whl/pyllama_spec-*.whl
+    check || { log "that wheel does not work here: building"; build; check || exit 1; }
+  else
+    build; check || exit 1
+  fi
   ;;
-test)
-  cat "$W/smol.part00" .dev/smol.part01 > "$W/cache/SmolLM2-135M-Instruct.Q4_1.gguf"
-  sha256sum "$W/cache/SmolLM2-135M-Instruct.Q4_1.gguf"
-  log "pytest"
-  (cd "$REPO" && timeout 400 pytest -q -p no:cacheprovider 2>&1 | tee "$OUT/pytest_h200.txt" | tail -25)
-  log "native comparison (SmolLM2 + random DFlash drafter, greedy, 256 tokens)"
-  timeout 300 python3 benchmarks/compare_native.py --max-tokens 256 --runs 3 --n-max 1 4 7 \
-      --json "$OUT/bench_native_random_h200.json" 2>&1 | tee "$OUT/bench_native_random_h200.txt"
-  log "stage timing demo"
-  timeout 120 python3 examples/stage_timing.py --max-tokens 128 > "$OUT/demo_h200.txt" 2>&1; tail -40 "$OUT/demo_h200.txt"
+model0)
+  cp .dev/smol.part00 "$W/"
+  ;;
+data)
+  cat "$W/smol.part00" .dev/smol.part01 > "$GGUF" && sha256sum "$GGUF"
+  log "self-distillation data (batched greedy answers)"
+  (cd /tmp && timeout ${DATA_TIMEOUT:-360} python3 -m pyllama_spec.train.data "$GGUF" "$W/data.jsonl" \
+      --n-chat ${N_CHAT:-9000} --n-code ${N_CODE:-3000} --max-tokens ${MAX_TOKENS:-256} --parallel ${PARALLEL:-128} \
+      2>&1 | tr '\r' '\n' | grep -v "^$" | awk 'NR % 20 == 0' | tail -8)
+  wc -l "$W/data.jsonl"
+  gzip -c "$W/data.jsonl" > "$OUT/smollm2-selfdistill.jsonl.gz"; ls -la "$OUT"
+  log "features (union of the configurations' target layers)"
+  (cd /tmp && python3 "$REPO/benchmarks/train_configs.py" features "$GGUF" "$W/data.jsonl" "$W/train" \
+      --configs "$CONFIGS") 2>&1 | tee "$OUT/features_log.txt" || exit 1
+  log "done"
   ;;
 train)
-  log "self-distillation data (the committed 1050 sequences; generation resumes if more are asked for)"
-  [ -f "$W/data.jsonl" ] || gunzip -c benchmarks/data/smollm2-selfdistill-1050.jsonl.gz > "$W/data.jsonl"
-  (cd /tmp && timeout 280 python3 -m pyllama_spec.train.data "$W/cache/SmolLM2-135M-Instruct.Q4_1.gguf" "$W/data.jsonl" \
-      --n-chat 900 --n-code 150 --max-tokens 200 2>&1 | tail -2)
-  wc -l "$W/data.jsonl"
-  log "training configurations"
-  (cd /tmp && timeout 420 python3 "$REPO/benchmarks/train_configs.py" "$W/cache/SmolLM2-135M-Instruct.Q4_1.gguf" \
-      "$W/data.jsonl" "$W/train" --out "$OUT") 2>&1 | tee "$OUT/train_configs.txt" | tail -40
+  log "training ${CONFIGS} in parallel, ${TRAIN_SECONDS:-300} s each"
+  for c in ${CONFIGS//,/ }; do
+    (cd /tmp && python3 "$REPO/benchmarks/train_configs.py" train "$GGUF" "$W/train" "$c" --out "$W/train/out" \
+        --seconds ${TRAIN_SECONDS:-300} > "$W/train/log_$c.txt" 2>&1) &
+  done
+  wait
+  cat "$W"/train/log_*.txt | grep -v "Warning\|warn(" > "$OUT/train_log.txt"
+  grep -h "^\[\|^L[0-9]" "$W"/train/log_*.txt | tail -40
+  (cd /tmp && python3 "$REPO/benchmarks/train_configs.py" pick "$W/train" --out "$W/train/out") 2>&1 | tee -a "$OUT/train_log.txt"
+  cp "$W/train/out/train_report.json" "$W/train/out/smollm2-dflash-q8_0.gguf" "$OUT/"
   ;;
 bench)
-  log "trained drafter vs plain vs native"
   best=$(cat "$W/train/best.txt")
-  timeout 400 python3 benchmarks/compare_native.py --drafter "$best" --max-tokens 256 --runs 3 --n-max 3 7 \
-      --json "$OUT/bench_native_trained_h200.json" 2>&1 | tee "$OUT/bench_native_trained_h200.txt"
-  timeout 120 python3 examples/stage_timing.py --drafter "$best" --n-max 7 --max-tokens 128 > "$OUT/demo_trained_h200.txt" 2>&1
-  tail -30 "$OUT/demo_trained_h200.txt"
+  log "trained drafter vs plain vs native on held-out prompts"
+  timeout ${BENCH_TIMEOUT:-300} python3 benchmarks/compare_native.py --drafter "$best" --max-tokens 256 --runs 1 \
+      --n-max 3 7 --prompts "$W/data.jsonl" --n-prompts ${N_PROMPTS:-20} --json "$OUT/bench_trained_h200.json" 2>&1 \
+      | tee "$OUT/bench_trained_h200.txt"
+  timeout 100 python3 examples/stage_timing.py --drafter "$best" --n-max 7 --max-tokens 128 > "$OUT/demo_trained_h200.txt" 2>&1
+  tail -22 "$OUT/demo_trained_h200.txt"
+  log "pytest (the picked drafter put into the installed package as the shipped one)"
+  python3 - "$best" "$W/train/out/train_report.json" <<'PY'
+import hashlib, json, re, shutil, sys
+from pathlib import Path
+best, report = Path(sys.argv[1]), json.loads(Path(sys.argv[2]).read_text())
+row = next(r for r in report["results"] if r["gguf"] == str(best))
+pkg = Path("/tmp/w/pkg/pyllama_spec")
+(pkg / "data").mkdir(exist_ok=True)
+shutil.copy(best, pkg / "data" / "smollm2-135m-instruct-dflash-q8_0.gguf")
+sha = hashlib.sha256(best.read_bytes()).hexdigest()
+(pkg / "data" / "MODEL_CARD.md").write_text(f"sha256 {sha}\n")
+a = (pkg / "assets.py").read_text()
+a = re.sub(r'SMOLLM2_DFLASH_SHA256 = "[^"]*"', f'SMOLLM2_DFLASH_SHA256 = "{sha}"', a)
+meta = {"block_size": row["block"], "target_layer_ids": row["layers"], "mask_token_id": row["mask_token"], "n_layer": row["drafter_layers"]}
+a = re.sub(r"SMOLLM2_DFLASH = \{[^}]*\}", "SMOLLM2_DFLASH = " + json.dumps(meta), a)
+(pkg / "assets.py").write_text(a)
+print("shipped for the tests:", best.name, sha, meta)
+PY
+
+  (cd "$REPO" && timeout ${PYTEST_TIMEOUT:-200} pytest -q -p no:cacheprovider --timeout 60 2>&1 \
+      | tee "$OUT/pytest_h200.txt" | tail -15)
   ;;
 esac

@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
 # On the CPU machine, before using the H200 (benchmarks/h200.sh): put into .dev/ (git-ignored) what
 # that offline machine needs: cffi/pycparser/gguf wheels for its Python 3.12, a trimmed llama.cpp
-# tree (other GPU backends, tests, server left out: 2.6 MB as tar.xz) and SmolLM2 in two parts
-# (a call carries at most 64 MiB).
+# tree (other GPU backends, tests, server left out: 2.6 MB as tar.xz), optionally our own CUDA wheel
+# built here (argument: its path; saves the ~6 min build there), and SmolLM2 in two parts (a call
+# carries at most 64 MiB).
+#
+#   bash benchmarks/prepare_device.sh [pyllama_spec-…-cp312-…whl]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-mkdir -p .dev/gpu/whl
+rm -rf .dev/gpu && mkdir -p .dev/gpu/whl
+[ $# -ge 1 ] && cp "$1" .dev/gpu/whl/
 python3 vendor/fetch_llama_cpp.py
 python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
     --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \

@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 
 import pyllama_spec as ps
-from pyllama_spec.assets import random_dflash_for_smollm2, smollm2_path
+from pyllama_spec.assets import random_dflash_for_smollm2, smollm2_dflash_path, smollm2_path
 
 TURNS = [
     "Write a JavaScript debounce function.",
@@ -27,9 +27,8 @@ TURNS = [
 
 def default_drafter() -> tuple[str, str]:
     try:
-        from pyllama_spec.drafters_shipped import smollm2_dflash_path
-        return str(smollm2_dflash_path()), "trained (shipped with pyllama_spec)"
-    except ImportError:
+        return str(smollm2_dflash_path()), "trained by pyllama_spec.train, shipped with the package"
+    except ps.ModelLoadError:  # an installation without its data files
         return str(random_dflash_for_smollm2()), "random weights (never right)"
 
 

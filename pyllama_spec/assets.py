@@ -82,4 +82,37 @@ def random_dflash_for_smollm2(block_size: int = 8, n_layer: int = 2, seed: int =
     return out
 
 
-__all__ = ["smollm2_path", "random_dflash_for_smollm2", "cache_dir"]
+# The DFlash drafter for SmolLM2 trained by pyllama_spec.train and shipped in the package
+# (pyllama_spec/data/; its model card lies beside it).
+SMOLLM2_DFLASH_FILE = "smollm2-135m-instruct-dflash-q8_0.gguf"
+SMOLLM2_DFLASH_SHA256 = "TBD"
+SMOLLM2_DFLASH = {"block_size": 8, "target_layer_ids": [15, 29], "mask_token_id": 16, "n_layer": 2}
+
+
+def smollm2_dflash_path(verify: bool = True) -> Path:
+    """Path of the DFlash drafter for SmolLM2-135M-Instruct shipped with the package (q8_0,
+    block size and target layers in :data:`SMOLLM2_DFLASH`; model card: ``MODEL_CARD.md`` beside it).
+
+    Args:
+        verify: check the file's sha256 (once per process).
+
+    Raises:
+        ModelNotFoundError: the file is missing from this installation.
+        ModelLoadError: the file was altered (sha256).
+    """
+    from .errors import ModelLoadError, ModelNotFoundError
+
+    path = Path(__file__).parent / "data" / SMOLLM2_DFLASH_FILE
+    if not path.exists():
+        raise ModelNotFoundError(f"{path} is missing: this installation of pyllama_spec lacks its data files; "
+                             "reinstall it with `pip install .` from a complete checkout")
+    if verify and path not in _verified:
+        if _sha256(path) != SMOLLM2_DFLASH_SHA256:
+            raise ModelLoadError(f"{path} does not have the sha256 of the shipped drafter; reinstall pyllama_spec")
+        _verified.add(path)
+    return path
+
+
+_verified: set = set()
+
+__all__ = ["smollm2_path", "random_dflash_for_smollm2", "smollm2_dflash_path", "cache_dir", "SMOLLM2_DFLASH"]

@@ -51,7 +51,7 @@ class TokenBatch:
         Args:
             tokens: ``(n,)`` token ids.
             pos: ``(n,)`` positions.
-            seq_id: the sequence every token belongs to.
+            seq_id: the sequence every token belongs to, or ``(n,)`` ids, one per token.
             logits: ``(n,)`` bools (rows that produce outputs); None = last row only.
 
         Raises:

@@ -181,13 +181,15 @@ class Context:
         lib.pyls_set_embeddings_nextn(self.ptr, value, masked)
 
     # decoding -------------------------------------------------------------------------------
-    def decode(self, tokens, pos=None, *, seq_id: int = 0, logits="last") -> int:
-        """Decode a batch of tokens of one sequence (``llama_decode``).
+    def decode(self, tokens, pos=None, *, seq_id=0, logits="last") -> int:
+        """Decode a batch of tokens (``llama_decode``), of one sequence or of several.
 
         Args:
             tokens: ``(n,)`` token ids, ``1 ≤ n ≤ n_batch``.
-            pos: ``(n,)`` positions, or None to continue after the sequence's last cached position.
-            seq_id: the sequence.
+            pos: ``(n,)`` positions, or None to continue after the sequence's last cached position
+                (one sequence only).
+            seq_id: the sequence, or ``(n,)`` sequence ids, one per token (``< n_seq_max``; then
+                ``pos`` is required). Output rows follow the order of the flagged tokens.
             logits: which rows produce outputs: ``"last"``, ``"all"``, ``"none"``, or ``(n,)`` bools.
 
         Returns:
@@ -205,9 +207,19 @@ class Context:
         if toks.min() < 0 or toks.max() >= self._n_vocab:
             bad = toks[(toks < 0) | (toks >= self._n_vocab)][0]
             raise InvalidBatchError(f"token id {bad} is outside the vocabulary [0, {self._n_vocab})", -1)
-        self.memory._seq(seq_id)
-        if pos is None:
-            pos = np.arange(n, dtype=np.int32) + (self.memory.pos_max(seq_id) + 1)
+        if np.ndim(seq_id) == 0:
+            self.memory._seq(int(seq_id))
+            if pos is None:
+                pos = np.arange(n, dtype=np.int32) + (self.memory.pos_max(seq_id) + 1)
+        else:
+            seq_id = np.asarray(seq_id, dtype=np.int32).reshape(-1)
+            if seq_id.shape[0] != n:
+                raise InvalidBatchError(f"{n} tokens but {seq_id.shape[0]} sequence ids", -1)
+            if seq_id.min() < 0 or seq_id.max() >= self.n_seq_max:
+                raise InvalidArgumentError(f"sequence ids must lie in [0, {self.n_seq_max}) (n_seq_max); got "
+                                           f"{int(seq_id.min())}..{int(seq_id.max())}")
+            if pos is None:
+                raise InvalidArgumentError("pos is required when seq_id gives one sequence per token")
         if isinstance(logits, str):
             if logits not in ("last", "all", "none"):
                 raise InvalidArgumentError(f"logits must be 'last', 'all', 'none' or an array of flags, got {logits!r}")

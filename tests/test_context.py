@@ -39,6 +39,41 @@ def test_seq_rm_then_redecode_reproduces_logits(ctx, tiny_model):
     close_logits(ctx.logits(), ref[20:])
 
 
+def test_several_sequences_in_one_batch(tiny_model):
+    """Two prompts decoded together (one KV stream each) give the logits and taps of decoding
+    each alone; bad sequence ids are refused before llama.cpp runs."""
+    a = tiny_model.vocab.tokenize(PROMPT)
+    b = tiny_model.vocab.tokenize("A different prompt for the second stream")
+    c = ps.Context(tiny_model, n_ctx=512, n_batch=128, n_seq_max=2)
+    c.enable_layer_inputs([1])
+    alone = []
+    for toks in (a, b):
+        c.memory.clear()
+        c.decode(toks, logits="all")
+        alone.append((c.logits().copy(), c.layer_input(1).copy()))
+    c.memory.clear()
+    seq = np.repeat([0, 1], [len(a), len(b)])
+    pos = np.concatenate([np.arange(len(a)), np.arange(len(b))])
+    assert c.decode(a + b, pos, seq_id=seq, logits="all") == len(a) + len(b)
+    together = c.logits().copy()
+    taps = c.layer_input(1)
+    close_logits(together[:len(a)], alone[0][0])
+    close_logits(together[len(a):], alone[1][0])
+    np.testing.assert_allclose(taps[len(a):], alone[1][1], rtol=1e-2, atol=1e-2 * np.abs(alone[1][1]).max())
+    assert c.memory.pos_max(0) == len(a) - 1 and c.memory.pos_max(1) == len(b) - 1
+    # one more token per stream, continuing each
+    c.decode([a[0], b[0]], [len(a), len(b)], seq_id=[0, 1], logits="all")
+    assert c.logits().shape == (2, 264)
+    with pytest.raises(ps.InvalidArgumentError, match="n_seq_max"):
+        c.decode([1, 2], [0, 0], seq_id=[0, 2])
+    with pytest.raises(ps.InvalidArgumentError, match="pos is required"):
+        c.decode([1, 2], seq_id=[0, 1])
+    with pytest.raises(ps.InvalidBatchError, match="sequence ids"):
+        c.decode([1, 2], [0, 1], seq_id=[0, 1, 1])
+    c.decode([a[1]], [len(a) + 1], seq_id=0)  # still usable
+    c.close()
+
+
 def test_layer_input_taps(ctx, tiny_model):
     toks = tiny_model.vocab.tokenize(PROMPT)
     ctx.enable_layer_inputs([0, 2])

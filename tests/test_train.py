@@ -85,6 +85,39 @@ def test_pipeline_end_to_end_on_tiny(tiny, tmp_path):
     gen.close()
 
 
+def test_batched_self_distillation_equals_generator(tiny):
+    """The batched decoder of the data step (many prompts, one KV stream each, prompts joining
+    as others finish) gives the answers of the plain Generator."""
+    from pyllama_spec.train import data
+
+    gen = ps.Generator(tiny["target"], n_ctx=512)
+    items = data.prompt_items(9, 3)
+    prompts = [gen.tokenize_prompt(messages=p) if k == "chat" else gen.tokenize_prompt(prompt=p)[:64]
+               for k, p in items]
+    ref = [gen.generate(prompt_tokens=p, max_tokens=24).tokens for p in prompts]
+    got = {}
+    for i, answer, ended in data.answer_batched(gen.model, prompts, max_tokens=24, n_parallel=4, n_batch=256,
+                                                progress=False):
+        assert i not in got and len(answer) <= 24
+        assert ended == gen.model.vocab.is_eog(answer[-1])
+        got[i] = [t for t in answer if not gen.model.vocab.is_eog(t)]
+    assert sorted(got) == list(range(len(prompts)))
+    for i in range(len(prompts)):
+        assert_same_tokens(got[i], ref[i])
+    gen.close()
+
+
+def test_prompt_sets_are_deterministic_and_split():
+    from pyllama_spec.train import data
+
+    a, b = data.prompt_items(200, 40), data.prompt_items(200, 40)
+    assert a == b and len(a) == 240
+    texts = [p[0]["content"] if k == "chat" else p for k, p in a]
+    assert len(set(texts)) == 240  # distinct prompts
+    held = sum(data.split_of(t) == "heldout" for t in texts)
+    assert 5 <= held <= 50  # ~10 % held out
+
+
 def test_loop_replay_counts_steps_not_anchors():
     from pyllama_spec.train.trainer import loop_tau
 

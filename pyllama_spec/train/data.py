@@ -2,16 +2,19 @@
 
 Prompts come from two sources:
 
-* instructions built from templates of our own — coding tasks in several languages,
-  explanations, rewrites — as chat messages;
+* instructions built from templates of our own — coding tasks in several languages, how-to
+  questions, explanations of code, explanations, rewrites, short writing tasks — as chat messages;
 * plain-text continuation of source files found on this machine (the Python standard
-  library), cut into chunks.
+  library, recursively), cut into chunks.
 
-The target answers every prompt greedily (T = 0) through :class:`pyllama_spec.Generator`:
-the drafter learns what the target says, which is exactly what acceptance measures.
-A deterministic split keeps held-out prompts that training never sees.
+The target answers every prompt greedily (T = 0) through our bindings: the drafter learns what
+the target says, which is exactly what acceptance measures. Many prompts are answered at once
+(one KV-cache stream per prompt, one ``llama_decode`` per step for all of them); with
+``n_parallel=1`` each prompt goes through :class:`pyllama_spec.Generator` instead. Batched and
+single-prompt decoding give the same tokens up to near-ties (llama.cpp's logits depend on the
+batch shape). A deterministic split by prompt hash keeps held-out prompts that training never sees.
 
-    python -m pyllama_spec.train.data TARGET.gguf OUT.jsonl [--n-chat 600] [--n-code 200]
+    python -m pyllama_spec.train.data TARGET.gguf OUT.jsonl [--n-chat 600] [--n-code 200] [--parallel 64]
 """
 from __future__ import annotations
 
@@ -20,7 +23,10 @@ import hashlib
 import json
 import random
 import sysconfig
+from collections import deque
 from pathlib import Path
+
+import numpy as np
 
 LANGS = ["Python", "JavaScript", "TypeScript", "C", "C++", "Rust", "Go", "Java", "Bash", "SQL", "Ruby", "Kotlin"]
 TASKS = [
@@ -57,44 +63,126 @@ SENTENCES = ["the meeting got moved to thursday because half the team was out si
              "the new release fixes several bugs and makes the startup time faster"]
 
 
-def chat_prompts(n: int, seed: int = 0) -> list:
-    """``n`` distinct chat prompts (``[{"role": "user", "content": ...}]``) from the templates."""
+HOWTO = ["read a JSON file", "sort a dictionary by value", "reverse a list", "make an HTTP request",
+         "handle exceptions", "write a unit test", "read environment variables", "parse command-line arguments",
+         "format a date", "split a string by commas", "check if a file exists", "measure how long code takes",
+         "generate a random number", "remove whitespace from a string", "convert a string to an integer",
+         "iterate over a dictionary", "create a class with a constructor", "use a regular expression",
+         "write to a file", "concatenate two arrays", "find the maximum of a list", "run code in parallel",
+         "define an enum", "copy an object", "compare two strings ignoring case", "pad a number with zeros",
+         "sleep for one second", "log messages", "connect to a SQLite database", "read input from the user"]
+GENRES = ["a short poem", "a haiku", "a short story", "a limerick", "a product description", "a tweet",
+          "a motivational quote", "a short dialogue", "a riddle", "a two-sentence horror story"]
+SUBJECTS = ["the ocean", "a lost robot", "autumn leaves", "a cup of coffee", "a programmer at midnight", "the moon",
+            "a friendly dragon", "city traffic", "a rainy Monday", "a cat that learns to code", "mountains",
+            "the first day of school", "a broken umbrella", "time travel", "a small bakery", "the stars"]
+EMAILS = ["your manager asking for a day off", "a customer apologizing for a late delivery",
+          "a colleague asking for feedback on a document", "a landlord about a broken heater",
+          "a teacher asking about homework", "the team announcing a new release", "a friend inviting them to dinner",
+          "a client following up on an invoice"]
+LISTS = ["tips for learning a new programming language", "healthy breakfast ideas", "ways to save money",
+         "reasons to write tests", "books for beginners in programming", "ways to improve sleep",
+         "common mistakes in Python", "ideas for a weekend project", "questions to ask in a job interview",
+         "benefits of exercise", "ways to reduce stress", "features of a good API"]
+QA = ["Why is the sky blue?", "How does a computer store numbers?", "What causes the seasons?",
+      "How do vaccines work?", "Why do we need sleep?", "How does a car engine work?", "What is DNA?",
+      "How do airplanes fly?", "What is the capital of France and why is it famous?", "How do rainbows form?",
+      "What is machine learning?", "How does email work?", "What is a prime number?", "How do plants grow?",
+      "Why is exercise important?", "What is the speed of light?", "How does the stock market work?",
+      "What is climate change?", "How do magnets work?", "What is an algorithm?"]
+CODE_ASK = ["Explain what this code does:", "Find a possible bug in this code:", "Add comments to this code:",
+            "Rewrite this code to be more readable:", "Write a unit test for this code:"]
+
+
+def chat_prompts(n: int, seed: int = 0, snippets: list | None = None) -> list:
+    """``n`` distinct chat prompts (``[{"role": "user", "content": ...}]``) from the templates;
+    ``snippets`` (source code strings) feed the explain / review templates."""
     rng = random.Random(seed)
     out, seen = [], set()
+    tries = 0
     while len(out) < n:
+        tries += 1
+        if tries > 50 * n + 1000:
+            raise ValueError(f"the templates give fewer than {n} distinct chat prompts ({len(out)})")
         kind = rng.random()
-        if kind < 0.6:
+        if kind < 0.40:
             text = f"{rng.choice(VERBS)} {rng.choice(TASKS)} in {rng.choice(LANGS)}.{rng.choice(FOLLOWUPS)}"
-        elif kind < 0.85:
+        elif kind < 0.52:
+            text = f"How do I {rng.choice(HOWTO)} in {rng.choice(LANGS)}?{rng.choice(FOLLOWUPS)}"
+        elif kind < 0.64:
             x, y = rng.sample(TOPICS, 2)
             text = rng.choice(EXPLAIN).format(x=x, y=y)
-        else:
+        elif kind < 0.70:
+            text = rng.choice(QA) + rng.choice(["", " Answer briefly.", " Explain it to a child.", " Give details."])
+        elif kind < 0.77:
+            text = f"Write {rng.choice(GENRES)} about {rng.choice(SUBJECTS)}."
+        elif kind < 0.82:
+            text = f"Write an email to {rng.choice(EMAILS)}.{rng.choice(['', ' Keep it polite.', ' Make it short.'])}"
+        elif kind < 0.87:
+            text = f"Give me {rng.randint(3, 10)} {rng.choice(LISTS)}."
+        elif kind < 0.92:
             text = rng.choice(REWRITES).format(s=rng.choice(SENTENCES))
+        elif snippets:
+            text = f"{rng.choice(CODE_ASK)}\n\n```python\n{rng.choice(snippets)}\n```"
+        else:
+            continue
         if text not in seen:
             seen.add(text)
             out.append([{"role": "user", "content": text}])
     return out
 
 
-def code_prompts(n: int, seed: int = 0, chunk_chars: int = 600) -> list:
-    """``n`` plain-text prompts: chunks of the Python standard library's source files."""
+def source_files(root=None) -> list:
+    """The ``.py`` files under ``root`` (default: this Python's standard library), sorted."""
+    root = Path(root or sysconfig.get_paths()["stdlib"])
+    return sorted(f for f in root.rglob("*.py") if "site-packages" not in f.parts)
+
+
+def code_prompts(n: int, seed: int = 0, chunk_chars: int = 600, root=None) -> list:
+    """``n`` plain-text prompts: chunks of source files (several per file, starting at a line)."""
     rng = random.Random(seed)
-    files = sorted(Path(sysconfig.get_paths()["stdlib"]).glob("*.py"))
+    files = source_files(root)
     rng.shuffle(files)
-    out = []
+    texts = []
     for f in files:
         try:
             text = f.read_text(encoding="utf-8")
         except (UnicodeDecodeError, OSError):
             continue
-        if len(text) < 3 * chunk_chars:
-            continue
+        if len(text) >= 3 * chunk_chars:
+            texts.append(text)
+        if len(texts) >= n:
+            break
+    out, seen = [], set()
+    for _ in range(20 * n):
+        if len(out) >= n or not texts:
+            break
+        text = texts[len(out) % len(texts)]
         start = rng.randrange(0, len(text) - chunk_chars)
         start = text.rfind("\n", 0, start) + 1
-        out.append(text[start:start + chunk_chars])
-        if len(out) >= n:
-            break
+        chunk = text[start:start + chunk_chars]
+        if chunk.strip() and chunk not in seen:
+            seen.add(chunk)
+            out.append(chunk)
     return out
+
+
+def code_snippets(n: int, seed: int = 1, max_lines: int = 14, root=None) -> list:
+    """``n`` short function bodies from source files, for the explain / review chat templates."""
+    rng = random.Random(seed)
+    out = []
+    for f in source_files(root):
+        try:
+            lines = f.read_text(encoding="utf-8").splitlines()
+        except (UnicodeDecodeError, OSError):
+            continue
+        starts = [i for i, ln in enumerate(lines) if ln.startswith("def ")]
+        if starts:
+            i = rng.choice(starts)
+            body = [lines[i]] + [ln for ln in lines[i + 1:i + max_lines] if ln.startswith((" ", "\t")) or not ln]
+            out.append("\n".join(body).rstrip())
+    rng.shuffle(out)
+    return out[:n]
 
 
 def split_of(key: str, held_out: float = 0.1) -> str:
@@ -103,33 +191,135 @@ def split_of(key: str, held_out: float = 0.1) -> str:
     return "heldout" if h < held_out else "train"
 
 
-def generate(target, out_path, *, n_chat: int = 600, n_code: int = 200, max_tokens: int = 256, n_ctx: int = 2048,
-             n_gpu_layers: int = -1, progress: bool = True) -> int:
-    """Answer every prompt with the target at T = 0 and write one JSON line per sequence:
-    ``{"split", "prompt_tokens", "answer_tokens", "kind"}``. Resumes an interrupted file.
-    Returns the number of lines."""
+def prompt_items(n_chat: int, n_code: int, seed: int = 0) -> list:
+    """The prompts of a data set: ``[(kind, chat messages | text)]`` in a fixed, shuffled order
+    (so that a run cut short still has both kinds)."""
+    chats = chat_prompts(n_chat, seed, snippets=code_snippets(400, seed + 1))
+    items = [("chat", m) for m in chats] + [("code", t) for t in code_prompts(n_code, seed)]
+    random.Random(seed).shuffle(items)
+    return items
+
+
+def answer_batched(model, prompts: list, *, max_tokens: int, n_parallel: int = 64, n_batch: int = 2048,
+                   progress: bool = True):
+    """Greedy answers to many prompts at once: one KV-cache stream per prompt, every step one
+    ``llama_decode`` that feeds the last token of each running answer and the prompts of newly
+    started ones. Yields ``(index, answer_tokens, ended_by_eog)`` in completion order;
+    ``answer_tokens`` include the end-of-generation token when one ended the answer.
+
+    Raises:
+        InvalidArgumentError: a prompt longer than ``n_batch`` tokens.
+    """
     import pyllama_spec as ps
 
-    gen = ps.Generator(target, n_ctx=n_ctx, n_gpu_layers=n_gpu_layers)
-    items = [("chat", m) for m in chat_prompts(n_chat)] + [("code", t) for t in code_prompts(n_code)]
-    # resumable: the item order is deterministic, so skip what an earlier run already wrote
-    done = sum(1 for _ in open(out_path)) if Path(out_path).exists() else 0
-    items = items[done:]
-    it = items
+    from ..errors import InvalidArgumentError
+
+    if not prompts:
+        return
+    longest = max(len(p) for p in prompts)
+    if longest > n_batch:
+        raise InvalidArgumentError(f"a prompt of {longest} tokens exceeds n_batch={n_batch}; shorten it")
+    n_parallel = max(1, min(n_parallel, len(prompts)))
+    per_seq = longest + max_tokens + 1
+    ctx = ps.Context(model, n_ctx=n_parallel * per_seq, n_batch=n_batch, n_ubatch=min(n_batch, 512),
+                     n_seq_max=n_parallel)
+    vocab = model.vocab
+    queue = deque(range(len(prompts)))
+    slots: list = [None] * n_parallel  # per stream: [prompt index, next position, answer tokens]
+    bar = None
     if progress:
         from tqdm import tqdm
-        it = tqdm(items, desc="self-distillation", unit="prompt")
-    n = done
+        bar = tqdm(total=len(prompts), desc="self-distillation", unit="prompt")
+    try:
+        while queue or any(s is not None for s in slots):
+            toks, pos, seq, flags, owners = [], [], [], [], []
+            for k, st in enumerate(slots):
+                if st is not None:
+                    toks.append(st[2][-1])
+                    pos.append(st[1])
+                    seq.append(k)
+                    flags.append(1)
+                    owners.append(k)
+                    st[1] += 1
+            for k in range(n_parallel):
+                if not queue:
+                    break
+                if slots[k] is not None:
+                    continue
+                p = prompts[queue[0]]
+                if len(toks) + len(p) > n_batch:
+                    break
+                i = queue.popleft()
+                ctx.memory.seq_rm(k)
+                toks.extend(p)
+                pos.extend(range(len(p)))
+                seq.extend([k] * len(p))
+                flags.extend([0] * (len(p) - 1) + [1])
+                owners.append(k)
+                slots[k] = [i, len(p), []]
+            ctx.decode(toks, np.asarray(pos), seq_id=np.asarray(seq), logits=np.asarray(flags))
+            nxt = ctx.logits().argmax(axis=1)
+            for row, k in enumerate(owners):
+                st = slots[k]
+                t = int(nxt[row])
+                st[2].append(t)
+                eog = vocab.is_eog(t)
+                if eog or len(st[2]) >= max_tokens:
+                    yield st[0], st[2], eog
+                    slots[k] = None
+                    if bar is not None:
+                        bar.update(1)
+    finally:
+        if bar is not None:
+            bar.close()
+        ctx.close()
+
+
+def generate(target, out_path, *, n_chat: int = 600, n_code: int = 200, max_tokens: int = 256,
+             n_parallel: int = 64, n_ctx: int = 2048, max_prompt_tokens: int = 512, n_gpu_layers: int = -1,
+             seed: int = 0, progress: bool = True) -> int:
+    """Answer every prompt with the target at T = 0 and write one JSON line per sequence:
+    ``{"split", "kind", "key", "prompt_tokens", "answer_tokens"}`` (``answer_tokens`` end with the
+    end-of-generation token when the target stopped by itself). Resumes an interrupted file
+    (prompts whose key is already there are skipped). ``n_parallel=1``: one prompt at a time
+    through :class:`pyllama_spec.Generator`. Returns the number of lines in the file."""
+    import pyllama_spec as ps
+
+    items = prompt_items(n_chat, n_code, seed)
+    done = set()
+    if Path(out_path).exists():
+        with open(out_path) as f:
+            done = {json.loads(line).get("key") for line in f}
+    gen = ps.Generator(target, n_ctx=n_ctx, n_gpu_layers=n_gpu_layers)
+    todo = []
+    for kind, p in items:
+        key = hashlib.sha256(json.dumps(p).encode()).hexdigest()[:16]
+        if key in done:
+            continue
+        toks = gen.tokenize_prompt(messages=p) if kind == "chat" else gen.tokenize_prompt(prompt=p)
+        todo.append((kind, p, key, toks[:max_prompt_tokens]))
+    n = len(done)
     with open(out_path, "a") as f:
-        for kind, p in it:
-            kw = {"messages": p} if kind == "chat" else {"prompt": p}
-            r = gen.generate(**kw, max_tokens=max_tokens)
-            key = json.dumps(p)
-            f.write(json.dumps({"split": split_of(key), "kind": kind, "prompt_tokens": r.prompt_tokens,
-                                "answer_tokens": r.tokens + ([gen.model.vocab.eos] if r.finish_reason == "eos" else [])})
-                    + "\n")
-            f.flush()
-            n += 1
+        def write(item, answer):
+            kind, p, key, toks = item
+            f.write(json.dumps({"split": split_of(json.dumps(p)), "kind": kind, "key": key,
+                                "prompt_tokens": toks, "answer_tokens": answer}) + "\n")
+            f.flush()  # a run stopped by a time limit leaves whole lines
+
+        if n_parallel <= 1:
+            it = todo
+            if progress:
+                from tqdm import tqdm
+                it = tqdm(todo, desc="self-distillation", unit="prompt")
+            for item in it:
+                r = gen.generate(prompt_tokens=item[3], max_tokens=max_tokens)
+                write(item, r.tokens + ([gen.model.vocab.eos] if r.finish_reason == "eos" else []))
+                n += 1
+        else:
+            for i, answer, _ in answer_batched(gen.model, [t[3] for t in todo], max_tokens=max_tokens,
+                                               n_parallel=n_parallel, progress=progress):
+                write(todo[i], answer)
+                n += 1
     gen.close()
     return n
 
@@ -141,10 +331,11 @@ def main(argv=None) -> int:
     ap.add_argument("--n-chat", type=int, default=600)
     ap.add_argument("--n-code", type=int, default=200)
     ap.add_argument("--max-tokens", type=int, default=256)
+    ap.add_argument("--parallel", type=int, default=64, help="prompts answered at once (1: through Generator)")
     ap.add_argument("-ngl", "--n-gpu-layers", type=int, default=-1)
     a = ap.parse_args(argv)
     print(generate(a.target, a.out, n_chat=a.n_chat, n_code=a.n_code, max_tokens=a.max_tokens,
-                   n_gpu_layers=a.n_gpu_layers), "sequences written to", a.out)
+                   n_parallel=a.parallel, n_gpu_layers=a.n_gpu_layers), "sequences written to", a.out)
     return 0
 
 

@@ -16,39 +16,73 @@ def load_sequences(path, max_len: int = 1024) -> list:
     out = []
     with open(path) as f:
         for line in f:
-            d = json.loads(line)
+            try:
+                d = json.loads(line)
+            except json.JSONDecodeError:  # the last line of a generation run killed mid-write
+                continue
             toks = (d["prompt_tokens"] + d["answer_tokens"])[:max_len]
             if len(toks) > len(d["prompt_tokens"]) + 2:
                 out.append({"split": d["split"], "tokens": toks, "n_prompt": len(d["prompt_tokens"])})
     return out
 
 
-def extract(target_path, sequences: list, layer_ids: list, *, n_gpu_layers: int = -1, n_batch: int = 1024,
-            progress: bool = True) -> list:
-    """Features of every sequence: a list of ``(len, len(layer_ids) × n_embd)`` float16 arrays.
+def extract(target_path, sequences: list, layer_ids: list, *, n_gpu_layers: int = -1, n_batch: int = 2048,
+            n_pack: int = 16, progress: bool = True) -> list:
+    """Features of every sequence: a list of ``(len, len(layer_ids) × n_embd)`` float16 arrays,
+    and the target's token embedding ``(n_vocab, n_embd)`` float32.
 
     Row i holds the inputs of the tapped layers at position i (computed from tokens 0..i).
+    Short sequences are packed, up to ``n_pack`` per ``llama_decode`` (one KV-cache stream each);
+    sequences longer than ``n_batch`` are decoded in chunks.
     """
     import pyllama_spec as ps
 
     model = ps.Model(target_path, n_gpu_layers=n_gpu_layers)
     longest = max(len(s["tokens"]) for s in sequences)
-    ctx = ps.Context(model, n_ctx=max(256, longest + 1), n_batch=n_batch, n_ubatch=min(n_batch, 512))
+    n_ubatch = min(n_batch, 512)
+    ctx = ps.Context(model, n_ctx=n_pack * max(256, longest + 1), n_batch=n_batch, n_ubatch=n_ubatch, n_seq_max=n_pack)
     ctx.enable_layer_inputs(layer_ids)
-    it = sequences
+    bar = None
     if progress:
         from tqdm import tqdm
-        it = tqdm(sequences, desc="features", unit="seq")
-    feats = []
-    for s in it:
-        ctx.memory.clear()
-        toks = s["tokens"]
-        parts = []
-        for i in range(0, len(toks), n_batch):
-            chunk = toks[i:i + n_batch]
-            ctx.decode(chunk, np.arange(i, i + len(chunk)), logits="none")
-            parts.append(np.concatenate([ctx.layer_input(lid) for lid in layer_ids], axis=1).astype(np.float16))
-        feats.append(np.concatenate(parts, axis=0))
+        bar = tqdm(total=len(sequences), desc="features", unit="seq")
+    feats: list = [None] * len(sequences)
+
+    def taps():
+        return np.concatenate([ctx.layer_input(lid) for lid in layer_ids], axis=1).astype(np.float16)
+
+    i = 0
+    while i < len(sequences):
+        ctx.memory.clear(data=False)
+        toks = sequences[i]["tokens"]
+        if len(toks) > n_batch:
+            parts = []
+            for j in range(0, len(toks), n_batch):
+                chunk = toks[j:j + n_batch]
+                ctx.decode(chunk, np.arange(j, j + len(chunk)), logits="none")
+                parts.append(taps())
+            feats[i] = np.concatenate(parts, axis=0)
+            i += 1
+        else:
+            group = []
+            n = 0
+            while (i < len(sequences) and len(group) < n_pack and
+                   n + len(sequences[i]["tokens"]) <= n_batch):
+                group.append(i)
+                n += len(sequences[i]["tokens"])
+                i += 1
+            lens = [len(sequences[g]["tokens"]) for g in group]
+            ctx.decode(np.concatenate([sequences[g]["tokens"] for g in group]),
+                       np.concatenate([np.arange(m) for m in lens]),
+                       seq_id=np.repeat(np.arange(len(group)), lens), logits="none")
+            rows = taps()
+            for g, a, b in zip(group, np.cumsum([0] + lens[:-1]), np.cumsum(lens)):
+                feats[g] = rows[a:b]
+        if bar is not None:
+            bar.n = i
+            bar.refresh()
+    if bar is not None:
+        bar.close()
     emb = model.token_embeddings()
     ctx.close()
     model.close()

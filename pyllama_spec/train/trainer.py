@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import torch
@@ -140,20 +141,28 @@ def evaluate(model: DFlashDrafter, seqs, feats, idx, c: DFlashConfig, device, *,
 def train(seqs, feats, tok_embd: np.ndarray, head: np.ndarray, c: DFlashConfig, *, steps: int = 2000,
           batch: int = 16, n_blocks: int = 32, lr: float = 1e-3, warmup: int = 100, eval_every: int = 250,
           seed: int = 0, device: str | None = None, progress: bool = True, log=print,
-          max_seconds: float | None = None):
+          max_seconds: float | None = None, max_eval_seqs: int | None = None):
     """Train a drafter; returns ``(model, history)`` where history lists the validation results.
 
-    ``max_seconds`` caps the training time: the step time is measured over steps 20–50 (after the
-    first steps' CUDA warm-up) and the step count is cut to fit (the learning-rate schedule
-    follows the new count). The model returned is the one with the best held-out τ seen at an
-    evaluation (small self-distilled data sets overfit: see benchmarks/RESULTS.md)."""
+    Args:
+        seqs: ``[{"split", "tokens", "n_prompt"}]`` (:func:`.features.load_sequences`).
+        feats: ``feats[i]`` = ``(len(tokens_i), n_ids·n_embd)`` target features of sequence i.
+        tok_embd, head: the target's ``(n_vocab, n_embd)`` token embedding and output head.
+        batch: sequences per step; ``n_blocks``: anchor blocks per sequence.
+        max_seconds: cap on the training time (evaluations included): the step time is measured
+            over steps 20–50 (after the first steps' CUDA warm-up) and the step count is cut to fit,
+            then re-fitted after every evaluation (the cosine learning-rate schedule follows).
+        max_eval_seqs: held-out sequences used by the periodic validation (default: all).
+
+    The model returned is the one with the best held-out loop τ seen at an evaluation (small
+    self-distilled data sets overfit: see benchmarks/RESULTS.md)."""
     torch.manual_seed(seed)
     dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
     model = DFlashDrafter(c, torch.tensor(np.asarray(tok_embd, np.float32), device=dev),
                           torch.tensor(np.asarray(head, np.float32), device=dev)).to(dev)
     train_idx = [i for i, s in enumerate(seqs) if s["split"] == "train"]
-    held_idx = [i for i, s in enumerate(seqs) if s["split"] == "heldout"]
+    held_idx = [i for i, s in enumerate(seqs) if s["split"] == "heldout"][:max_eval_seqs]
     opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.01)
     total = {"steps": steps}
     sched = torch.optim.lr_scheduler.LambdaLR(
@@ -165,6 +174,14 @@ def train(seqs, feats, tok_embd: np.ndarray, head: np.ndarray, c: DFlashConfig, 
     if progress:
         from tqdm import tqdm
         bar = tqdm(total=steps, desc="train", unit="step")
+    cpu = torch.device("cpu")
+
+    def next_batch():  # on a worker thread: the next batch is assembled while the GPU computes
+        idx = rng.choice(train_idx, size=min(batch, len(train_idx)), replace=False).tolist()
+        return make_batch(seqs, feats, idx, c, n_blocks, rng, cpu)
+
+    pool = ThreadPoolExecutor(1)
+    pending = pool.submit(next_batch)
     t0 = time.time()
     step = -1
     best = None
@@ -181,8 +198,8 @@ def train(seqs, feats, tok_embd: np.ndarray, head: np.ndarray, c: DFlashConfig, 
             if bar is not None:
                 bar.total = total["steps"]
                 bar.refresh()
-        idx = rng.choice(train_idx, size=min(batch, len(train_idx)), replace=False).tolist()
-        f, cp, tok, pos, mask, tgt = make_batch(seqs, feats, idx, c, n_blocks, rng, dev)
+        f, cp, tok, pos, mask, tgt = (t.to(dev) for t in pending.result())
+        pending = pool.submit(next_batch)
         with torch.autocast(dev.type, dtype=dtype, enabled=dev.type == "cuda"):
             logits = model.logits(model(f.to(dtype), cp, tok, pos, mask)).float()
         B = c.block_size
@@ -198,6 +215,11 @@ def train(seqs, feats, tok_embd: np.ndarray, head: np.ndarray, c: DFlashConfig, 
             ev = evaluate(model, seqs, feats, held_idx, c, dev, dtype=dtype) if held_idx else {"tau": float("nan")}
             ev.update(step=step + 1, loss=float(loss.detach()), seconds=time.time() - t0)
             history.append(ev)
+            if max_seconds and step >= 50:  # evaluations take time too: fit the remaining steps again
+                left = max_seconds - (time.time() - t0)
+                total["steps"] = max(step + 1, min(steps, step + 1 + int(left / per_step)))
+                if bar is not None:
+                    bar.total = total["steps"]
             if held_idx and (best is None or ev["tau"] > best[0]):
                 best = (ev["tau"], {k: v.detach().clone() for k, v in model.state_dict().items()})
             msg = f"step {step + 1}: loss {ev['loss']:.3f}  held-out τ {ev['tau']:.3f}"
@@ -206,6 +228,7 @@ def train(seqs, feats, tok_embd: np.ndarray, head: np.ndarray, c: DFlashConfig, 
                 bar.write(msg)
             else:
                 log(msg)
+    pool.shutdown(cancel_futures=True)
     if bar is not None:
         bar.close()
     if best is not None and best[0] > history[-1]["tau"]:

@@ -1,0 +1,87 @@
+"""The DFlash drafter for SmolLM2-135M-Instruct shipped in the package (trained by
+pyllama_spec.train; model card: pyllama_spec/data/MODEL_CARD.md): the file, its metadata, and the
+loop with it — lossless, actually accepting drafts, and token-identical to llama.cpp's program."""
+import pytest
+
+import pyllama_spec as ps
+from pyllama_spec.assets import SMOLLM2_DFLASH, SMOLLM2_DFLASH_SHA256, _sha256, smollm2_dflash_path
+from pyllama_spec.gguf_file import read_gguf
+from pyllama_spec.native import run_speculative_simple
+
+from .conftest import EXACT, assert_same_tokens, native_or_skip
+
+CHAT = [{"role": "user", "content": "Write a JavaScript debounce function."}]
+
+
+def test_file_hash_size_and_metadata():
+    path = smollm2_dflash_path()
+    assert _sha256(path) == SMOLLM2_DFLASH_SHA256
+    assert path.stat().st_size <= 20 * 10**6  # the issue's bound for a shipped drafter
+    info = read_gguf(path)
+    assert info.arch == "dflash"
+    assert int(info.get("dflash.block_size")) == SMOLLM2_DFLASH["block_size"]
+    assert list(info.get("dflash.target_layers")) == SMOLLM2_DFLASH["target_layer_ids"]
+    assert int(info.get("tokenizer.ggml.mask_token_id")) == SMOLLM2_DFLASH["mask_token_id"]
+    assert int(info.get("dflash.block_count")) == SMOLLM2_DFLASH["n_layer"]
+    card = (path.parent / "MODEL_CARD.md").read_text()
+    assert SMOLLM2_DFLASH_SHA256 in card
+
+
+def test_altered_file_is_refused(tmp_path, monkeypatch):
+    import pyllama_spec.assets as assets
+
+    fake = tmp_path / "pkg"
+    (fake / "data").mkdir(parents=True)
+    (fake / "data" / assets.SMOLLM2_DFLASH_FILE).write_bytes(b"GGUF" + b"\0" * 64)
+    monkeypatch.setattr(assets, "__file__", str(fake / "assets.py"))
+    with pytest.raises(ps.ModelLoadError, match="sha256"):
+        assets.smollm2_dflash_path()
+    (fake / "data" / assets.SMOLLM2_DFLASH_FILE).unlink()
+    with pytest.raises(ps.ModelNotFoundError, match="missing"):
+        assets.smollm2_dflash_path()
+
+
+@pytest.fixture(scope="module")
+def shipped_gen(smollm2):
+    gen = ps.Generator(smollm2, drafters={"dflash": smollm2_dflash_path()}, n_ctx=2048, n_batch=256)
+    yield gen
+    gen.close()
+
+
+@pytest.mark.smollm2
+@pytest.mark.parametrize("n_max", [1, 3, 7])
+def test_lossless_with_the_shipped_drafter(shipped_gen, n_max):
+    ref = shipped_gen.generate(messages=CHAT, max_tokens=64)
+    r = shipped_gen.generate(messages=CHAT, drafter="dflash", n_max=n_max, max_tokens=64)
+    assert_same_tokens(r.tokens, ref.tokens, min_prefix=32)
+    assert r.stats.n_steps + r.stats.n_accepted == r.extra["n_committed"]
+    # a trained drafter is right often enough to show: a random one accepts nothing
+    assert r.stats.n_accepted > 0 and r.stats.mean_accepted_length > 1.3
+
+
+@pytest.mark.smollm2
+def test_shipped_drafter_tau_on_new_prompts(shipped_gen):
+    """τ at n_max = block − 1 on prompts written outside the training templates: the shipped
+    drafter must stay well above a random one (τ = 1)."""
+    prompts = [[{"role": "user", "content": "Write a function that returns the n-th triangular number in Go."}],
+               [{"role": "user", "content": "Explain what a hash table is."}]]
+    stats = ps.SpecStats(n_max=SMOLLM2_DFLASH["block_size"] - 1)
+    for m in prompts:
+        stats.merge(shipped_gen.generate(messages=m, drafter="dflash", max_tokens=96).stats)
+    assert stats.mean_accepted_length > 1.5, stats.as_dict()
+
+
+@pytest.mark.smollm2
+@pytest.mark.native
+def test_native_program_gives_the_same_tokens(shipped_gen):
+    native_or_skip("llama-speculative-simple")
+    vocab = shipped_gen.model.vocab
+    text = vocab.detokenize(shipped_gen.tokenize_prompt(messages=CHAT), unparse_special=True)
+    ours = shipped_gen.generate(messages=CHAT, drafter="dflash", n_max=7, max_tokens=64)
+    nat = run_speculative_simple(shipped_gen.model.path, smollm2_dflash_path(), text, n_max=7, n_predict=64,
+                                 n_ctx=2048)
+    expected = b"".join(vocab.token_to_piece(t, special=True) for t in ours.prompt_tokens + ours.tokens)
+    if EXACT:
+        assert nat.stdout.lstrip(b"\n").startswith(expected)
+        assert nat.n_accept == ours.stats.n_accepted
+    assert nat.n_accept > 0
