@@ -36,5 +36,6 @@ nice -n 5 "$PY" -m pip wheel . --no-deps --no-build-isolation -w "$OUT" \
   -C cmake.define.CUDA_cublasLt_LIBRARY="$CB/lib/libcublasLt.so" \
   -C cmake.define.CUDA_cuda_driver_LIBRARY="$T/stub/libcuda.so" \
   -C "cmake.define.CMAKE_CUDA_FLAGS=-I$CB/include" -C "cmake.define.CMAKE_CXX_FLAGS=-I$CB/include" \
+  -C "cmake.define.CMAKE_EXE_LINKER_FLAGS=-Wl,-rpath-link,$T/stub:$CB/lib" \
   -C build-dir="$PWD/.dev/cudabuild"
 echo "built in $(( $(date +%s) - start )) s: $(ls "$OUT"/*.whl)"

@@ -67,7 +67,7 @@ model0)
 data)
   cat "$W/smol.part00" .dev/smol.part01 > "$GGUF" && sha256sum "$GGUF"
   log "self-distillation data (batched greedy answers)"
-  (cd /tmp && timeout ${DATA_TIMEOUT:-360} python3 -m pyllama_spec.train.data "$GGUF" "$W/data.jsonl" \
+  (cd /tmp && timeout ${DATA_TIMEOUT:-330} python3 -m pyllama_spec.train.data "$GGUF" "$W/data.jsonl" \
       --n-chat ${N_CHAT:-9000} --n-code ${N_CODE:-3000} --max-tokens ${MAX_TOKENS:-256} --parallel ${PARALLEL:-128} \
       2>&1 | tr '\r' '\n' | grep -v "^$" | awk 'NR % 20 == 0' | tail -8)
   wc -l "$W/data.jsonl"
