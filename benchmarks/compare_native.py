@@ -65,9 +65,10 @@ def main() -> None:
     for n_max in configs:
         nat_rates, free_rates, sync_rates = [], [], []
         stats = SpecStats(n_max=max(n_max, 1))
-        same = True
+        n_same = 0
         for text, toks in prompts:
             native, ours_free, ours_sync = [], [], []
+            same = True
             for _ in range(a.runs):
                 if n_max == 0:
                     nat = run_completion(target, text, n_predict=a.max_tokens, n_ctx=a.n_ctx,
@@ -86,6 +87,7 @@ def main() -> None:
                 ours_bytes = pieces(r.tokens) if n_max == 0 else pieces(r.prompt_tokens) + pieces(r.tokens)
                 out = nat.stdout if n_max == 0 else nat.stdout.lstrip(b"\n")
                 same &= out.startswith(ours_bytes) and r.tokens == rs.tokens
+            n_same += same
             if n_max:
                 stats.merge(r.stats)
             nat_rates.append(statistics.median(native))
@@ -95,13 +97,14 @@ def main() -> None:
                "ours_sync_tok_s": statistics.mean(sync_rates), "n_prompts": len(prompts),
                "acceptance": stats.acceptance_rate if n_max else None,
                "tau": stats.mean_accepted_length if n_max else None,
-               "accepted_per_position": stats.accepted_per_position if n_max else None, "identical": same}
+               "accepted_per_position": stats.accepted_per_position if n_max else None,
+               "identical": n_same == len(prompts), "identical_prompts": n_same}
         row["ratio"] = row["ours_tok_s"] / row["native_tok_s"]
         rows.append(row)
         tau = f"τ {row['tau']:.2f}  acc {100 * row['acceptance']:.1f}%" if n_max else "plain"
         print(f"n_max={n_max:<3} native {row['native_tok_s']:8.1f} tok/s   ours {row['ours_tok_s']:8.1f} tok/s "
               f"(sync {row['ours_sync_tok_s']:8.1f})   ours/native {row['ratio']:.3f}   "
-              f"{tau}   identical tokens: {same}", flush=True)
+              f"{tau}   identical tokens: {n_same}/{len(prompts)} prompts", flush=True)
     plain = rows[0]
     for row in rows[1:]:
         print(f"n_max={row['n_max']}: DFlash / plain = {row['ours_tok_s'] / plain['ours_tok_s']:.2f} (ours), "

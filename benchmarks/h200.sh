@@ -10,10 +10,11 @@
 #   bash benchmarks/h200.sh data     # carry .dev/smol.part01  (self-distillation data, batched; features)
 #   bash benchmarks/h200.sh train    # the configurations in parallel on shared features, pick the best
 #   bash benchmarks/h200.sh bench    # best drafter vs plain vs native on held-out prompts; pytest
+#   bash benchmarks/h200.sh retest   # carry .dev/smol.part01 after install + model0: tests, τ, demo of this checkout
 #
 # Settings through the environment: N_CHAT, N_CODE, MAX_TOKENS (data); TRAIN_SECONDS, CONFIGS (train).
 set -uo pipefail
-PHASE=${1:?phase: install | model0 | data | train | bench}
+PHASE=${1:?phase: install | model0 | data | train | bench | retest}
 REPO=$(pwd)
 W=/tmp/w
 OUT=${OUT:-$W/out}
@@ -118,5 +119,19 @@ PY
 
   (cd "$REPO" && timeout ${PYTEST_TIMEOUT:-200} pytest -q -p no:cacheprovider --timeout 60 2>&1 \
       | tee "$OUT/pytest_h200.txt" | tail -15)
+  ;;
+retest)
+  # carry .dev/smol.part01 after install + model0: this checkout's Python files and shipped data go over
+  # the installed wheel (its native part is unchanged), then tests, τ on held-out prompts and the demo
+  cat "$W/smol.part00" .dev/smol.part01 > "$GGUF"
+  (cd pyllama_spec && tar -cf - $(find . -name "*.py" -o -path "./data/*" -type f)) | tar -xf - -C "$W/pkg/pyllama_spec"
+  log "pytest"
+  (cd "$REPO" && timeout ${PYTEST_TIMEOUT:-200} pytest -q -p no:cacheprovider --timeout 60 2>&1 \
+      | tee "$OUT/pytest_h200.txt" | tail -8)
+  log "τ of the shipped drafter on 60 held-out prompts"
+  (cd /tmp && timeout 200 python3 "$REPO/benchmarks/heldout_tau.py" "$REPO/benchmarks/data/smollm2-selfdistill-9170.jsonl.gz" \
+      --n-prompts 60 --json "$OUT/heldout_tau_h200.json")
+  log "the README demo as a user runs it (shipped drafter by default)"
+  (cd /tmp && timeout 120 python3 "$REPO/examples/stage_timing.py" > "$OUT/demo_h200.txt" 2>&1); grep -E "^drafter|τ|generation" "$OUT/demo_h200.txt" | head -30
   ;;
 esac

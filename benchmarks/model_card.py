@@ -32,14 +32,14 @@ def main() -> None:
         plain = b["rows"][0]
         out = []
         for r in b["rows"][1:]:
-            out.append(f"| {where} | {r['n_max']} | {plain['ours_tok_s']:.0f} | {r['ours_tok_s']:.0f} | "
-                       f"{r['ours_tok_s'] / plain['ours_tok_s']:.2f} | {r['native_tok_s']:.0f} | "
-                       f"{r['tau']:.2f} | {100 * r['acceptance']:.1f}% |")
+            out.append(f"| {where} | {r['n_prompts']} | {r['n_max']} | {plain['ours_tok_s']:.0f} / "
+                       f"{plain['native_tok_s']:.0f} | {r['ours_tok_s']:.0f} / {r['native_tok_s']:.0f} | "
+                       f"{r['ours_tok_s'] / plain['ours_tok_s']:.2f} | {r['tau']:.2f} | {100 * r['acceptance']:.1f}% |")
         return out
 
-    rows = speed_rows(bench, "H200 (CUDA)")
+    rows = speed_rows(bench, "H200 (CUDA, sm_90)")
     if a.cpu_bench:
-        rows += speed_rows(json.loads(Path(a.cpu_bench).read_text()), "CPU (2 cores)")
+        rows += speed_rows(json.loads(Path(a.cpu_bench).read_text()), "CPU (AMD EPYC, 2 cores)")
     hist = " → ".join(f"{h['tau']:.2f}@{h['step']}" for h in row["history"])
     text = f"""# DFlash drafter for SmolLM2-135M-Instruct (`{gguf.name}`)
 
@@ -79,8 +79,11 @@ Configuration picked by measurement among those trained side by side: see
 tokens per verify step, acceptance rate {100 * loop['acceptance_rate']:.1f}% (accepted / drafted);
 accepted at draft position 1..{row['block'] - 1}: {per_pos}.
 
-## Speed (tokens/s after prefill; `benchmarks/compare_native.py`, held-out prompts, greedy)
-| machine | n_max | plain | DFlash (ours) | DFlash / plain | DFlash (llama-speculative-simple) | τ | acceptance |
+## Speed (tokens/s after prefill, 256 tokens, greedy; `benchmarks/compare_native.py` on the first held-out prompts)
+"ours / native": our Python loop / llama.cpp's `llama-completion` (plain) and
+`llama-speculative-simple` (DFlash) on the same files and prompts, in one run.
+
+| machine | prompts | n_max | plain: ours / native | DFlash: ours / native | DFlash / plain (ours) | τ | acceptance |
 |---|---|---|---|---|---|---|---|
 {chr(10).join(rows)}
 

@@ -85,8 +85,9 @@ def random_dflash_for_smollm2(block_size: int = 8, n_layer: int = 2, seed: int =
 # The DFlash drafter for SmolLM2 trained by pyllama_spec.train and shipped in the package
 # (pyllama_spec/data/; its model card lies beside it).
 SMOLLM2_DFLASH_FILE = "smollm2-135m-instruct-dflash-q8_0.gguf"
-SMOLLM2_DFLASH_SHA256 = "TBD"
-SMOLLM2_DFLASH = {"block_size": 8, "target_layer_ids": [15, 29], "mask_token_id": 16, "n_layer": 2}
+SMOLLM2_DFLASH_SHA256 = "69312f9c5eba116aaec7e3f47beb22186720716ba540ca5dde8c0ff99b5ac276"
+SMOLLM2_DFLASH = {"block_size": 8, "target_layer_ids": [2, 15, 28], "mask_token_id": 16, "n_layer": 3}
+_verified: set = set()  # paths whose sha256 was checked in this process
 
 
 def smollm2_dflash_path(verify: bool = True) -> Path:
@@ -105,14 +106,12 @@ def smollm2_dflash_path(verify: bool = True) -> Path:
     path = Path(__file__).parent / "data" / SMOLLM2_DFLASH_FILE
     if not path.exists():
         raise ModelNotFoundError(f"{path} is missing: this installation of pyllama_spec lacks its data files; "
-                             "reinstall it with `pip install .` from a complete checkout")
+                                 "reinstall it with `pip install .` from a complete checkout")
     if verify and path not in _verified:
         if _sha256(path) != SMOLLM2_DFLASH_SHA256:
             raise ModelLoadError(f"{path} does not have the sha256 of the shipped drafter; reinstall pyllama_spec")
         _verified.add(path)
     return path
 
-
-_verified: set = set()
 
 __all__ = ["smollm2_path", "random_dflash_for_smollm2", "smollm2_dflash_path", "cache_dir", "SMOLLM2_DFLASH"]

@@ -189,7 +189,12 @@ def test_quantized_kv_cache_and_breakdown(smollm2):
     # it on the CPU (the CUDA buffers add a little padding)
     assert kv16 == pytest.approx(11.25, rel=1e-3)
     assert kv8 == pytest.approx(11.25 * 34 / 64, rel=1e-3 if EXACT else 1e-2)
-    assert sum(r["model_mib"] for r in f16.memory_breakdown()) == pytest.approx(m.size_bytes / 2**20, rel=0.01)
+    weights = sum(r["model_mib"] for r in f16.memory_breakdown())
+    if EXACT:
+        assert weights == pytest.approx(m.size_bytes / 2**20, rel=0.01)
+    else:  # with CUDA the tied token embedding (q8_0: 34 bytes per 32 values) also stays in host memory
+        tok_embd_mib = m.n_vocab * m.n_embd * 34 / 32 / 2**20
+        assert m.size_bytes / 2**20 * 0.99 <= weights <= (m.size_bytes / 2**20 + tok_embd_mib) * 1.01
     perf = f16.perf()
     assert perf["n_p_eval"] == len(toks)
 

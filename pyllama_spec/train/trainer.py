@@ -215,7 +215,7 @@ def train(seqs, feats, tok_embd: np.ndarray, head: np.ndarray, c: DFlashConfig, 
             ev = evaluate(model, seqs, feats, held_idx, c, dev, dtype=dtype) if held_idx else {"tau": float("nan")}
             ev.update(step=step + 1, loss=float(loss.detach()), seconds=time.time() - t0)
             history.append(ev)
-            if max_seconds and step >= 50:  # evaluations take time too: fit the remaining steps again
+            if max_seconds and step >= 50 and step + 1 < total["steps"]:  # evaluations take time too: refit
                 left = max_seconds - (time.time() - t0)
                 total["steps"] = max(step + 1, min(steps, step + 1 + int(left / per_step)))
                 if bar is not None:
