@@ -107,6 +107,19 @@ def test_batched_self_distillation_equals_generator(tiny):
     gen.close()
 
 
+def test_data_generation_resumes_after_a_killed_run(tiny, tmp_path):
+    from pyllama_spec.train import data
+
+    d = tmp_path / "data.jsonl"
+    assert data.generate(tiny["target"], d, n_chat=6, n_code=2, max_tokens=8, n_parallel=4, progress=False) == 8
+    full = d.read_text().splitlines()
+    d.write_text("\n".join(full[:5]) + "\n" + full[5][:20])  # killed while writing line 6
+    assert data.generate(tiny["target"], d, n_chat=6, n_code=2, max_tokens=8, n_parallel=4, progress=False) == 8
+    again = d.read_text().splitlines()
+    assert again[:5] == full[:5]  # kept as they were; the cut prompt and the rest answered again
+    assert sorted(json.loads(x)["key"] for x in again) == sorted(json.loads(x)["key"] for x in full)
+
+
 def test_prompt_sets_are_deterministic_and_split():
     from pyllama_spec.train import data
 

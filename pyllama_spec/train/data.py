@@ -288,8 +288,15 @@ def generate(target, out_path, *, n_chat: int = 600, n_code: int = 200, max_toke
     items = prompt_items(n_chat, n_code, seed)
     done = set()
     if Path(out_path).exists():
+        kept = []
         with open(out_path) as f:
-            done = {json.loads(line).get("key") for line in f}
+            for line in f:
+                try:
+                    done.add(json.loads(line).get("key"))
+                    kept.append(line if line.endswith("\n") else line + "\n")
+                except json.JSONDecodeError:  # a line cut by a killed run: drop it, answer it again
+                    pass
+        Path(out_path).write_text("".join(kept))
     gen = ps.Generator(target, n_ctx=n_ctx, n_gpu_layers=n_gpu_layers)
     todo = []
     for kind, p in items:
