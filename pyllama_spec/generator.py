@@ -141,6 +141,8 @@ class Generator:
         if verify not in VERIFY_MODES:
             raise InvalidArgumentError(f"verify must be one of {VERIFY_MODES}, got {verify!r}")
         d = None
+        if n_max is not None and (not isinstance(n_max, int) or isinstance(n_max, bool) or n_max < 0):
+            raise InvalidArgumentError(f"n_max must be an int ≥ 0, got {n_max!r}")
         if drafter is not None:
             if drafter not in self.drafters:
                 raise InvalidArgumentError(f"unknown drafter {drafter!r}; this generator has: "
@@ -148,8 +150,6 @@ class Generator:
             d = self.drafters[drafter]
             if n_max is None:
                 n_max = d.default_n_max
-            if not isinstance(n_max, int) or n_max < 0:
-                raise InvalidArgumentError(f"n_max must be an int ≥ 0, got {n_max!r}")
             if n_max > d.max_n_max:
                 log.warning("n_max=%d exceeds what drafter %r can make; clamping to %d", n_max, drafter, d.max_n_max)
                 n_max = d.max_n_max

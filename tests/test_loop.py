@@ -172,6 +172,11 @@ def test_bad_arguments_raise_and_generator_stays_usable(tiny_gen):
         tiny_gen.generate("y" * 2000)
     with pytest.raises(ValueError, match="exactly one"):
         tiny_gen.generate()
+    for bad in (-3, 2.5, True):  # with or without a drafter
+        with pytest.raises(ps.InvalidArgumentError, match="n_max"):
+            tiny_gen.generate("x", n_max=bad)
+        with pytest.raises(ps.InvalidArgumentError, match="n_max"):
+            tiny_gen.generate("x", drafter="dflash", n_max=bad)
     assert len(tiny_gen.generate("x", drafter="dflash", max_tokens=3).tokens) == 3
 
 

@@ -81,7 +81,9 @@ class GenerationResult:
         steps = max(1, self.stats.n_steps)
         lines = [f"drafter={self.drafter or 'none'}  n_max={self.n_max}  verify={self.verify}  "
                  f"sync_stages={self.sync_stages}  finish={self.finish_reason}",
-                 f"prompt {self.n_prompt} tok   generated {self.n_generated} tok   steps {self.stats.n_steps}",
+                 f"prompt {self.n_prompt} tok   generated {len(self.tokens)} tok"
+                 + (f" (+{self.n_generated - len(self.tokens)} EOS/stop)" if self.n_generated > len(self.tokens) else "")
+                 + f"   steps {self.stats.n_steps}",
                  f"{'stage':<13}{'ms':>10}{'% wall':>9}{'calls':>8}{'ms/step':>10}"]
         for name in STAGES + ("other",):  # noqa: RUF005
             st = t.get(name, {"seconds": 0.0, "count": 0})

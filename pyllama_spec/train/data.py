@@ -220,7 +220,7 @@ def answer_batched(model, prompts: list, *, max_tokens: int, n_parallel: int = 6
     if longest > n_batch:
         raise InvalidArgumentError(f"a prompt of {longest} tokens exceeds n_batch={n_batch}; shorten it")
     n_parallel = max(1, min(n_parallel, len(prompts)))
-    per_seq = longest + max_tokens + 1
+    per_seq = -(-(longest + max_tokens + 1) // 256) * 256  # llama.cpp pads n_ctx to 256: keep it divisible
     ctx = ps.Context(model, n_ctx=n_parallel * per_seq, n_batch=n_batch, n_ubatch=min(n_batch, 512),
                      n_seq_max=n_parallel)
     vocab = model.vocab
@@ -332,14 +332,17 @@ def generate(target, out_path, *, n_chat: int = 600, n_code: int = 200, max_toke
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("target")
-    ap.add_argument("out")
-    ap.add_argument("--n-chat", type=int, default=600)
-    ap.add_argument("--n-code", type=int, default=200)
-    ap.add_argument("--max-tokens", type=int, default=256)
-    ap.add_argument("--parallel", type=int, default=64, help="prompts answered at once (1: through Generator)")
-    ap.add_argument("-ngl", "--n-gpu-layers", type=int, default=-1)
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    ap.add_argument("target", help="the target's GGUF")
+    ap.add_argument("out", help="JSON lines to write (an existing file is resumed)")
+    ap.add_argument("--n-chat", type=int, default=600, help="templated chat instructions")
+    ap.add_argument("--n-code", type=int, default=200, help="chunks of standard-library source to continue")
+    ap.add_argument("--max-tokens", type=int, default=256, help="longest answer, in tokens")
+    ap.add_argument("--parallel", type=int, default=64,
+                    help="prompts answered at once (1: one by one through Generator; answers may differ at "
+                         "near-ties between settings, llama.cpp not being batch-invariant)")
+    ap.add_argument("-ngl", "--n-gpu-layers", type=int, default=-1, help="target layers on the GPU (-1: all)")
     a = ap.parse_args(argv)
     print(generate(a.target, a.out, n_chat=a.n_chat, n_code=a.n_code, max_tokens=a.max_tokens,
                    n_parallel=a.parallel, n_gpu_layers=a.n_gpu_layers), "sequences written to", a.out)

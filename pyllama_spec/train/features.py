@@ -40,7 +40,8 @@ def extract(target_path, sequences: list, layer_ids: list, *, n_gpu_layers: int 
     model = ps.Model(target_path, n_gpu_layers=n_gpu_layers)
     longest = max(len(s["tokens"]) for s in sequences)
     n_ubatch = min(n_batch, 512)
-    ctx = ps.Context(model, n_ctx=n_pack * max(256, longest + 1), n_batch=n_batch, n_ubatch=n_ubatch, n_seq_max=n_pack)
+    per_seq = -(-(longest + 1) // 256) * 256  # llama.cpp pads n_ctx to 256: keep it divisible by n_pack
+    ctx = ps.Context(model, n_ctx=n_pack * per_seq, n_batch=n_batch, n_ubatch=n_ubatch, n_seq_max=n_pack)
     ctx.enable_layer_inputs(layer_ids)
     bar = None
     if progress:
