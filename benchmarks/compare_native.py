@@ -16,6 +16,7 @@ acceptance pooled over all verify steps.
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import platform
 import statistics
@@ -47,7 +48,7 @@ def main() -> None:
     gen = ps.Generator(target, drafters={"dflash": drafter}, n_ctx=a.n_ctx, n_gpu_layers=a.n_gpu_layers)
     vocab = gen.model.vocab
     if a.prompts:
-        with open(a.prompts) as f:
+        with (gzip.open(a.prompts, "rt") if a.prompts.endswith(".gz") else open(a.prompts)) as f:
             held = [json.loads(x) for x in f]
         texts = [vocab.detokenize(d["prompt_tokens"], unparse_special=True) for d in held
                  if d["split"] == "heldout"][:a.n_prompts]

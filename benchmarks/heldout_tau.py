@@ -9,10 +9,7 @@ Defaults: SmolLM2-135M-Instruct and the drafter shipped with the package.
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
-import shutil
-import tempfile
 import time
 
 import pyllama_spec as ps
@@ -32,17 +29,10 @@ def main() -> None:
     ap.add_argument("-ngl", "--n-gpu-layers", type=int, default=99)
     ap.add_argument("--json")
     a = ap.parse_args()
-    data = a.data
-    if data.endswith(".gz"):
-        tmp = tempfile.NamedTemporaryFile(suffix=".jsonl", delete=False)
-        with gzip.open(data, "rb") as src:
-            shutil.copyfileobj(src, tmp)
-        tmp.close()
-        data = tmp.name
     target = a.target or str(smollm2_path())
     drafter = a.drafter or str(smollm2_dflash_path())
     t0 = time.time()
-    res = evaluate_loop(target, drafter, load_sequences(data), n_max=a.n_max, n_gpu_layers=a.n_gpu_layers,
+    res = evaluate_loop(target, drafter, load_sequences(a.data), n_max=a.n_max, n_gpu_layers=a.n_gpu_layers,
                         max_prompts=a.n_prompts, max_tokens=a.max_tokens)
     res.update(date=time.strftime("%Y-%m-%d"), system=ps.system_info(), devices=ps.devices(), target=target,
                drafter=drafter, max_tokens=a.max_tokens, n_gpu_layers=a.n_gpu_layers, seconds=time.time() - t0)

@@ -6,15 +6,17 @@ DFlash drafter at inference — and the concatenated rows are stored as float16.
 """
 from __future__ import annotations
 
+import gzip
 import json
 
 import numpy as np
 
 
 def load_sequences(path, max_len: int = 1024) -> list:
-    """Read the JSON lines of :mod:`.data`: ``[{"split", "tokens", "n_prompt"}]`` (cut at ``max_len``)."""
+    """Read the JSON lines of :mod:`.data` (plain or ``.gz``): ``[{"split", "tokens", "n_prompt"}]``
+    (cut at ``max_len``)."""
     out = []
-    with open(path) as f:
+    with (gzip.open(path, "rt") if str(path).endswith(".gz") else open(path)) as f:
         for line in f:
             try:
                 d = json.loads(line)
@@ -27,7 +29,7 @@ def load_sequences(path, max_len: int = 1024) -> list:
 
 
 def extract(target_path, sequences: list, layer_ids: list, *, n_gpu_layers: int = -1, n_batch: int = 2048,
-            n_pack: int = 16, progress: bool = True) -> list:
+            n_pack: int = 16, progress: bool = True) -> tuple[list, np.ndarray]:
     """Features of every sequence: a list of ``(len, len(layer_ids) × n_embd)`` float16 arrays,
     and the target's token embedding ``(n_vocab, n_embd)`` float32.
 

@@ -151,7 +151,7 @@ def train(seqs, feats, tok_embd: np.ndarray, head: np.ndarray, c: DFlashConfig, 
         batch: sequences per step; ``n_blocks``: anchor blocks per sequence.
         max_seconds: cap on the training time (evaluations included): the step time is measured
             over steps 20–50 (after the first steps' CUDA warm-up) and the step count is cut to fit,
-            then re-fitted after every evaluation (the cosine learning-rate schedule follows).
+            then re-fitted at every periodic evaluation (the cosine learning-rate schedule follows).
         max_eval_seqs: held-out sequences used by the periodic validation (default: all).
 
     The model returned is the one with the best held-out loop τ seen at an evaluation (small
@@ -185,50 +185,52 @@ def train(seqs, feats, tok_embd: np.ndarray, head: np.ndarray, c: DFlashConfig, 
     t0 = time.time()
     step = -1
     best = None
-    while step + 1 < total["steps"]:
-        step += 1
-        if bar is not None:
-            bar.update(1)
-        if max_seconds and step == 20:
-            t20 = time.time()
-        if max_seconds and step == 50:
-            per_step = (time.time() - t20) / 30
-            total["steps"] = max(51, min(steps, int((max_seconds - (time.time() - t0)) / per_step) + 50))
-            eval_every = max(1, min(eval_every, total["steps"] // 4))
+    try:
+        while step + 1 < total["steps"]:
+            step += 1
             if bar is not None:
-                bar.total = total["steps"]
-                bar.refresh()
-        f, cp, tok, pos, mask, tgt = (t.to(dev) for t in pending.result())
-        pending = pool.submit(next_batch)
-        with torch.autocast(dev.type, dtype=dtype, enabled=dev.type == "cuda"):
-            logits = model.logits(model(f.to(dtype), cp, tok, pos, mask)).float()
-        B = c.block_size
-        ce = F.cross_entropy(logits.view(-1, logits.shape[-1]), tgt.view(-1), ignore_index=-100, reduction="none")
-        wt = w.repeat(tgt.shape[1] // B)[None, :].expand_as(tgt).reshape(-1) * (tgt.view(-1) >= 0)
-        loss = (ce * wt).sum() / wt.sum().clamp_min(1)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        sched.step()
-        if (step + 1) % eval_every == 0 or step + 1 == total["steps"]:
-            ev = evaluate(model, seqs, feats, held_idx, c, dev, dtype=dtype) if held_idx else {"tau": float("nan")}
-            ev.update(step=step + 1, loss=float(loss.detach()), seconds=time.time() - t0)
-            history.append(ev)
-            if max_seconds and step >= 50 and step + 1 < total["steps"]:  # evaluations take time too: refit
-                left = max_seconds - (time.time() - t0)
-                total["steps"] = max(step + 1, min(steps, step + 1 + int(left / per_step)))
+                bar.update(1)
+            if max_seconds and step == 20:
+                t20 = time.time()
+            if max_seconds and step == 50:
+                per_step = (time.time() - t20) / 30
+                total["steps"] = max(51, min(steps, int((max_seconds - (time.time() - t0)) / per_step) + 50))
+                eval_every = max(1, min(eval_every, total["steps"] // 4))
                 if bar is not None:
                     bar.total = total["steps"]
-            if held_idx and (best is None or ev["tau"] > best[0]):
-                best = (ev["tau"], {k: v.detach().clone() for k, v in model.state_dict().items()})
-            msg = f"step {step + 1}: loss {ev['loss']:.3f}  held-out τ {ev['tau']:.3f}"
-            if bar is not None:
-                bar.set_postfix(loss=f"{ev['loss']:.3f}", tau=f"{ev['tau']:.2f}")
-                bar.write(msg)
-            else:
-                log(msg)
-    pool.shutdown(cancel_futures=True)
+                    bar.refresh()
+            f, cp, tok, pos, mask, tgt = (t.to(dev) for t in pending.result())
+            pending = pool.submit(next_batch)
+            with torch.autocast(dev.type, dtype=dtype, enabled=dev.type == "cuda"):
+                logits = model.logits(model(f.to(dtype), cp, tok, pos, mask)).float()
+            B = c.block_size
+            ce = F.cross_entropy(logits.view(-1, logits.shape[-1]), tgt.view(-1), ignore_index=-100, reduction="none")
+            wt = w.repeat(tgt.shape[1] // B)[None, :].expand_as(tgt).reshape(-1) * (tgt.view(-1) >= 0)
+            loss = (ce * wt).sum() / wt.sum().clamp_min(1)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            sched.step()
+            if (step + 1) % eval_every == 0 or step + 1 == total["steps"]:
+                ev = evaluate(model, seqs, feats, held_idx, c, dev, dtype=dtype) if held_idx else {"tau": float("nan")}
+                ev.update(step=step + 1, loss=float(loss.detach()), seconds=time.time() - t0)
+                history.append(ev)
+                if max_seconds and step >= 50 and step + 1 < total["steps"]:  # evaluations take time too: refit
+                    left = max_seconds - (time.time() - t0)
+                    total["steps"] = max(step + 1, min(steps, step + 1 + int(left / per_step)))
+                    if bar is not None:
+                        bar.total = total["steps"]
+                if held_idx and (best is None or ev["tau"] > best[0]):
+                    best = (ev["tau"], {k: v.detach().clone() for k, v in model.state_dict().items()})
+                msg = f"step {step + 1}: loss {ev['loss']:.3f}  held-out τ {ev['tau']:.3f}"
+                if bar is not None:
+                    bar.set_postfix(loss=f"{ev['loss']:.3f}", tau=f"{ev['tau']:.2f}")
+                    bar.write(msg)
+                else:
+                    log(msg)
+    finally:  # also when a step raises: no worker thread left behind
+        pool.shutdown(cancel_futures=True)
     if bar is not None:
         bar.close()
     if best is not None and best[0] > history[-1]["tau"]:
