@@ -6,6 +6,8 @@ struct layouts come from the pinned ``llama.h``, never from a hand-copy).
 """
 from __future__ import annotations
 
+from . import _pin
+
 try:
     from ._llama import ffi, lib
 except ImportError as exc:  # pragma: no cover - only on a broken install
@@ -15,14 +17,21 @@ except ImportError as exc:  # pragma: no cover - only on a broken install
         f"original error: {exc}"
     ) from exc
 
-#: llama.cpp commit this package is built and tested against.
-LLAMA_CPP_COMMIT = "0c1e570"
+#: llama.cpp commit this package is built and tested against (``_pin.py``).
+LLAMA_CPP_COMMIT = _pin.LLAMA_CPP_COMMIT
+#: what the extension was compiled from: ``"<commit>+<patch>+..."`` (the tree's marker, baked in by CMake).
+LLAMA_CPP_BUILD = ffi.string(lib.pyls_llama_cpp_commit()).decode()
 
-_built_commit = ffi.string(lib.pyls_llama_cpp_commit()).decode()
-if _built_commit != LLAMA_CPP_COMMIT:  # pragma: no cover
-    raise ImportError(
-        f"pyllama_spec expects llama.cpp {LLAMA_CPP_COMMIT} but its extension was built against "
-        f"{_built_commit}; rebuild with `pip install --force-reinstall .`"
-    )
 
-__all__ = ["ffi", "lib", "LLAMA_CPP_COMMIT"]
+def _verify_build(built: str, expected: str) -> None:
+    """Raise ImportError when the extension was compiled from another llama.cpp or patch set than
+    the Python sources pin (a stale build under a newer checkout, or the reverse)."""
+    if built != expected:
+        raise ImportError(
+            f"pyllama_spec's sources pin llama.cpp {expected!r} (pyllama_spec/_pin.py) but its compiled "
+            f"extension was built from {built!r}; rebuild with `pip install --force-reinstall .`")
+
+
+_verify_build(LLAMA_CPP_BUILD, _pin.marker())
+
+__all__ = ["ffi", "lib", "LLAMA_CPP_COMMIT", "LLAMA_CPP_BUILD"]

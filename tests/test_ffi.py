@@ -3,8 +3,34 @@ import pyllama_spec as ps
 from pyllama_spec._ffi import ffi, lib
 
 
-def test_commit_baked_in():
-    assert ffi.string(lib.pyls_llama_cpp_commit()).decode() == ps.LLAMA_CPP_COMMIT == "0c1e570"
+def test_commit_and_patches_baked_in():
+    from pyllama_spec import _ffi, _pin
+
+    built = ffi.string(lib.pyls_llama_cpp_commit()).decode()
+    assert built == _pin.marker() == "+".join(("0c1e570", *_pin.PATCHES))
+    assert ps.LLAMA_CPP_COMMIT == "0c1e570"
+
+
+def test_stale_extension_is_refused():
+    import pytest
+
+    from pyllama_spec import _ffi
+
+    with pytest.raises(ImportError, match="rebuild"):
+        _ffi._verify_build("0c1e570", "0c1e570+0001-some-patch")
+    _ffi._verify_build("abc+p", "abc+p")
+
+
+def test_every_listed_patch_is_in_vendor_patches():
+    from pathlib import Path
+
+    from pyllama_spec import _pin
+
+    patches = Path(__file__).resolve().parents[1] / "vendor" / "patches"
+    assert sorted(p.stem for p in patches.glob("*.patch")) == sorted(_pin.PATCHES)
+    for name in _pin.PATCHES:
+        head = (patches / f"{name}.patch").read_text().split("\n--- ", 1)[0]
+        assert "Why:" in head and "Measured:" in head, f"{name}.patch must say why and what it measured"
 
 
 def test_struct_layout_comes_from_the_header():
