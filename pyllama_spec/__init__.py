@@ -5,7 +5,7 @@ Layers (each module has one job):
 * ``_native/`` + ``_ffi``: the cffi declarations and the compiled extension.
 * ``backend``, ``model``, ``vocab``, ``context``, ``batch``, ``memory``: thin wrappers that own
   llama.cpp objects and hand out numpy views.
-* ``spec/``: sampling and verification math, statistics, stage timing, drafters, the loop.
+* ``speculative/``: sampling and verification math, statistics, stage timing, drafters, the loop.
 * ``generator``: :class:`Generator`, the entry point; ``cli``: the ``pyllama-spec`` command.
 """
 from ._ffi import LLAMA_CPP_COMMIT
@@ -17,10 +17,10 @@ from .errors import (ClosedError, ContextError, InvalidArgumentError, DecodeAbor
 from .generator import Generator, TextStream
 from .memory import Memory
 from .model import Model
-from .spec.drafters import Draft, Drafter, create_drafter, drafter_kinds, register_drafter
-from .spec.report import GenerationResult
-from .spec.sampling import SamplingParams
-from .spec.stats import SpecStats
+from .speculative.drafters import Draft, Drafter, create_drafter, drafter_kinds, register_drafter
+from .speculative.report import GenerationResult
+from .speculative.sampling import SamplingParams
+from .speculative.stats import SpecStats
 from .vocab import Vocab
 
 __version__ = "0.1.0"

@@ -12,12 +12,12 @@ from .chat import render_chat
 from .context import Context
 from .errors import InvalidArgumentError, PromptTooLongError, PyllamaSpecError, UnsupportedError
 from .model import Model
-from .spec.drafters import Drafter, create_drafter, drafter_kinds
-from .spec.loop import VERIFY_MODES, speculative_generate
-from .spec.report import GenerationResult
-from .spec.sampling import SamplingParams
-from .spec.stats import SpecStats
-from .spec.timing import StageTimer
+from .speculative.drafters import Drafter, create_drafter, drafter_kinds
+from .speculative.loop import VERIFY_MODES, speculative_generate
+from .speculative.report import GenerationResult
+from .speculative.sampling import SamplingParams
+from .speculative.stats import SpecStats
+from .speculative.timing import StageTimer
 
 log = logging.getLogger("pyllama_spec")
 
@@ -29,7 +29,7 @@ class Generator:
         target: path of the target ``.gguf``.
         drafters: ``{name: spec}``; a spec is a ``.gguf`` path (its architecture picks the kind,
             e.g. ``"dflash"``), a drafter kind with no file (``"ngram"``), a ``(kind, kwargs)``
-            pair, or a :class:`~pyllama_spec.spec.drafters.Drafter` instance.
+            pair, or a :class:`~pyllama_spec.speculative.drafters.Drafter` instance.
         n_ctx, n_batch, n_ubatch, flash_attn, type_k, type_v, n_threads: the target context
             (see :class:`~pyllama_spec.Context`).
         n_gpu_layers: layers to offload, for the target and model drafters (-1 = all).

@@ -1,12 +1,12 @@
 """``SamplerChain``: llama.cpp's own sampler chain (``llama_sampler_chain_*``), for sampling
 straight from a context's logits in C. The speculative loop uses the numpy rules of
-``spec/sampling.py`` instead (it needs the distributions themselves); this is for plain use
+``speculative/sampling.py`` instead (it needs the distributions themselves); this is for plain use
 and for checking one against the other."""
 from __future__ import annotations
 
 from . import backend
 from ._ffi import ffi, lib
-from .spec.sampling import SamplingParams
+from .speculative.sampling import SamplingParams
 
 
 class SamplerChain:

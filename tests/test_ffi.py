@@ -45,7 +45,7 @@ def test_struct_layout_comes_from_the_header():
 def test_exported_members():
     exported = set(ps.__all__)
     public = {n for n in dir(ps) if not n.startswith("_") and n not in {
-        "backend", "batch", "chat", "context", "errors", "generator", "gguf_file", "memory", "model", "spec",
+        "backend", "batch", "chat", "context", "errors", "generator", "gguf_file", "memory", "model", "speculative",
         "vocab", "fixtures", "assets", "native", "sampler", "cli"}}
     assert exported - {"__version__"} == public
     for name in exported:

@@ -5,7 +5,7 @@ import pytest
 from scipy import stats
 
 import pyllama_spec as ps
-from pyllama_spec.spec.drafters import Draft, Drafter
+from pyllama_spec.speculative.drafters import Draft, Drafter
 
 PROMPTS = ["hello there, how are you", "def add(a, b):\n    return", "Once upon a time " * 6]
 
@@ -118,7 +118,7 @@ def test_sampling_reproducible_and_seed_dependent(tiny_gen):
 def test_first_tokens_follow_the_target_distribution(tiny_gen, verify):
     """Chi-square over many seeds: the first two generated tokens are distributed as the
     target's own (T = 1, top-k 6), whatever the drafter proposes."""
-    from pyllama_spec.spec.sampling import SamplingParams, probs
+    from pyllama_spec.speculative.sampling import SamplingParams, probs
 
     prompt = PROMPTS[0]
     sp = SamplingParams(temperature=1.0, top_k=6)

@@ -4,7 +4,7 @@ import pytest
 
 import pyllama_spec as ps
 from pyllama_spec.sampler import SamplerChain
-from pyllama_spec.spec.sampling import SamplingParams, probs, sample
+from pyllama_spec.speculative.sampling import SamplingParams, probs, sample
 
 
 def test_chain_greedy_and_seeded(tiny_model):

@@ -3,9 +3,9 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from pyllama_spec.spec.sampling import SamplingParams
-from pyllama_spec.spec.stats import SpecStats
-from pyllama_spec.spec.verify import verify_greedy, verify_match, verify_rejection
+from pyllama_spec.speculative.sampling import SamplingParams
+from pyllama_spec.speculative.stats import SpecStats
+from pyllama_spec.speculative.verify import verify_greedy, verify_match, verify_rejection
 
 V = 6
 
