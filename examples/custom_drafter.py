@@ -14,17 +14,18 @@ from pyllama_spec.assets import smollm2_path
 @ps.register_drafter
 class BigramDrafter(ps.Drafter):
     kind = "bigram"
-    default_n_max = 4
+    n_max_default = 4
 
     def __init__(self, target=None):
+        super().__init__(target)
         self.history: list = []
 
     def begin(self, prompt):
         self.history = list(prompt)
 
-    def observe(self, target, tokens, positions, rows, timer):
+    def observe(self, tokens, positions, n_commit, timer):
         del self.history[int(positions[0]):]
-        self.history.extend(int(t) for t in tokens)
+        self.history.extend(int(t) for t in tokens[:n_commit])
 
     def rollback(self, n_past):
         del self.history[n_past:]

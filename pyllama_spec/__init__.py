@@ -17,6 +17,7 @@ from .errors import (ClosedError, ContextError, InvalidArgumentError, DecodeAbor
 from .generator import Generator, TextStream
 from .memory import Memory
 from .model import Model
+from .speculative.config import SpecConfig
 from .speculative.drafters import Draft, Drafter, create_drafter, drafter_kinds, register_drafter
 from .speculative.report import GenerationResult
 from .speculative.sampling import SamplingParams
@@ -29,7 +30,7 @@ __all__ = [
     "LLAMA_CPP_COMMIT", "ClosedError", "Context", "InvalidArgumentError", "ContextError", "DecodeAbortedError", "DecodeError", "Draft", "Drafter",
     "DrafterMismatchError", "GenerationResult", "Generator", "InvalidBatchError", "KVCacheFullError", "Memory",
     "Model", "ModelLoadError", "ModelNotFoundError", "NotGGUFError", "PromptTooLongError", "PyllamaSpecError",
-    "SamplingParams", "SpecStats", "TextStream", "TruncatedGGUFError", "UnsupportedError", "Vocab",
+    "SamplingParams", "SpecConfig", "SpecStats", "TextStream", "TruncatedGGUFError", "UnsupportedError", "Vocab",
     "__version__", "create_drafter", "devices", "drafter_kinds", "register_drafter", "set_llama_log_level",
     "supports_gpu_offload", "system_info",
 ]

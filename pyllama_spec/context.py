@@ -364,6 +364,26 @@ class Context:
             self._taps.add(int(lid))
         self._taps_ready = False
 
+    def set_layer_inputs(self, layer_ids) -> None:
+        """Record exactly the inputs of these layers from the next decode on (``[]``: none).
+
+        Taps cost a device-to-host copy of ``n_tokens × n_embd`` floats per layer and decode, so
+        the loop keeps on only those that the active drafter reads. A change re-reserves
+        llama.cpp's compute buffers (once, at the next decode).
+
+        Raises:
+            UnsupportedError, InvalidArgumentError: as :meth:`enable_layer_inputs`.
+        """
+        want = {int(i) for i in layer_ids}
+        if want == self._taps:
+            return
+        if want:
+            self.enable_layer_inputs(sorted(want - self._taps))
+        for lid in sorted(self._taps - want):
+            lib.pyls_set_embeddings_layer_inp(self.ptr, lid, False)
+            self._taps.discard(lid)
+        self._taps_ready = False
+
     @property
     def enabled_layer_inputs(self) -> list[int]:
         return sorted(self._taps)

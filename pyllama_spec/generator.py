@@ -13,7 +13,8 @@ from .context import Context
 from .errors import InvalidArgumentError, PromptTooLongError, PyllamaSpecError, UnsupportedError
 from .model import Model
 from .speculative.drafters import Drafter, create_drafter, drafter_kinds
-from .speculative.loop import VERIFY_MODES, speculative_generate
+from .speculative.config import SpecConfig
+from .speculative.loop import speculative_generate
 from .speculative.report import GenerationResult
 from .speculative.sampling import SamplingParams
 from .speculative.stats import SpecStats
@@ -105,12 +106,16 @@ class Generator:
         return vocab.tokenize(prompt, add_special=True, parse_special=False)
 
     def generate(self, prompt: str | None = None, *, messages: list | None = None, prompt_tokens: list | None = None,
-                 drafter: str | None = None,
-                 max_tokens: int = 256, n_max: int | None = None, temperature: float = 0.0, top_k: int = 0,
-                 top_p: float = 1.0, min_p: float = 0.0, seed: int | None = None, stop=None,
-                 verify: str = "match", stream: bool = False, sync_stages: bool = True,
-                 template_kwargs: dict | None = None):
+                 drafter: str | None = None, max_tokens: int = 256, n_max: int | None = None,
+                 temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0, min_p: float = 0.0,
+                 seed: int | None = None, stop=None, verify: str = "match", stream: bool = False,
+                 sync_stages: bool = True, template_kwargs: dict | None = None,
+                 sampling: SamplingParams | None = None, spec: SpecConfig | None = None):
         """Generate a continuation, optionally speculatively.
+
+        The sampling and speculation keywords are a convenience: they build a
+        :class:`SamplingParams` and a :class:`SpecConfig`, which can be passed whole instead
+        (``sampling=``, ``spec=``; then those keywords must stay at their defaults).
 
         Args:
             prompt / messages / prompt_tokens: a prompt string, a chat (rendered with the model's
@@ -127,43 +132,38 @@ class Generator:
             sync_stages: synchronize the backend at stage boundaries (exact per-stage GPU time);
                 False runs the loop free for top speed.
             template_kwargs: extra chat-template variables (e.g. ``{"enable_thinking": False}``).
+            sampling, spec: whole configuration objects instead of the keywords above.
 
         Returns:
             :class:`GenerationResult`, or a :class:`TextStream` when ``stream=True``.
 
         Raises:
-            ValueError: a bad argument (the message names it and the allowed values).
+            InvalidArgumentError (a ValueError): a bad argument (the message names it and the
+                allowed values).
             PromptTooLongError: the prompt does not fit in n_ctx.
         """
-        sp = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed)
-        if not isinstance(max_tokens, int) or max_tokens < 1:
+        if sampling is None:
+            sampling = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed)
+        elif (temperature, top_k, top_p, min_p, seed) != (0.0, 0, 1.0, 0.0, None):
+            raise InvalidArgumentError("pass either sampling=SamplingParams(...) or the temperature/top_k/top_p/"
+                                       "min_p/seed keywords, not both")
+        elif not isinstance(sampling, SamplingParams):
+            raise InvalidArgumentError(f"sampling must be a SamplingParams, got {type(sampling).__name__}")
+        if spec is None:
+            spec = SpecConfig(drafter=drafter, n_max=n_max, verify=verify, sync_stages=sync_stages)
+        elif (drafter, n_max, verify, sync_stages) != (None, None, "match", True):
+            raise InvalidArgumentError("pass either spec=SpecConfig(...) or the drafter/n_max/verify/sync_stages "
+                                       "keywords, not both")
+        elif not isinstance(spec, SpecConfig):
+            raise InvalidArgumentError(f"spec must be a SpecConfig, got {type(spec).__name__}")
+        if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1:
             raise InvalidArgumentError(f"max_tokens must be an int ≥ 1, got {max_tokens!r}")
-        if verify not in VERIFY_MODES:
-            raise InvalidArgumentError(f"verify must be one of {VERIFY_MODES}, got {verify!r}")
-        d = None
-        if n_max is not None and (not isinstance(n_max, int) or isinstance(n_max, bool) or n_max < 0):
-            raise InvalidArgumentError(f"n_max must be an int ≥ 0, got {n_max!r}")
-        if drafter is not None:
-            if drafter not in self.drafters:
-                raise InvalidArgumentError(f"unknown drafter {drafter!r}; this generator has: "
-                                 f"{', '.join(self.drafters) or 'none'} (or None for plain decoding)")
-            d = self.drafters[drafter]
-            if n_max is None:
-                n_max = d.default_n_max
-            if n_max > d.max_n_max:
-                log.warning("n_max=%d exceeds what drafter %r can make; clamping to %d", n_max, drafter, d.max_n_max)
-                n_max = d.max_n_max
-            if n_max > self.ctx.n_batch - 1:  # the verify batch is [last, drafts...]
-                log.warning("n_max=%d does not fit a verify batch of n_batch=%d; clamping to %d", n_max,
-                            self.ctx.n_batch, self.ctx.n_batch - 1)
-                n_max = self.ctx.n_batch - 1
-        else:
-            n_max = 0
+        d, spec = self._resolve(spec)
         stops = [stop] if isinstance(stop, str) else list(stop or [])
         if any(not isinstance(s, str) or not s for s in stops):
             raise InvalidArgumentError(f"stop must be a non-empty string or a list of them, got {stop!r}")
 
-        timer = StageTimer(sync=sync_stages)
+        timer = StageTimer(sync=spec.sync_stages)
         timer.start_wall()
         with timer("tokenize"):
             if prompt_tokens is not None:
@@ -183,17 +183,39 @@ class Generator:
         if self._active is not None:
             # the target and drafter caches are about to be reused: an unfinished stream is void
             self._active.invalidate()
-        stats = SpecStats(n_max=n_max)
-        rng = np.random.default_rng(seed)
-        steps = speculative_generate(self.ctx, d, prompt_tokens, max_tokens=max_tokens, n_max=n_max, sp=sp,
-                                     verify=verify, stats=stats, timer=timer, rng=rng)
-        run = _Run(self, steps, stops, timer, stats, prompt_tokens, drafter, n_max, verify, sync_stages)
+        stats = SpecStats(n_max=spec.n_max)
+        rng = np.random.default_rng(sampling.seed)
+        steps = speculative_generate(self.ctx, d, prompt_tokens, max_tokens=max_tokens, n_max=spec.n_max,
+                                     sp=sampling, verify=spec.verify, stats=stats, timer=timer, rng=rng)
+        run = _Run(self, steps, stops, timer, stats, prompt_tokens, spec)
         self._active = run
         if stream:
             return TextStream(run)
         for _ in run.pieces():
             pass
         return run.result
+
+    def _resolve(self, spec: SpecConfig) -> tuple[Drafter | None, SpecConfig]:
+        """The drafter named by ``spec`` and ``spec`` with ``n_max`` resolved (default, clamps).
+
+        Raises:
+            InvalidArgumentError: an unknown drafter name.
+        """
+        if spec.drafter is None:
+            return None, spec.replace(n_max=0)
+        if spec.drafter not in self.drafters:
+            raise InvalidArgumentError(f"unknown drafter {spec.drafter!r}; this generator has: "
+                                       f"{', '.join(self.drafters) or 'none'} (or None for plain decoding)")
+        d = self.drafters[spec.drafter]
+        n_max = d.n_max_default if spec.n_max is None else spec.n_max
+        if n_max > d.n_max_limit:
+            log.warning("n_max=%d exceeds what drafter %r can make; clamping to %d", n_max, spec.drafter, d.n_max_limit)
+            n_max = d.n_max_limit
+        if n_max > self.ctx.n_batch - 1:  # the verify batch is [last, drafts...]
+            log.warning("n_max=%d does not fit a verify batch of n_batch=%d; clamping to %d", n_max,
+                        self.ctx.n_batch, self.ctx.n_batch - 1)
+            n_max = self.ctx.n_batch - 1
+        return d, spec.replace(n_max=n_max)
 
     # ------------------------------------------------------------------------------------------
     def memory_report(self) -> dict:
@@ -219,10 +241,9 @@ class Generator:
 class _Run:
     """Turns the loop's committed tokens into text pieces, applying stop strings."""
 
-    def __init__(self, gen, steps, stops, timer, stats, prompt_tokens, drafter, n_max, verify, sync):
+    def __init__(self, gen, steps, stops, timer, stats, prompt_tokens, spec: SpecConfig):
         self.gen, self.steps, self.stops, self.timer, self.stats = gen, steps, stops, timer, stats
-        self.prompt_tokens, self.drafter, self.n_max, self.verify, self.sync = \
-            prompt_tokens, drafter, n_max, verify, sync
+        self.prompt_tokens, self.spec = prompt_tokens, spec
         self.result: GenerationResult | None = None
         self.invalid = False
 
@@ -276,8 +297,8 @@ class _Run:
         self.timer.stop_wall()
         self.result = GenerationResult(
             text=text, tokens=tokens, finish_reason=finish, prompt_tokens=self.prompt_tokens, stats=self.stats,
-            timings=self.timer.as_dict(), drafter=self.drafter, n_max=self.n_max, verify=self.verify,
-            sync_stages=self.sync, extra={"n_committed": n_committed}, marks=dict(self.timer.marks))
+            timings=self.timer.as_dict(), drafter=self.spec.drafter, n_max=self.spec.n_max, verify=self.spec.verify,
+            sync_stages=self.spec.sync_stages, n_committed=n_committed, marks=dict(self.timer.marks))
 
     def _find_stop(self, text: str):
         hits = [i for i in (text.find(s) for s in self.stops) if i >= 0]

@@ -43,10 +43,11 @@ def test_n_max_clamped_to_block(tiny_gen, caplog):
 class OracleDrafter(Drafter):
     """Proposes the known target continuation, with a wrong token every `wrong_every` positions."""
     kind = "oracle-test"
-    max_n_max = 16
-    default_n_max = 6
+    n_max_limit = 16
+    n_max_default = 6
 
     def __init__(self, target, reference, n_prompt, wrong_every=0):
+        super().__init__(target)
         self.ref, self.n_prompt, self.wrong_every = reference, n_prompt, wrong_every
 
     def propose(self, last_token, n_past, n_max, sp, rng, timer):
@@ -254,3 +255,83 @@ def test_one_token_prompt(tiny_gen):
     r = tiny_gen.generate(prompt_tokens=[65], drafter="dflash", max_tokens=4)
     assert len(r.tokens) == 4 and r.n_prompt == 1
     assert "prompt – tok/s" in r.report()
+
+
+class CountingDrafter(OracleDrafter):
+    """The oracle, recording what the loop tells it (observe rows, on_accept calls)."""
+    kind = "counting-test"
+
+    def __init__(self, *a, overshoot=0, **kw):
+        super().__init__(*a, **kw)
+        self.accepts, self.observed, self.overshoot = [], [], overshoot
+
+    def observe(self, tokens, positions, n_commit, timer):
+        self.observed.append((len(tokens), int(positions[0]), n_commit))
+
+    def propose(self, last_token, n_past, n_max, sp, rng, timer):
+        d = super().propose(last_token, n_past, n_max, sp, rng, timer)
+        return Draft(tokens=d.tokens + [0] * self.overshoot)
+
+    def on_accept(self, n_drafted, n_accepted):
+        self.accepts.append((n_drafted, n_accepted))
+
+
+def test_config_objects_and_the_drafter_protocol(tiny_gen, plain):
+    """Issue 13: SpecConfig/SamplingParams objects build the same run as the keywords; the loop
+    calls observe(tokens, positions, n_commit) and on_accept(n_drafted, n_accepted) per step."""
+    prompt = PROMPTS[1]
+    n_prompt = len(tiny_gen.tokenize_prompt(prompt))
+    d = CountingDrafter(tiny_gen.ctx, plain[prompt], n_prompt, wrong_every=4)
+    tiny_gen.drafters["counting"] = d
+    try:
+        r = tiny_gen.generate(prompt, spec=ps.SpecConfig(drafter="counting", n_max=5), max_tokens=30)
+        assert r.tokens == plain[prompt][:30] and r.n_max == 5 and r.drafter == "counting"
+        assert len(d.accepts) == r.stats.n_steps
+        assert sum(a for _, a in d.accepts) == r.stats.n_accepted
+        assert sum(n for n, _ in d.accepts) == r.stats.n_drafted
+        steps = d.observed[-r.stats.n_steps:]  # after the prefill chunk(s)
+        assert all(n_rows == nd + 1 and commit == a + 1 for (n_rows, _, commit), (nd, a) in zip(steps, d.accepts))
+        assert r.n_committed == 30 == r.n_generated
+        with pytest.raises(ps.InvalidArgumentError, match="not both"):
+            tiny_gen.generate(prompt, spec=ps.SpecConfig(), drafter="counting")
+        with pytest.raises(ps.InvalidArgumentError, match="not both"):
+            tiny_gen.generate(prompt, sampling=ps.SamplingParams(temperature=0.5), temperature=0.5)
+        s = tiny_gen.generate(prompt, sampling=ps.SamplingParams(temperature=0.7, seed=3), max_tokens=10)
+        assert s.tokens == tiny_gen.generate(prompt, temperature=0.7, seed=3, max_tokens=10).tokens
+    finally:
+        del tiny_gen.drafters["counting"]
+
+
+@pytest.mark.parametrize("bad", [dict(n_max=-1), dict(n_max=True), dict(verify="maybe"), dict(drafter=3),
+                                 dict(sync_stages="yes")])
+def test_spec_config_validates(bad):
+    with pytest.raises(ps.InvalidArgumentError):
+        ps.SpecConfig(**bad)
+
+
+def test_a_drafter_proposing_too_much_is_stopped(tiny_gen, plain):
+    prompt = PROMPTS[1]
+    n_prompt = len(tiny_gen.tokenize_prompt(prompt))
+    tiny_gen.drafters["over"] = CountingDrafter(tiny_gen.ctx, plain[prompt], n_prompt, overshoot=2)
+    try:
+        with pytest.raises(ps.PyllamaSpecError, match="proposed .* more than"):
+            tiny_gen.generate(prompt, drafter="over", n_max=4, max_tokens=20)
+    finally:
+        del tiny_gen.drafters["over"]
+    assert tiny_gen.generate(prompt, drafter="dflash", max_tokens=12).tokens == plain[prompt][:12]
+
+
+def test_taps_follow_the_active_drafter(tiny_gen):
+    ids = tiny_gen.drafters["dflash"].target_layer_ids
+    tiny_gen.generate("x", drafter="dflash", max_tokens=3)
+    assert tiny_gen.ctx.enabled_layer_inputs == sorted(ids)
+    tiny_gen.generate("x", drafter="ngram", max_tokens=3)
+    assert tiny_gen.ctx.enabled_layer_inputs == []
+    tiny_gen.generate("x", max_tokens=3)
+    assert tiny_gen.ctx.enabled_layer_inputs == []
+
+
+def test_rejection_with_a_deterministic_drafter(tiny_gen):
+    """n-gram drafts carry no probabilities: rejection sampling treats them as one-hot (exact)."""
+    r = tiny_gen.generate(PROMPTS[2], drafter="ngram", temperature=0.8, seed=1, verify="rejection", max_tokens=40)
+    assert r.verify == "rejection" and len(r.tokens) == 40

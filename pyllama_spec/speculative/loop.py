@@ -5,7 +5,8 @@
         draft   = drafter.propose(last, n_past, n_max)            # DFlash: one non-causal pass
         verify  = target.decode([last] + draft)                   # one batch, every row an output
         k, bonus = accept(verify logits, draft)                   # greedy / match / rejection
-        drafter.observe(rows 0..k)                                # inject committed features
+        drafter.observe([last] + draft, n_commit=k + 1)           # DFlash: inject committed features
+        drafter.on_accept(len(draft), k)
         rollback both caches to n_past + 1 + k
         commit draft[:k] + [bonus]; stop at EOS / stop string / max_tokens / context
 
@@ -23,13 +24,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..context import Context
+from ..errors import PyllamaSpecError
+from .config import VERIFY_MODES
 from .drafters import Draft, Drafter
 from .sampling import SamplingParams
 from .stats import SpecStats
 from .timing import StageTimer
 from .verify import verify_greedy, verify_match, verify_rejection
-
-VERIFY_MODES = ("match", "rejection")
 
 
 @dataclass
@@ -58,6 +59,8 @@ def speculative_generate(target: Context, drafter: Drafter | None, prompt: list,
     vocab = target.model.vocab
     mem = target.memory
     mem.clear()
+    # the target records exactly the layer inputs the active drafter reads (none without one)
+    target.set_layer_inputs(drafter.target_layer_ids if drafter is not None else [])
     if drafter is not None:
         drafter.begin(prompt[:-1])
     # with the match rule the drafter proposes its argmax, as llama.cpp's drafters do
@@ -72,7 +75,7 @@ def speculative_generate(target: Context, drafter: Drafter | None, prompt: list,
         with timer("prefill", target):
             target.decode(chunk, pos, logits="none")
         if drafter is not None:
-            drafter.observe(target, chunk, pos, slice(0, len(chunk)), timer)
+            drafter.observe(chunk, pos, len(chunk), timer)
 
     timer.mark("prefill_done")
     last = int(prompt[-1])
@@ -84,6 +87,9 @@ def speculative_generate(target: Context, drafter: Drafter | None, prompt: list,
         draft = Draft(tokens=[])
         if drafter is not None and room > 0 and n_max > 0:
             draft = drafter.propose(last, n_past, min(n_max, room), dsp, rng, timer)
+            if len(draft.tokens) > min(n_max, room):
+                raise PyllamaSpecError(f"drafter {drafter.kind!r} proposed {len(draft.tokens)} tokens, more than the "
+                                       f"{min(n_max, room)} asked for (n_max, or the room left): fix its propose()")
         n_d = len(draft.tokens)
 
         with timer("verify", target):
@@ -93,7 +99,7 @@ def speculative_generate(target: Context, drafter: Drafter | None, prompt: list,
             logits = target.logits()
             if sp.greedy:
                 k, bonus = verify_greedy(logits, draft.tokens)
-            elif verify == "rejection" and draft.probs is not None:
+            elif verify == "rejection":  # a drafter without probabilities is deterministic (q one-hot)
                 k, bonus = verify_rejection(logits, draft.tokens, draft.probs, sp, rng)
             else:
                 k, bonus = verify_match(logits, draft.tokens, sp, rng)
@@ -101,8 +107,8 @@ def speculative_generate(target: Context, drafter: Drafter | None, prompt: list,
 
         committed = draft.tokens[:k] + [bonus]
         if drafter is not None:
-            drafter.observe(target, batch[:k + 1], np.arange(n_past, n_past + k + 1, dtype=np.int32),
-                            slice(0, k + 1), timer)
+            drafter.observe(batch, np.arange(n_past, n_past + n_d + 1, dtype=np.int32), k + 1, timer)
+            drafter.on_accept(n_d, k)
         n_past += k + 1
         with timer("rollback"):
             mem.seq_rm(0, n_past)

@@ -22,6 +22,9 @@ class GenerationResult:
         drafter: the drafter's name (None for plain decoding).
         n_max: draft block size used; verify: the verification rule; sync_stages: whether stage
             boundaries synchronized the backend.
+        n_committed: tokens the loop committed (``tokens`` plus an EOS or the tokens cut by a stop
+            string); what tokens/s counts.
+        extra: anything a caller wants to keep with the result.
     """
     text: str
     tokens: list
@@ -33,6 +36,7 @@ class GenerationResult:
     n_max: int = 0
     verify: str = "match"
     sync_stages: bool = True
+    n_committed: int = 0
     extra: dict = field(default_factory=dict)
     marks: dict = field(default_factory=dict)
 
@@ -43,7 +47,7 @@ class GenerationResult:
     @property
     def n_generated(self) -> int:
         """Tokens committed by the loop (the EOS token included when there was one)."""
-        return self.extra.get("n_committed", len(self.tokens))
+        return self.n_committed or len(self.tokens)
 
     @property
     def prefill_seconds(self) -> float:

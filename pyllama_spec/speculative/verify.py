@@ -40,14 +40,20 @@ def verify_match(target_logits: np.ndarray, draft, sp: SamplingParams, rng: np.r
     raise AssertionError("unreachable")
 
 
-def verify_rejection(target_logits: np.ndarray, draft, draft_probs: np.ndarray, sp: SamplingParams,
+def verify_rejection(target_logits: np.ndarray, draft, draft_probs: np.ndarray | None, sp: SamplingParams,
                      rng: np.random.Generator) -> tuple[int, int]:
-    """Args: target_logits ``(n+1, n_vocab)``; draft: ``n`` ids drawn from ``draft_probs`` ``(n, n_vocab)``."""
+    """Args: target_logits ``(n+1, n_vocab)``; draft: ``n`` ids drawn from ``draft_probs`` ``(n, n_vocab)``,
+    or None for a deterministic drafter (q one-hot at each draft token: accept with p(d), else
+    draw from p without d — as likely to accept as :func:`verify_match`)."""
     n = len(draft)
     for k in range(n):
         p = probs(target_logits[k], sp)
-        q = draft_probs[k]
         d = int(draft[k])
+        if draft_probs is None:
+            q = np.zeros_like(p)
+            q[d] = 1.0
+        else:
+            q = draft_probs[k]
         if q[d] <= 0.0:  # the drafter could not have drawn it: treat as a rejection
             return k, sample(p, rng)
         if rng.random() < min(1.0, p[d] / q[d]):

@@ -1,21 +1,42 @@
 """Drafters: what proposes the draft block. One small interface, one module per drafter.
 
-A drafter is created for one target context and lives as long as the generator. The loop
-calls, per generation::
+A drafter is created for one target :class:`~pyllama_spec.Context` (it keeps it as
+``self.target``) and lives as long as the generator. Per generation the loop calls::
 
-    begin(prompt)                                  # forget the previous generation
-    observe(rows, positions, timer)                # after every target decode: rows of the
-                                                   # target batch now committed
+    begin(prompt)                                   # a new generation over these prompt tokens
+    observe(tokens, positions, n_commit, timer)     # after every target decode: the decoded
+                                                    # tokens/positions (its batch rows, in order),
+                                                    # of which the first n_commit are committed
     propose(last_token, n_past, n_max, sp, rng, timer) -> Draft
-                                                   # up to n_max tokens after last_token
-    rollback(n_past)                               # drop everything at positions ≥ n_past
+                                                    # at most n_max tokens to follow last_token
+                                                    # (at position n_past); checked by the loop
+    on_accept(n_drafted, n_accepted)                # after each verify step (adaptive drafters)
+    rollback(n_past)                                # forget everything at positions ≥ n_past
 
-Register new kinds with :func:`register_drafter`; :func:`create_drafter` builds one by name.
+so that, between steps, the drafter's state covers exactly the committed positions
+``[0, n_past)`` — the loop's invariant (``loop.py``). ``observe`` is called for the prefill
+chunks (every row committed) and after each verify (``[last, drafts…]``, the first ``k + 1``
+committed); a drafter may use the rejected rows (e.g. inject all rows with one fixed shape and
+drop the rejected ones in ``rollback``), as llama.cpp's drafters do.
+
+Capabilities are class or instance attributes that the loop reads:
+
+* ``target_layer_ids`` — the target's layer inputs that ``observe`` reads (``Context.layer_input``);
+  the loop turns on exactly these taps for the generation (and none for a drafter without them).
+* ``supports_rejection`` — ``propose`` returns the drafter's probabilities (``Draft.probs``). For
+  ``verify="rejection"`` a drafter without them counts as deterministic (q = one-hot at each
+  draft token), which is exact and accepts as often as the match rule.
+* ``n_max_limit`` / ``n_max_default`` — the longest draft block it can make, and the one used
+  when the caller gives none.
+
+Register new kinds with :func:`register_drafter`; :func:`create_drafter` builds one by name
+(vLLM's ``create_proposer`` and HF's ``CandidateGenerator`` are the models).
 """
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
@@ -28,41 +49,53 @@ class Draft:
     """A proposed block.
 
     Attributes:
-        tokens: ``n`` draft token ids (n ≤ n_max; may be empty).
-        probs: ``(n, n_vocab)`` float64 drafter probabilities the tokens were drawn from
-            (needed by ``verify="rejection"``), or None for a deterministic drafter.
+        tokens: ``n`` draft token ids (``n ≤ n_max``; may be empty).
+        probs: ``(n, n_vocab)`` float32 probabilities the tokens were drawn from (the drafter's
+            sampling distribution per position; needed by ``verify="rejection"``), or None for a
+            deterministic proposal.
     """
-    tokens: list
+    tokens: list[int]
     probs: np.ndarray | None = None
 
 
 class Drafter(ABC):
-    """Base class of drafters.
+    """Base class of drafters (see the module docstring for the protocol).
+
+    Args:
+        target: the target context this drafter serves.
 
     Class attributes:
-        kind: registry name (``"dflash"``, ``"ngram"``, ...).
-        needs_target_features: the loop must keep the target's layer-input taps on.
-        supports_rejection: ``propose`` can return probabilities (``verify="rejection"``).
+        kind: registry name: llama.cpp's ``--spec-type`` name where one exists (``"dflash"``,
+            ``"ngram-simple"``, ...).
+        supports_rejection: ``propose`` can return probabilities.
+        n_max_limit: the longest draft block this drafter can make (tokens).
+        n_max_default: the draft block used when the caller gives no ``n_max`` (tokens).
     """
-    kind: str = ""
-    needs_target_features: bool = False
-    supports_rejection: bool = False
+    kind: ClassVar[str] = ""
+    supports_rejection: ClassVar[bool] = False
+    n_max_limit: int = 16
+    n_max_default: int = 4
 
-    #: the largest draft block this drafter can make
-    max_n_max: int = 16
-    #: the draft block size used when the caller gives none
-    default_n_max: int = 4
+    def __init__(self, target) -> None:
+        self.target = target
+        #: target layers whose inputs ``observe`` reads (empty: no taps needed)
+        self.target_layer_ids: list[int] = []
 
-    def begin(self, prompt: list) -> None:
-        """A new generation over ``prompt`` starts (the caches are empty)."""
+    def begin(self, prompt: list[int]) -> None:
+        """A new generation over ``prompt`` starts (the target's cache is empty)."""
 
-    def observe(self, target, tokens: list, positions: np.ndarray, rows: slice, timer) -> None:
-        """Target rows ``rows`` of its last decode (``tokens`` at ``positions``) are committed."""
+    def observe(self, tokens: list[int], positions: np.ndarray, n_commit: int, timer) -> None:
+        """The target decoded ``tokens`` at ``positions`` (its last decode's rows, in order);
+        the first ``n_commit`` of them are committed, the others were rejected drafts."""
 
     @abstractmethod
     def propose(self, last_token: int, n_past: int, n_max: int, sp: SamplingParams,
                 rng: np.random.Generator, timer) -> Draft:
-        """Propose up to ``n_max`` tokens to follow ``last_token`` (at position ``n_past``)."""
+        """Propose at most ``n_max`` tokens to follow ``last_token`` (at position ``n_past``)."""
+
+    def on_accept(self, n_drafted: int, n_accepted: int) -> None:
+        """One verify step checked ``n_drafted`` tokens and accepted ``n_accepted`` (no-op here;
+        for drafters that adapt their draft length, as HF's ``update_candidate_strategy``)."""
 
     def rollback(self, n_past: int) -> None:
         """Forget positions ≥ ``n_past``."""
@@ -75,18 +108,22 @@ class Drafter(ABC):
         """Free native resources (idempotent)."""
 
 
-_REGISTRY: dict[str, type] = {}
+_REGISTRY: dict[str, type[Drafter]] = {}
 
 
-def register_drafter(cls: type) -> type:
-    """Class decorator: make ``cls`` creatable by ``create_drafter(cls.kind, ...)``."""
+def register_drafter(cls: type[Drafter]) -> type[Drafter]:
+    """Class decorator: make ``cls`` creatable by ``create_drafter(cls.kind, ...)``.
+
+    Raises:
+        InvalidArgumentError: ``cls.kind`` is empty.
+    """
     if not cls.kind:
         raise InvalidArgumentError("a drafter class needs a non-empty `kind`")
     _REGISTRY[cls.kind] = cls
     return cls
 
 
-def drafter_kinds() -> list:
+def drafter_kinds() -> list[str]:
     """Names accepted by :func:`create_drafter`."""
     return sorted(_REGISTRY)
 
@@ -95,7 +132,7 @@ def create_drafter(kind: str, target, **kwargs) -> Drafter:
     """Build a drafter of ``kind`` for the target :class:`~pyllama_spec.Context`.
 
     Raises:
-        ValueError: unknown kind (the message lists the known ones).
+        InvalidArgumentError: unknown kind (the message lists the known ones).
     """
     try:
         cls = _REGISTRY[kind]

@@ -96,7 +96,6 @@ class DFlashDrafter(Drafter):
         DrafterMismatchError: the file is not a DFlash drafter for this target.
     """
     kind = "dflash"
-    needs_target_features = True
     supports_rejection = True
 
     def __init__(self, target: Context, path=None, *, n_gpu_layers: int = -1, flash_attn="auto",
@@ -104,12 +103,12 @@ class DFlashDrafter(Drafter):
         if path is None:
             raise InvalidArgumentError("a DFlash drafter needs the path of its .gguf file")
         meta = check_dflash_pair(target.model, path)
+        super().__init__(target)
         self.block_size = meta["block_size"]
         self.target_layer_ids = meta["target_layer_ids"]
         self.mask_token = meta["mask_token_id"]
-        self.max_n_max = self.block_size - 1
-        self.default_n_max = min(7, self.max_n_max)
-        self.target = target
+        self.n_max_limit = self.block_size - 1
+        self.n_max_default = min(7, self.n_max_limit)
         self.model = Model(path, n_gpu_layers=n_gpu_layers, repack=repack)
         # The whole noise block must be one ubatch (non-causal attention), and the drafter
         # holds every committed position, like the target (common_speculative_init_result).
@@ -118,19 +117,19 @@ class DFlashDrafter(Drafter):
                            n_ubatch=n_ubatch, ctx_other=target, causal_attn=meta["causal"],
                            flash_attn=flash_attn, type_k=type_k, type_v=type_v)
         self.ctx.set_embeddings_nextn(True, True)
-        target.enable_layer_inputs(self.target_layer_ids)
 
     def begin(self, prompt) -> None:
         self.ctx.memory.clear()
 
-    def observe(self, target, tokens, positions, rows, timer) -> None:
+    def observe(self, tokens, positions, n_commit, timer) -> None:
+        # only the committed rows: the same cache as llama.cpp's inject-all-then-remove, less work
         with timer("extract"):
-            feats = np.concatenate([target.layer_input(i)[rows] for i in self.target_layer_ids], axis=1)
+            feats = np.concatenate([self.target.layer_input(i)[:n_commit] for i in self.target_layer_ids], axis=1)
         with timer("inject", self.ctx):
-            self.ctx.decode_embd(feats, positions)
+            self.ctx.decode_embd(feats, positions[:n_commit])
 
     def propose(self, last_token, n_past, n_max, sp: SamplingParams, rng, timer) -> Draft:
-        n_max = min(n_max, self.max_n_max)
+        n_max = min(n_max, self.n_max_limit)
         if n_max <= 0:
             return Draft(tokens=[])
         block = np.full(n_max + 1, self.mask_token, dtype=np.int32)

@@ -17,10 +17,11 @@ class NgramDrafter(Drafter):
         n_min, n_max_ngram: suffix lengths tried, longest first.
     """
     kind = "ngram"
-    max_n_max = 64
-    default_n_max = 8
+    n_max_limit = 64
+    n_max_default = 8
 
     def __init__(self, target=None, *, n_min: int = 2, n_max_ngram: int = 4):
+        super().__init__(target)
         if not 1 <= n_min <= n_max_ngram:
             raise InvalidArgumentError(f"need 1 ≤ n_min ≤ n_max_ngram, got {n_min}, {n_max_ngram}")
         self.n_min, self.n_max_ngram = n_min, n_max_ngram
@@ -29,11 +30,11 @@ class NgramDrafter(Drafter):
     def begin(self, prompt: list) -> None:
         self.history = list(prompt)
 
-    def observe(self, target, tokens, positions, rows, timer) -> None:
-        # the loop passes the committed tokens in order; positions start where history ends
+    def observe(self, tokens, positions, n_commit, timer) -> None:
+        # the committed tokens, in order; positions start where the history ends
         p0 = int(positions[0]) if len(positions) else len(self.history)
         del self.history[p0:]
-        self.history.extend(int(t) for t in tokens)
+        self.history.extend(int(t) for t in tokens[:n_commit])
 
     def rollback(self, n_past: int) -> None:
         del self.history[n_past:]
