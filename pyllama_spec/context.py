@@ -59,7 +59,9 @@ class Context:
         ctx_other: another context this one is linked to; a DFlash drafter's context must be
             linked to its target's (it borrows the target's token embedding and output head).
         causal_attn: False for bidirectional attention inside a batch (DFlash drafters).
-        n_outputs_max, n_outputs_max_per_seq: caps on output rows per ubatch (0 = n_batch).
+        n_outputs_max, n_outputs_max_per_seq: caps on output rows per ubatch, and per sequence when
+            it is sampled on the backend (0 = n_batch). llama.cpp sizes the backend-sampling graph
+            for ``n_outputs_max_per_seq`` rows: keep it near the largest verify batch.
         kv_unified: one KV buffer shared by all sequences (needed to copy part of a sequence
             into another with ``Memory.seq_cp`` when ``n_seq_max > 1``).
 
@@ -128,6 +130,7 @@ class Context:
         self.n_seq_max = lib.llama_n_seq_max(ptr)
         self.kv_unified = kv_unified
         self.n_outputs_max = n_outputs_max or self.n_batch
+        self.n_outputs_max_per_seq = min(n_outputs_max_per_seq or self.n_outputs_max, self.n_outputs_max)
         self.memory = Memory(self)
         self._batch = TokenBatch(self.n_batch)
         self._ebatch: EmbdBatch | None = None
@@ -135,9 +138,11 @@ class Context:
         self._n_embd = model.n_embd
         self._n_outputs = 0
         self._n_tokens_last = 0
+        self._last_raw_logits = True
         self._taps: set[int] = set()
         self._taps_ready = False
         self._causal = True
+        self._samplers: dict[int, object] = {}  # seq_id -> SamplerChain run on the backend
         self.set_causal_attn(causal_attn)
 
     # lifetime -------------------------------------------------------------------------------
@@ -154,6 +159,9 @@ class Context:
             return
         for dep in list(self._dependents):
             dep.close()
+        for seq_id in list(self._samplers):  # llama.cpp does not own them: detach before freeing
+            lib.llama_set_sampler(self._ptr, seq_id, ffi.NULL)
+        self._samplers.clear()
         ffi.release(self._ptr)
         self._ptr = None
 
@@ -179,6 +187,64 @@ class Context:
     def set_embeddings_nextn(self, value: bool, masked: bool = True) -> None:
         """Ask for next-n embeddings (MTP / DFlash graphs; ``masked``: only for output rows)."""
         lib.pyls_set_embeddings_nextn(self.ptr, value, masked)
+
+    def set_sampler(self, chain, seq_id: int = 0) -> None:
+        """Sample sequence ``seq_id``'s output rows inside the decode graph (llama.cpp's backend
+        sampling), or stop doing so (``chain=None``).
+
+        With a chain attached, a decode copies back one sampled token per output row
+        (:meth:`sampled_tokens`) instead of the ``(n_outputs, n_vocab)`` logits: on a GPU the
+        argmax / draw runs there and no logits cross to the host. Changing it rebuilds the graph
+        once (llama.cpp re-reserves); keep one chain for a whole generation.
+
+        Args:
+            chain: a :class:`~pyllama_spec.sampler.SamplerChain` (kept alive by this context), or None.
+                A chain can be attached once (llama.cpp sets it up for that context).
+            seq_id: the sequence (``< n_seq_max``).
+
+        Raises:
+            UnsupportedError: llama.cpp cannot run this chain on this context's backend.
+            InvalidArgumentError: the chain was attached before.
+        """
+        self.memory._seq(int(seq_id))
+        if chain is None:
+            if seq_id in self._samplers:
+                lib.llama_set_sampler(self.ptr, seq_id, ffi.NULL)
+                del self._samplers[seq_id]
+            return
+        if self._samplers.get(seq_id) is chain:
+            return
+        if chain._attached:  # llama.cpp initialises a chain for one context once, else it aborts
+            raise InvalidArgumentError(f"{chain!r} was attached to a context before; llama.cpp sets a chain up for "
+                                       "one attachment only: make a new SamplerChain")
+        chain._attached = True
+        if not lib.llama_set_sampler(self.ptr, seq_id, chain.ptr):
+            self._samplers.pop(seq_id, None)
+            raise UnsupportedError(f"llama.cpp cannot run the sampler chain {chain!r} on this context's backend")
+        self._samplers[seq_id] = chain
+
+    @property
+    def samplers(self) -> dict:
+        """``{seq_id: SamplerChain}`` of the sequences sampled on the backend."""
+        return dict(self._samplers)
+
+    def sampled_tokens(self, n: int | None = None) -> list[int]:
+        """Tokens the backend sampler drew for the first ``n`` output rows of the last decode
+        (default: all of them), in output order.
+
+        Raises:
+            InvalidArgumentError: no backend sampler is attached, or fewer output rows than ``n``.
+        """
+        if not self._samplers:
+            raise InvalidArgumentError("no backend sampler is attached: call set_sampler() first, or read logits()")
+        n = self._n_outputs if n is None else n
+        if not 0 <= n <= self._n_outputs:
+            raise InvalidArgumentError(f"the last decode has {self._n_outputs} output rows, asked for {n}")
+        out = [int(lib.llama_get_sampled_token_ith(self.ptr, i)) for i in range(n)]
+        if any(t < 0 for t in out):
+            raise UnsupportedError(f"llama.cpp sampled no token for some output rows ({out}): their sequence has "
+                                   "no backend sampler")
+        return out
 
     # decoding -------------------------------------------------------------------------------
     def decode(self, tokens, pos=None, *, seq_id=0, logits="last") -> int:
@@ -291,6 +357,10 @@ class Context:
                                     f"> n_ubatch={self.n_ubatch}; create the context with n_ubatch ≥ {n}", -1)
         if n_out > self.n_outputs_max:
             raise InvalidBatchError(f"{n_out} output rows exceed n_outputs_max={self.n_outputs_max}", -1)
+        if self._samplers and n_out > self.n_outputs_max_per_seq:
+            raise InvalidBatchError(f"{n_out} output rows exceed n_outputs_max_per_seq={self.n_outputs_max_per_seq}, "
+                                    "the most a backend sampler draws per decode; detach it (set_sampler(None)) "
+                                    "or create the context with a larger n_outputs_max_per_seq", -1)
 
     def _after_decode(self, rc: int, n: int, n_out: int, what: str) -> None:
         if rc != 0:
@@ -300,6 +370,7 @@ class Context:
         self._n_outputs = n_out
         self._n_tokens_last = n
         self._taps_ready = bool(self._taps)
+        self._last_raw_logits = not self._samplers
 
     def synchronize(self) -> None:
         """Wait until the backend (GPU) has finished all queued work."""
@@ -318,6 +389,9 @@ class Context:
         """
         if self._n_outputs == 0:
             raise InvalidArgumentError("the last decode produced no output rows (pass logits='all' or 'last')")
+        if self._samplers and not self._last_raw_logits:
+            raise InvalidArgumentError("the last decode was sampled on the backend (set_sampler): llama.cpp copied "
+                                       "no logits; read sampled_tokens(), or detach the sampler first")
         p = lib.llama_get_logits(self.ptr)
         if p == ffi.NULL:
             raise UnsupportedError("this context produces no logits")
@@ -330,6 +404,9 @@ class Context:
         Raises:
             IndexError: row ``i`` produced no output.
         """
+        if self._samplers and not self._last_raw_logits:
+            raise InvalidArgumentError("the last decode was sampled on the backend (set_sampler): llama.cpp copied "
+                                       "no logits; read sampled_tokens(), or detach the sampler first")
         p = lib.llama_get_logits_ith(self.ptr, i)
         if p == ffi.NULL:
             raise IndexError(f"batch row {i} has no logits (was it flagged for output?)")

@@ -2,6 +2,8 @@
 
 * :func:`write_tiny_target` - a small llama- or qwen3-architecture target with random but
   sensibly scaled weights and a byte-level BPE vocabulary of its own (259 tokens, chat template).
+* :func:`write_big_pair` - a large target (e.g. Qwen3-8B-shaped, f16 or Q4_0) and a DFlash drafter for
+  it, written in about the time its bytes take (one random buffer per tensor shape).
 * :func:`write_dflash_drafter` - a DFlash drafter (``general.architecture = "dflash"``) for any
   GGUF target: same hidden size, the target's tokenizer copied in, random weights. It is never
   right, so it measures the cost of speculation, not its benefit.
@@ -10,6 +12,7 @@ Command line::
 
     python -m pyllama_spec.fixtures target OUT.gguf [--arch llama|qwen3] [--layers 4] [--embd 64]
     python -m pyllama_spec.fixtures dflash OUT.gguf --target TARGET.gguf [--layers 2] [--block-size 8]
+    python -m pyllama_spec.fixtures big OUT_DIR [--preset qwen3-8b] [--dtype f16|q4_0]
 """
 from __future__ import annotations
 
@@ -41,7 +44,10 @@ def _rng_tensor(rng, shape, scale):
     return (rng.standard_normal(shape) * scale).astype(np.float32)
 
 
-def _add_tiny_tokenizer(w) -> dict:
+def _add_tiny_tokenizer(w, n_vocab: int | None = None) -> dict:
+    """Byte-level BPE vocabulary: 256 bytes, 4 specials, 4 merges, then (``n_vocab``) filler
+    tokens ``"·<i>"`` that no text produces but any model may emit (a large-vocabulary output
+    head without a real tokenizer)."""
     import gguf
 
     tokens = _byte_vocab() + SPECIALS
@@ -50,6 +56,10 @@ def _add_tiny_tokenizer(w) -> dict:
     merges = ["Ġ t", "Ġ a", "h e", "i n"]
     tokens += ["Ġt", "Ġa", "he", "in"]
     types += [gguf.TokenType.NORMAL] * 4
+    if n_vocab is not None and n_vocab > len(tokens):
+        n_fill = n_vocab - len(tokens)
+        tokens += [f"·{i}" for i in range(n_fill)]
+        types += [gguf.TokenType.NORMAL] * n_fill
     w.add_tokenizer_model("gpt2")
     w.add_tokenizer_pre("default")
     w.add_token_list(tokens)
@@ -273,6 +283,166 @@ def write_dflash_drafter(path, *, target, n_layer: int = 2, block_size: int = 8,
                              name="pyllama_spec random DFlash drafter")
 
 
+#: A Qwen3-8B-shaped pair: the target's shape (36 layers, hidden 4096, 32/8 heads of 128, FFN 12288,
+#: vocabulary 151 936) and a z-lab-shaped DFlash drafter (5 layers of the same width, block 16,
+#: target layers 1, 9, 17, 25, 33 as z-lab's Qwen3-8B drafter reads them).
+BIG_PRESETS = {
+    "qwen3-8b": dict(n_layer=36, n_embd=4096, n_head=32, n_head_kv=8, head_dim=128, n_ff=12288, n_vocab=151936,
+                     drafter_layers=5, block_size=16, target_layers=[1, 9, 17, 25, 33]),
+    # the same shape at 1/8 of the layers: a few-GB pair for a quick run
+    "qwen3-8b-short": dict(n_layer=5, n_embd=4096, n_head=32, n_head_kv=8, head_dim=128, n_ff=12288,
+                           n_vocab=151936, drafter_layers=1, block_size=16, target_layers=[1, 2, 3]),
+}
+
+
+class _TensorPool:
+    """One random buffer per (shape, dtype): a big model of identical layers is written in the time it
+    takes to write its bytes, not to draw them. ``dtype``: ``"f16"``, ``"q4_0"`` or ``"q8_0"``."""
+
+    def __init__(self, seed: int):
+        self.rng = np.random.default_rng(seed)
+        self.cache: dict = {}
+
+    def get(self, shape, scale: float, dtype: str):
+        import gguf
+
+        key = (tuple(shape), scale, dtype)
+        if key not in self.cache:
+            rows, cols = shape
+            # a big matrix repeats a block of rows: drawing 600 M normals would take longer than writing them
+            block = next((b for b in (256, 128, 64, 32, 16, 8) if rows % b == 0 and rows > 4 * b), rows)
+            a = _rng_tensor(self.rng, (block, cols), scale)
+            if dtype == "f16":
+                arr, qt = a.astype(np.float16), None
+            else:
+                qt = {"q4_0": gguf.GGMLQuantizationType.Q4_0, "q8_0": gguf.GGMLQuantizationType.Q8_0}[dtype]
+                arr = gguf.quants.quantize(a, qt)  # (block, bytes per row): whole rows, so rows tile
+            self.cache[key] = (np.tile(arr, (rows // block, 1)) if block != rows else arr, qt)
+        return self.cache[key]
+
+    def add(self, w, name: str, shape, scale: float, dtype: str) -> None:
+        arr, qt = self.get(shape, scale, dtype)
+        if qt is None:
+            w.add_tensor(name, arr)
+        else:
+            w.add_tensor(name, arr, raw_shape=arr.shape, raw_dtype=qt)
+
+
+def write_big_pair(out_dir, *, preset: str = "qwen3-8b", dtype: str = "f16", drafter_dtype: str | None = None,
+                   seed: int = 0) -> dict:
+    """Write a large random target (qwen3 architecture) and a random DFlash drafter for it, fast.
+
+    For measuring step costs at a real model's shapes where no such model can be downloaded
+    (``benchmarks/step_cost.py``). Every layer reuses the same random buffers, so writing costs
+    about the file size at disk speed (``qwen3-8b``: ~16 GB f16 / ~4.6 GB Q4_0 for the target).
+
+    Args:
+        out_dir: folder for ``target-<preset>-<dtype>.gguf`` and ``dflash-<preset>-<dtype>.gguf``.
+        preset: a key of :data:`BIG_PRESETS`.
+        dtype: ``"f16"`` or ``"q4_0"`` (matrices; norms stay f32).
+        drafter_dtype: the drafter's matrices (default: ``dtype``).
+
+    Returns:
+        ``{"target": Path, "drafter": Path, **preset}``.
+
+    Raises:
+        ValueError: an unknown preset or dtype.
+    """
+    import gguf
+
+    if preset not in BIG_PRESETS:
+        raise ValueError(f"preset must be one of {sorted(BIG_PRESETS)}, got {preset!r}")
+    if dtype not in ("f16", "q4_0") or (drafter_dtype or dtype) not in ("f16", "q4_0", "q8_0"):
+        raise ValueError(f"dtype must be 'f16' or 'q4_0' (drafter also 'q8_0'), got {dtype!r}/{drafter_dtype!r}")
+    cfg = BIG_PRESETS[preset]
+    ddt = drafter_dtype or dtype
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tpath, dpath = out_dir / f"target-{preset}-{dtype}.gguf", out_dir / f"dflash-{preset}-{ddt}.gguf"
+    L, E, H, KV, D, F, V = (cfg[k] for k in ("n_layer", "n_embd", "n_head", "n_head_kv", "head_dim", "n_ff", "n_vocab"))
+    pool = _TensorPool(seed)
+
+    w = gguf.GGUFWriter(str(tpath), "qwen3")
+    w.add_name(f"pyllama_spec random {preset} target")
+    w.add_context_length(40960)
+    w.add_embedding_length(E)
+    w.add_feed_forward_length(F)
+    w.add_block_count(L)
+    w.add_head_count(H)
+    w.add_head_count_kv(KV)
+    w.add_key_length(D)
+    w.add_value_length(D)
+    w.add_rope_dimension_count(D)
+    w.add_rope_freq_base(1000000.0)
+    w.add_layer_norm_rms_eps(1e-6)
+    w.add_file_type(gguf.LlamaFileType.MOSTLY_F16 if dtype == "f16" else gguf.LlamaFileType.MOSTLY_Q4_0)
+    _add_tiny_tokenizer(w, n_vocab=V)
+    w.add_vocab_size(V)
+    ones = {n: np.ones(n, np.float32) for n in (E, D)}
+    pool.add(w, "token_embd.weight", (V, E), 1.0, dtype)
+    w.add_tensor("output_norm.weight", ones[E])
+    pool.add(w, "output.weight", (V, E), 4 / np.sqrt(E), dtype)
+    for i in range(L):
+        p = f"blk.{i}."
+        w.add_tensor(p + "attn_norm.weight", ones[E])
+        pool.add(w, p + "attn_q.weight", (H * D, E), 1 / np.sqrt(E), dtype)
+        pool.add(w, p + "attn_k.weight", (KV * D, E), 1 / np.sqrt(E), dtype)
+        pool.add(w, p + "attn_v.weight", (KV * D, E), 1 / np.sqrt(E), dtype)
+        pool.add(w, p + "attn_output.weight", (E, H * D), 1 / np.sqrt(E), dtype)
+        w.add_tensor(p + "attn_q_norm.weight", ones[D])
+        w.add_tensor(p + "attn_k_norm.weight", ones[D])
+        w.add_tensor(p + "ffn_norm.weight", ones[E])
+        pool.add(w, p + "ffn_gate.weight", (F, E), 1 / np.sqrt(E), dtype)
+        pool.add(w, p + "ffn_up.weight", (F, E), 1 / np.sqrt(E), dtype)
+        pool.add(w, p + "ffn_down.weight", (E, F), 1 / np.sqrt(F), dtype)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+    ids = cfg["target_layers"]
+    w = gguf.GGUFWriter(str(dpath), "dflash")
+    w.add_name(f"pyllama_spec random {preset} DFlash drafter")
+    w.add_context_length(40960)
+    w.add_embedding_length(E)
+    w.add_feed_forward_length(F)
+    w.add_block_count(cfg["drafter_layers"])
+    w.add_head_count(H)
+    w.add_head_count_kv(KV)
+    w.add_key_length(D)
+    w.add_value_length(D)
+    w.add_rope_dimension_count(D)
+    w.add_rope_freq_base(1000000.0)
+    w.add_layer_norm_rms_eps(1e-6)
+    w.add_uint32("dflash.block_size", cfg["block_size"])
+    w.add_array("dflash.target_layers", ids)
+    w.add_file_type({"f16": gguf.LlamaFileType.MOSTLY_F16, "q4_0": gguf.LlamaFileType.MOSTLY_Q4_0,
+                     "q8_0": gguf.LlamaFileType.MOSTLY_Q8_0}[ddt])
+    info = _add_tiny_tokenizer(w, n_vocab=V)
+    w.add_uint32("tokenizer.ggml.mask_token_id", info["<|mask|>"])
+    pool.add(w, "fc.weight", (E, len(ids) * E), 1 / np.sqrt(len(ids) * E), ddt)
+    w.add_tensor("enc.output_norm.weight", ones[E])
+    w.add_tensor("output_norm.weight", ones[E])
+    for i in range(cfg["drafter_layers"]):
+        p = f"blk.{i}."
+        w.add_tensor(p + "attn_norm.weight", ones[E])
+        pool.add(w, p + "attn_q.weight", (H * D, E), 1 / np.sqrt(E), ddt)
+        pool.add(w, p + "attn_k.weight", (KV * D, E), 1 / np.sqrt(E), ddt)
+        pool.add(w, p + "attn_v.weight", (KV * D, E), 1 / np.sqrt(E), ddt)
+        pool.add(w, p + "attn_output.weight", (E, H * D), 1 / np.sqrt(E), ddt)
+        w.add_tensor(p + "attn_q_norm.weight", ones[D])
+        w.add_tensor(p + "attn_k_norm.weight", ones[D])
+        w.add_tensor(p + "ffn_norm.weight", ones[E])
+        pool.add(w, p + "ffn_gate.weight", (F, E), 1 / np.sqrt(E), ddt)
+        pool.add(w, p + "ffn_up.weight", (F, E), 1 / np.sqrt(E), ddt)
+        pool.add(w, p + "ffn_down.weight", (E, F), 1 / np.sqrt(F), ddt)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return {"target": tpath, "drafter": dpath, **cfg}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m pyllama_spec.fixtures", description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -290,7 +460,16 @@ def main(argv=None) -> int:
     d.add_argument("--target-layers", type=lambda s: [int(x) for x in s.split(",")], default=None)
     d.add_argument("--seed", type=int, default=0)
     d.add_argument("--f16", action="store_true")
+    b = sub.add_parser("big", help="a large random target + DFlash drafter pair (e.g. Qwen3-8B-shaped)")
+    b.add_argument("out_dir", type=Path)
+    b.add_argument("--preset", default="qwen3-8b", choices=sorted(BIG_PRESETS))
+    b.add_argument("--dtype", default="f16", choices=["f16", "q4_0"])
+    b.add_argument("--drafter-dtype", default=None, choices=["f16", "q4_0", "q8_0"])
     a = ap.parse_args(argv)
+    if a.cmd == "big":
+        r = write_big_pair(a.out_dir, preset=a.preset, dtype=a.dtype, drafter_dtype=a.drafter_dtype)
+        print(r["target"], r["drafter"])
+        return 0
     if a.cmd == "target":
         print(write_tiny_target(a.out, arch=a.arch, n_layer=a.layers, n_embd=a.embd, seed=a.seed))
     else:

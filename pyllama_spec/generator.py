@@ -22,6 +22,10 @@ from .speculative.timing import StageTimer
 
 log = logging.getLogger("pyllama_spec")
 
+#: verify batches up to this many rows (n_max + 1) are sampled inside llama.cpp's decode graph;
+#: llama.cpp sizes that graph for this many rows, so it stays near the largest DFlash block
+VERIFY_ROWS_BACKEND = 32
+
 
 class Generator:
     """A target model with named drafters, ready to generate.
@@ -50,8 +54,10 @@ class Generator:
                  n_ubatch: int | None = None, n_gpu_layers: int = -1, flash_attn="auto", type_k: str = "f16",
                  type_v: str = "f16", n_threads: int | None = None, repack: bool = False, progress: bool = False):
         self.model = Model(target, n_gpu_layers=n_gpu_layers, repack=repack, progress=progress)
+        # a verify batch of up to VERIFY_ROWS_BACKEND rows is sampled in the decode graph (larger ones on the host)
         self.ctx = Context(self.model, n_ctx=n_ctx, n_batch=n_batch, n_ubatch=n_ubatch, flash_attn=flash_attn,
-                           type_k=type_k, type_v=type_v, n_threads=n_threads)
+                           type_k=type_k, type_v=type_v, n_threads=n_threads,
+                           n_outputs_max_per_seq=min(VERIFY_ROWS_BACKEND, n_batch))
         self.drafters: dict[str, Drafter] = {}
         self._active: _Run | None = None
         self._drafter_opts = {"n_gpu_layers": n_gpu_layers, "repack": repack}
@@ -186,7 +192,8 @@ class Generator:
         stats = SpecStats(n_max=spec.n_max)
         rng = np.random.default_rng(sampling.seed)
         steps = speculative_generate(self.ctx, d, prompt_tokens, max_tokens=max_tokens, n_max=spec.n_max,
-                                     sp=sampling, verify=spec.verify, stats=stats, timer=timer, rng=rng)
+                                     sp=sampling, verify=spec.verify, stats=stats, timer=timer, rng=rng,
+                                     backend_sampling=spec.backend_sampling)
         run = _Run(self, steps, stops, timer, stats, prompt_tokens, spec)
         self._active = run
         if stream:

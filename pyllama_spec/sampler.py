@@ -1,7 +1,11 @@
-"""``SamplerChain``: llama.cpp's own sampler chain (``llama_sampler_chain_*``), for sampling
-straight from a context's logits in C. The speculative loop uses the numpy rules of
-``speculative/sampling.py`` instead (it needs the distributions themselves); this is for plain use
-and for checking one against the other."""
+"""``SamplerChain``: llama.cpp's own sampler chain (``llama_sampler_chain_*``).
+
+Two uses: sampling a context's logits on the host in C (:meth:`SamplerChain.sample`), and
+*backend sampling* — attached to a context with :meth:`Context.set_sampler`, the chain runs
+inside the decode graph (on the GPU when there is one) and only the drawn tokens come back.
+The speculative loop uses the latter for greedy and match verification and for the drafter's
+argmax; rejection sampling needs the distributions themselves and uses the numpy rules of
+``speculative/sampling.py``."""
 from __future__ import annotations
 
 from . import backend
@@ -23,6 +27,7 @@ class SamplerChain:
         self.params = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed)
         chain = lib.llama_sampler_chain_init(lib.llama_sampler_chain_default_params())
         self._ptr = ffi.gc(chain, lib.llama_sampler_free)
+        self._attached = False  # set by Context.set_sampler: llama.cpp sets a chain up for one context once
         if self.params.greedy:
             lib.llama_sampler_chain_add(chain, lib.llama_sampler_init_greedy())
             return
@@ -36,6 +41,23 @@ class SamplerChain:
         lib.llama_sampler_chain_add(
             chain, lib.llama_sampler_init_dist(lib.LLAMA_DEFAULT_SEED if seed is None else seed))
 
+    @classmethod
+    def from_params(cls, sp: SamplingParams) -> "SamplerChain":
+        """The chain that draws from the distribution :func:`~pyllama_spec.speculative.sampling.probs`
+        computes for ``sp`` (same filters, same order)."""
+        return cls(temperature=sp.temperature, top_k=sp.top_k, top_p=sp.top_p, min_p=sp.min_p, seed=sp.seed)
+
+    @property
+    def ptr(self):
+        """The ``llama_sampler *`` (raises once closed)."""
+        if self._ptr is None:
+            from .errors import ClosedError
+            raise ClosedError("this sampler chain is closed")
+        return self._ptr
+
+    def __repr__(self) -> str:
+        return f"SamplerChain({self.params})"
+
     def sample(self, ctx, idx: int = -1) -> int:
         """Sample from the logits of batch row ``idx`` of ``ctx``'s last decode (and accept it).
 
@@ -43,13 +65,15 @@ class SamplerChain:
             IndexError: row ``idx`` produced no logits.
         """
         ctx.logits_ith(idx)  # raises IndexError before llama.cpp would abort on a bad row
-        return int(lib.llama_sampler_sample(self._ptr, ctx.ptr, idx))
+        return int(lib.llama_sampler_sample(self.ptr, ctx.ptr, idx))
 
     def accept(self, token: int) -> None:
-        lib.llama_sampler_accept(self._ptr, token)
+        """Commit ``token``: advances stateful samplers (with backend sampling of several rows per
+        decode, llama.cpp's seeded draw advances its generator only for accepted tokens)."""
+        lib.llama_sampler_accept(self.ptr, token)
 
     def reset(self) -> None:
-        lib.llama_sampler_reset(self._ptr)
+        lib.llama_sampler_reset(self.ptr)
 
     def close(self) -> None:
         if self._ptr is not None:

@@ -28,6 +28,10 @@ class SpecConfig:
         sync_stages: synchronize the backend at stage boundaries, so each stage's clock holds the
             GPU work it queued; False lets the loop run free (fastest; GPU time then lands in the
             stage that next reads a result).
+        backend_sampling: let llama.cpp draw the target's and the drafter's tokens inside the
+            decode graph where the rule allows it (greedy, match, plain decoding): no logits are
+            copied to the host. False reads logits and samples with numpy (the reference path;
+            rejection sampling always does, as it needs both distributions).
 
     Raises:
         InvalidArgumentError: a value of the wrong type or out of range (the message names it).
@@ -36,6 +40,7 @@ class SpecConfig:
     n_max: int | None = None
     verify: str = "match"
     sync_stages: bool = True
+    backend_sampling: bool = True
 
     def __post_init__(self):
         if self.drafter is not None and not isinstance(self.drafter, str):
@@ -45,8 +50,9 @@ class SpecConfig:
             raise InvalidArgumentError(f"n_max must be an int ≥ 0 or None (the drafter's default), got {self.n_max!r}")
         if self.verify not in VERIFY_MODES:
             raise InvalidArgumentError(f"verify must be one of {VERIFY_MODES}, got {self.verify!r}")
-        if not isinstance(self.sync_stages, bool):
-            raise InvalidArgumentError(f"sync_stages must be True or False, got {self.sync_stages!r}")
+        for name in ("sync_stages", "backend_sampling"):
+            if not isinstance(getattr(self, name), bool):
+                raise InvalidArgumentError(f"{name} must be True or False, got {getattr(self, name)!r}")
 
     def replace(self, **changes) -> "SpecConfig":
         """A copy with ``changes`` applied (validated again)."""

@@ -19,7 +19,8 @@ from ...context import Context
 from ...errors import InvalidArgumentError, DrafterMismatchError, UnsupportedError
 from ...gguf_file import read_gguf
 from ...model import TAPPABLE_ARCHS, Model
-from ..sampling import SamplingParams, probs, sample
+from ...sampler import SamplerChain
+from ..sampling import SamplingParams, densify, filtered_rows, sample_rows
 from . import Draft, Drafter, register_drafter
 
 log = logging.getLogger("pyllama_spec")
@@ -113,10 +114,14 @@ class DFlashDrafter(Drafter):
         # The whole noise block must be one ubatch (non-causal attention), and the drafter
         # holds every committed position, like the target (common_speculative_init_result).
         n_ubatch = max(target.n_ubatch, self.block_size)
+        # outputs: at most one block (llama.cpp sizes its sampling graph and buffers by this)
         self.ctx = Context(self.model, n_ctx=target.n_ctx, n_batch=max(target.n_batch, n_ubatch),
                            n_ubatch=n_ubatch, ctx_other=target, causal_attn=meta["causal"],
-                           flash_attn=flash_attn, type_k=type_k, type_v=type_v)
+                           flash_attn=flash_attn, type_k=type_k, type_v=type_v,
+                           n_outputs_max=self.block_size, n_outputs_max_per_seq=self.block_size)
         self.ctx.set_embeddings_nextn(True, True)
+        #: draw the greedy draft in the decode graph (False: read logits, argmax on the host)
+        self.backend_sampling = True
 
     def begin(self, prompt) -> None:
         self.ctx.memory.clear()
@@ -132,17 +137,26 @@ class DFlashDrafter(Drafter):
         n_max = min(n_max, self.n_max_limit)
         if n_max <= 0:
             return Draft(tokens=[])
+        # the argmax of each block row is drawn in the decode graph (llama.cpp's backend sampling:
+        # no logits copied); sampling from q needs q itself, so then the logits come back
+        if sp.greedy and self.backend_sampling:
+            if not self.ctx.samplers:
+                self.ctx.set_sampler(SamplerChain())  # a fresh chain: llama.cpp sets each up once
+        else:
+            self.ctx.set_sampler(None)
         block = np.full(n_max + 1, self.mask_token, dtype=np.int32)
         block[0] = last_token
         with timer("draft", self.ctx):
             self.ctx.decode(block, np.arange(n_past, n_past + n_max + 1, dtype=np.int32), logits="all")
         with timer("draft_sample"):
-            logits = self.ctx.logits()[1:]
-            if sp.greedy:
-                draft = Draft(tokens=[int(t) for t in np.argmax(logits, axis=1)])
+            if self.ctx.samplers:
+                draft = Draft(tokens=self.ctx.sampled_tokens()[1:])
+            elif sp.greedy:
+                draft = Draft(tokens=[int(t) for t in np.argmax(self.ctx.logits()[1:], axis=1)])
             else:
-                q = np.stack([probs(row, sp) for row in logits])
-                draft = Draft(tokens=[sample(qi, rng) for qi in q], probs=q)
+                rows = filtered_rows(self.ctx.logits()[1:], sp)
+                draft = Draft(tokens=[int(t) for t in sample_rows(*rows, rng)],
+                              probs=densify(*rows, self.target.model.n_vocab))
         with timer("rollback"):
             # the noise block never stays in the drafter's cache
             self.ctx.memory.seq_rm(0, n_past)
