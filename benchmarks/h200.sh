@@ -11,10 +11,13 @@
 #   bash benchmarks/h200.sh train    # the configurations in parallel on shared features, pick the best
 #   bash benchmarks/h200.sh bench    # best drafter vs plain vs native on held-out prompts; pytest
 #   bash benchmarks/h200.sh retest   # carry .dev/smol.part01 after install + model0: tests, τ, demo of this checkout
+#   bash benchmarks/h200.sh step-big # Qwen3-8B-shaped random pairs (f16, Q4_0) written there: step cost, kernels,
+#                                    # the matmul-dispatch variants of vendor/patches/0001 (carry .dev/smol.part00 along)
+#   bash benchmarks/h200.sh step-smol # carry .dev/smol.part01 after model0/step-big: SmolLM2 step cost, T>0, held-out
 #
 # Settings through the environment: N_CHAT, N_CODE, MAX_TOKENS (data); TRAIN_SECONDS, CONFIGS (train).
 set -uo pipefail
-PHASE=${1:?phase: install | model0 | data | train | bench | retest}
+PHASE=${1:?phase: install | model0 | data | train | bench | retest | step-big | step-smol}
 REPO=$(pwd)
 W=/tmp/w
 OUT=${OUT:-$W/out}
@@ -60,6 +63,8 @@ install)
     check || { log "that wheel does not work here: building"; build; check || exit 1; }
   else
     build; check || exit 1
+    # bring the wheel back in pieces (files from $OUT: 16 MiB each at most) for later machines
+    split -b 15000000 -d "$W"/wheels/pyllama_spec-*.whl "$OUT/wheel.part" && ls "$W"/wheels/ > "$OUT/wheel.name"
   fi
   ;;
 model0)
@@ -133,5 +138,48 @@ retest)
       --n-prompts 60 --json "$OUT/heldout_tau_h200.json")
   log "the README demo as a user runs it (shipped drafter by default)"
   (cd /tmp && timeout 120 python3 "$REPO/examples/stage_timing.py" > "$OUT/demo_h200.txt" 2>&1); grep -E "^drafter|τ|generation" "$OUT/demo_h200.txt" | head -30
+  ;;
+step-big)
+  [ -f .dev/smol.part00 ] && cp .dev/smol.part00 "$W/"
+  B=$W/big; mkdir -p "$B"
+  for dt in f16 q4_0; do
+    log "write the Qwen3-8B-shaped $dt pair"
+    (cd /tmp && python3 -m pyllama_spec.fixtures big "$B" --dtype $dt) || exit 1
+  done
+  ls -la "$B"; df -h /tmp | tail -1
+  for dt in f16 q4_0; do
+    T=$B/target-qwen3-8b-$dt.gguf; D=$B/dflash-qwen3-8b-$dt.gguf
+    log "step cost, $dt pair (kernels profiled)"
+    (cd /tmp && timeout 300 python3 "$REPO/benchmarks/step_cost.py" --target $T --drafter $D --label "qwen3-8b-$dt" \
+        --max-tokens 96 --reps 30 --profile --json "$OUT/step_$dt.json") 2>&1 | grep -v "^ \{2,\}[0-9.]* µs"
+  done
+  log "kernel-choice variants (verify rows only)"
+  T=$B/target-qwen3-8b-f16.gguf; D=$B/dflash-qwen3-8b-f16.gguf
+  for env in GGML_CUDA_MMVF_MAX_COLS=8 GGML_CUDA_DISABLE_MMF=1 GGML_CUDA_DISABLE_GRAPHS=1; do
+    (cd /tmp && env $env timeout 120 python3 "$REPO/benchmarks/step_cost.py" --target $T --drafter $D --label "f16 $env" \
+        --sections verify --reps 20 --json "$OUT/verify_f16_${env%%=*}.json") 2>&1 | grep "verify\|#"
+  done
+  T=$B/target-qwen3-8b-q4_0.gguf; D=$B/dflash-qwen3-8b-q4_0.gguf
+  for env in GGML_CUDA_MMVQ_MAX_COLS=4 GGML_CUDA_DISABLE_GRAPHS=1; do
+    (cd /tmp && env $env timeout 120 python3 "$REPO/benchmarks/step_cost.py" --target $T --drafter $D --label "q4_0 $env" \
+        --sections verify --reps 20 --json "$OUT/verify_q4_0_${env%%=*}.json") 2>&1 | grep "verify\|#"
+  done
+  ;;
+step-smol)
+  cat "$W/smol.part00" .dev/smol.part01 > "$GGUF" && sha256sum "$GGUF"
+  (cd pyllama_spec && tar -cf - $(find . -name "*.py" -o -path "./data/*" -type f)) | tar -xf - -C "$W/pkg/pyllama_spec"
+  log "SmolLM2 + shipped drafter: step cost (kernels profiled)"
+  (cd /tmp && timeout 200 python3 "$REPO/benchmarks/step_cost.py" --label smollm2-shipped --profile \
+      --json "$OUT/step_smol.json") 2>&1 | grep -v "^ \{2,\}[0-9.]* µs"
+  log "SmolLM2 + a random drafter (nothing accepted): step ÷ plain"
+  RND=$(cd /tmp && python3 -c "from pyllama_spec.assets import random_dflash_for_smollm2; print(random_dflash_for_smollm2())")
+  (cd /tmp && timeout 120 python3 "$REPO/benchmarks/step_cost.py" --drafter "$RND" --label smollm2-random \
+      --sections loop --n-max 1 3 7 --json "$OUT/step_smol_random.json") 2>&1 | grep "loop\|#"
+  log "T = 0.8"
+  (cd /tmp && timeout 120 python3 "$REPO/benchmarks/sampling_speed.py" --json "$OUT/sampling_h200.json")
+  log "ours vs llama-speculative-simple, 16 held-out prompts"
+  timeout 200 python3 benchmarks/compare_native.py --drafter "$(cd /tmp && python3 -c 'from pyllama_spec.assets import smollm2_dflash_path; print(smollm2_dflash_path())')" \
+      --max-tokens 256 --runs 1 --n-max 3 7 --prompts benchmarks/data/smollm2-selfdistill-9170.jsonl.gz --n-prompts 16 \
+      --json "$OUT/native_h200.json" 2>&1 | tail -6
   ;;
 esac

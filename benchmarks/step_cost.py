@@ -195,6 +195,10 @@ class Bench:
         import torch  # after pyllama_spec (README: import order on the H200 image)
         from torch.profiler import ProfilerActivity, profile
 
+        if not torch.cuda.is_available():
+            print("--profile: torch sees no CUDA device; skipped", flush=True)
+            return {}
+
         P = self.a.depth
         out = {}
         sp = SamplingParams()
