@@ -7,6 +7,7 @@ Layers (each module has one job):
   llama.cpp objects and hand out numpy views.
 * ``speculative/``: sampling and verification math, statistics, stage timing, drafters, the loop.
 * ``generator``: :class:`Generator`, the entry point; ``cli``: the ``pyllama-spec`` command.
+* ``study``: :func:`bakeoff`, drafters compared over a sweep, with tables, plots and a cost model.
 """
 from ._ffi import LLAMA_CPP_COMMIT
 from .backend import devices, set_llama_log_level, supports_gpu_offload, system_info
@@ -22,6 +23,7 @@ from .speculative.drafters import Draft, Drafter, create_drafter, drafter_kinds,
 from .speculative.report import GenerationResult
 from .speculative.sampling import SamplingParams
 from .speculative.stats import SpecStats
+from .study import bakeoff
 from .vocab import Vocab
 
 __version__ = "0.1.0"
@@ -31,6 +33,6 @@ __all__ = [
     "DrafterMismatchError", "GenerationResult", "Generator", "InvalidBatchError", "KVCacheFullError", "Memory",
     "Model", "ModelLoadError", "ModelNotFoundError", "NotGGUFError", "PromptTooLongError", "PyllamaSpecError",
     "SamplingParams", "SpecConfig", "SpecStats", "TextStream", "TruncatedGGUFError", "UnsupportedError", "Vocab",
-    "__version__", "create_drafter", "devices", "drafter_kinds", "register_drafter", "set_llama_log_level",
+    "__version__", "bakeoff", "create_drafter", "devices", "drafter_kinds", "register_drafter", "set_llama_log_level",
     "supports_gpu_offload", "system_info",
 ]

@@ -2,6 +2,8 @@
 passing extra template variables such as ``enable_thinking`` through."""
 from __future__ import annotations
 
+import functools
+
 import jinja2
 import jinja2.sandbox
 
@@ -10,6 +12,14 @@ from .errors import InvalidArgumentError, UnsupportedError
 
 def _raise(msg):
     raise jinja2.exceptions.TemplateError(msg)
+
+
+@functools.lru_cache(maxsize=16)
+def _compile(template: str):
+    """The compiled template (compiling costs milliseconds; a chat renders one per turn)."""
+    env = jinja2.sandbox.ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+    env.globals["raise_exception"] = _raise
+    return env.from_string(template)
 
 
 def render_chat(template: str | None, messages: list, *, add_generation_prompt: bool = True,
@@ -25,10 +35,8 @@ def render_chat(template: str | None, messages: list, *, add_generation_prompt: 
     if not isinstance(messages, list) or not all(isinstance(m, dict) and "role" in m and "content" in m
                                                  for m in messages):
         raise InvalidArgumentError("messages must be a list of {'role': ..., 'content': ...} dicts")
-    env = jinja2.sandbox.ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
-    env.globals["raise_exception"] = _raise
     try:
-        return env.from_string(template).render(messages=messages, add_generation_prompt=add_generation_prompt,
+        return _compile(template).render(messages=messages, add_generation_prompt=add_generation_prompt,
                                                 bos_token=bos_token, eos_token=eos_token, **template_kwargs)
     except jinja2.exceptions.TemplateError as exc:
         raise InvalidArgumentError(f"the chat template rejected the messages: {exc}") from exc

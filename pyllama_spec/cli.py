@@ -3,6 +3,8 @@ side, or describe a model.
 
     pyllama-spec generate TARGET -d dflash=DRAFTER.gguf --drafter dflash -p "..." [--json]
     pyllama-spec bench TARGET -d dflash=DRAFTER.gguf -d ngram -p "..." --runs 3
+    pyllama-spec bakeoff TARGET -d dflash=DRAFTER.gguf -d ngram --n-max 1,2,3,4,7,15,auto \
+        --prompts builtin:coding-chat --turns 4 --thinking on,off --temperature 0,0.8 --runs 3 --native --out results/
     pyllama-spec info MODEL.gguf
 """
 from __future__ import annotations
@@ -97,6 +99,25 @@ def cmd_bench(a) -> int:
     return 0
 
 
+def cmd_bakeoff(a) -> int:
+    import pyllama_spec as ps
+
+    if a.verbose:
+        logging.basicConfig(level=logging.INFO)
+        ps.set_llama_log_level(logging.INFO)
+    res = ps.bakeoff(a.target, a.add_drafter, n_max=a.n_max, prompts=a.prompts, turns=a.turns or None,
+                     thinking=a.thinking, temperature=a.temperature, runs=a.runs, max_tokens=a.max_tokens,
+                     native=a.native, out=a.out, plots=not a.no_plots, seed=a.seed, n_ctx=a.n_ctx,
+                     n_gpu_layers=a.n_gpu_layers, progress=not a.no_progress)
+    print(f"{len(res['runs'])} generations; wrote {', '.join([a.out + '/' + p for p in ('results.json', 'results.csv', 'REPORT.md')] + (res['outputs'].get('plots') or []))}")
+    for note in res["notes"]:
+        print(f"note: {note}")
+    for cm in res["cost_models"]:
+        print(f"{cm['drafter']} (T={cm['temperature']:g}, thinking {cm['thinking']}): best n_max measured "
+              f"{cm['best_n_max_measured']}, predicted {cm['best_n_max']}")
+    return 0
+
+
 def cmd_info(a) -> int:
     import pyllama_spec as ps
 
@@ -123,6 +144,28 @@ def main(argv=None) -> int:
     _common(b)
     b.add_argument("--runs", type=int, default=3)
     b.set_defaults(fn=cmd_bench)
+    k = sub.add_parser("bakeoff", help="sweep drafters × n_max × settings; results.json/csv, REPORT.md, plots")
+    k.add_argument("target", help="target .gguf")
+    k.add_argument("-d", "--add-drafter", action="append", metavar="NAME[=PATH]",
+                   help="a drafter: dflash=path/to/drafter.gguf, or a kind without file such as 'ngram' "
+                        "(repeatable; any kind the Generator accepts)")
+    k.add_argument("--n-max", default="1,2,3,4,7,15", help="draft lengths, comma-separated; 'auto' = chosen per step")
+    k.add_argument("--prompts", default="builtin:coding-chat",
+                   help="builtin:coding-chat | builtin:mixed | a .jsonl file of conversations")
+    k.add_argument("--turns", type=int, default=4, help="most user turns per conversation (0 = all)")
+    k.add_argument("--thinking", default=None, help="on,off | on | off: the chat template's enable_thinking")
+    k.add_argument("--temperature", default="0", help="comma-separated temperatures")
+    k.add_argument("--runs", type=int, default=3)
+    k.add_argument("-n", "--max-tokens", type=int, default=128, help="tokens per answer")
+    k.add_argument("--native", action="store_true", help="also run llama.cpp's own program per point (greedy)")
+    k.add_argument("--out", default="results", help="output folder")
+    k.add_argument("--no-plots", action="store_true", help="skip the PNGs (no matplotlib needed)")
+    k.add_argument("--no-progress", action="store_true")
+    k.add_argument("--seed", type=int, default=0)
+    k.add_argument("-c", "--n-ctx", type=int, default=4096)
+    k.add_argument("-ngl", "--n-gpu-layers", type=int, default=-1)
+    k.add_argument("-v", "--verbose", action="store_true", help="show llama.cpp's log")
+    k.set_defaults(fn=cmd_bakeoff)
     i = sub.add_parser("info", help="describe a GGUF model")
     i.add_argument("model")
     i.set_defaults(fn=cmd_info)

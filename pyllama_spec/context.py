@@ -246,6 +246,26 @@ class Context:
                                    "no backend sampler")
         return out
 
+    def sampled_candidates(self, i: int) -> tuple[np.ndarray, np.ndarray]:
+        """The candidates a backend chain without a draw kept for output row ``i`` of the last decode
+        (:meth:`SamplerChain.candidates`): ``(ids, logits)``, ``(k,)`` int32 and ``(k,)`` float32 copies,
+        in no particular order.
+
+        Raises:
+            InvalidArgumentError: no backend sampler, row out of range, or the chain kept no candidates.
+        """
+        if not self._samplers:
+            raise InvalidArgumentError("no backend sampler is attached: call set_sampler() first, or read logits()")
+        if not 0 <= i < self._n_outputs:
+            raise InvalidArgumentError(f"the last decode has {self._n_outputs} output rows, asked for row {i}")
+        n = int(lib.llama_get_sampled_candidates_count_ith(self.ptr, i))
+        if n == 0 or int(lib.llama_get_sampled_logits_count_ith(self.ptr, i)) != n:
+            raise InvalidArgumentError(f"row {i} has no candidate set: the attached chain ends in a draw (read "
+                                       "sampled_tokens()) or keeps the whole vocabulary")
+        ids = np.frombuffer(ffi.buffer(lib.llama_get_sampled_candidates_ith(self.ptr, i), 4 * n), dtype=np.int32)
+        logits = np.frombuffer(ffi.buffer(lib.llama_get_sampled_logits_ith(self.ptr, i), 4 * n), dtype=np.float32)
+        return ids.copy(), logits.copy()
+
     # decoding -------------------------------------------------------------------------------
     def decode(self, tokens, pos=None, *, seq_id=0, logits="last") -> int:
         """Decode a batch of tokens (``llama_decode``), of one sequence or of several.

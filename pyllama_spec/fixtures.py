@@ -44,7 +44,7 @@ def _rng_tensor(rng, shape, scale):
     return (rng.standard_normal(shape) * scale).astype(np.float32)
 
 
-def _add_tiny_tokenizer(w, n_vocab: int | None = None) -> dict:
+def _add_tiny_tokenizer(w, n_vocab: int | None = None, chat_template: str = CHATML) -> dict:
     """Byte-level BPE vocabulary: 256 bytes, 4 specials, 4 merges, then (``n_vocab``) filler
     tokens ``"·<i>"`` that no text produces but any model may emit (a large-vocabulary output
     head without a real tokenizer)."""
@@ -69,19 +69,20 @@ def _add_tiny_tokenizer(w, n_vocab: int | None = None) -> dict:
     w.add_bos_token_id(ids["<|endoftext|>"])
     w.add_eos_token_id(ids["<|im_end|>"])
     w.add_add_bos_token(False)
-    w.add_chat_template(CHATML)
+    w.add_chat_template(chat_template)
     return {"n_vocab": len(tokens), **ids}
 
 
 def write_tiny_target(path, *, arch: str = "llama", n_layer: int = 4, n_embd: int = 64, n_head: int = 4,
                       n_head_kv: int = 2, n_ff: int = 128, n_ctx: int = 4096, seed: int = 0,
-                      dtype: str = "f32") -> dict:
+                      dtype: str = "f32", chat_template: str = CHATML) -> dict:
     """Write a small random target model.
 
     Args:
         path: output ``.gguf``.
         arch: ``"llama"`` or ``"qwen3"`` (both record layer inputs, so both can be DFlash targets).
         dtype: ``"f32"`` or ``"f16"`` for the matrices.
+        chat_template: the Jinja chat template stored (default: ChatML).
 
     Returns:
         ``{"n_vocab", "<|im_end|>", "<|mask|>", ...}``: vocabulary size and special-token ids.
@@ -106,7 +107,7 @@ def write_tiny_target(path, *, arch: str = "llama", n_layer: int = 4, n_embd: in
     w.add_rope_freq_base(10000.0)
     w.add_layer_norm_rms_eps(1e-5)
     w.add_file_type(gguf.LlamaFileType.ALL_F32 if dtype == "f32" else gguf.LlamaFileType.MOSTLY_F16)
-    info = _add_tiny_tokenizer(w)
+    info = _add_tiny_tokenizer(w, chat_template=chat_template)
     n_vocab = info["n_vocab"]
     w.add_vocab_size(n_vocab)
     mat = (lambda a: a) if dtype == "f32" else (lambda a: a.astype(np.float16))

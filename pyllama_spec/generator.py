@@ -13,7 +13,8 @@ from .context import Context
 from .errors import InvalidArgumentError, PromptTooLongError, PyllamaSpecError, UnsupportedError
 from .model import Model
 from .speculative.drafters import Drafter, create_drafter, drafter_kinds
-from .speculative.config import SpecConfig
+from .speculative.config import AUTO, SpecConfig
+from .speculative.costmodel import AutoDraftLength, AutoState, measure_verify_ms
 from .speculative.loop import speculative_generate
 from .speculative.report import GenerationResult
 from .speculative.sampling import SamplingParams
@@ -60,6 +61,8 @@ class Generator:
                            n_outputs_max_per_seq=min(VERIFY_ROWS_BACKEND, n_batch))
         self.drafters: dict[str, Drafter] = {}
         self._active: _Run | None = None
+        self._verify_ms: dict = {}  # (layer taps, rows) -> [ms of 1..rows rows], for n_max="auto"
+        self._auto_state: dict[str, AutoState] = {}  # per drafter: what n_max="auto" has learnt
         self._drafter_opts = {"n_gpu_layers": n_gpu_layers, "repack": repack}
         for name, spec in (drafters or {}).items():
             self.add_drafter(name, spec)
@@ -88,6 +91,7 @@ class Generator:
         else:
             raise TypeError(f"drafter spec must be a path, a kind, (kind, kwargs) or a Drafter, got {spec!r}")
         self.drafters[name] = drafter
+        self._auto_state.pop(name, None)  # a new drafter under this name learns afresh
         return drafter
 
     # ------------------------------------------------------------------------------------------
@@ -129,7 +133,9 @@ class Generator:
             drafter: a name given at construction, or None for plain target decoding.
             max_tokens: most tokens to generate (exact).
             n_max: most draft tokens per step (default: the drafter's; clamped to the drafter's
-                maximum, block_size − 1 for DFlash, with a warning).
+                maximum, block_size − 1 for DFlash, with a warning), or ``"auto"``: chosen per step
+                by the cost model (``speculative/costmodel.py``) up to the drafter's maximum; the
+                first such call measures the verify cost per row count (:meth:`verify_ms`).
             temperature, top_k, top_p, min_p, seed: sampling (temperature 0 = greedy).
             stop: a string or list of strings that end the output (excluded from it).
             verify: ``"match"`` (sample the target, accept while equal: llama.cpp's rule) or
@@ -164,7 +170,7 @@ class Generator:
             raise InvalidArgumentError(f"spec must be a SpecConfig, got {type(spec).__name__}")
         if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1:
             raise InvalidArgumentError(f"max_tokens must be an int ≥ 1, got {max_tokens!r}")
-        d, spec = self._resolve(spec)
+        d, spec, auto = self._resolve(spec)
         stops = [stop] if isinstance(stop, str) else list(stop or [])
         if any(not isinstance(s, str) or not s for s in stops):
             raise InvalidArgumentError(f"stop must be a non-empty string or a list of them, got {stop!r}")
@@ -191,10 +197,14 @@ class Generator:
             self._active.invalidate()
         stats = SpecStats(n_max=spec.n_max)
         rng = np.random.default_rng(sampling.seed)
+        policy = None
+        if auto and spec.n_max > 0:
+            policy = AutoDraftLength(self.verify_ms(spec.n_max + 1, drafter=spec.drafter, tokens=prompt_tokens), stats,
+                                     state=self._auto_state.setdefault(spec.drafter, AutoState()))
         steps = speculative_generate(self.ctx, d, prompt_tokens, max_tokens=max_tokens, n_max=spec.n_max,
                                      sp=sampling, verify=spec.verify, stats=stats, timer=timer, rng=rng,
-                                     backend_sampling=spec.backend_sampling)
-        run = _Run(self, steps, stops, timer, stats, prompt_tokens, spec)
+                                     backend_sampling=spec.backend_sampling, draft_length=policy)
+        run = _Run(self, steps, stops, timer, stats, prompt_tokens, spec, auto)
         self._active = run
         if stream:
             return TextStream(run)
@@ -202,19 +212,23 @@ class Generator:
             pass
         return run.result
 
-    def _resolve(self, spec: SpecConfig) -> tuple[Drafter | None, SpecConfig]:
-        """The drafter named by ``spec`` and ``spec`` with ``n_max`` resolved (default, clamps).
+    def _resolve(self, spec: SpecConfig) -> tuple[Drafter | None, SpecConfig, bool]:
+        """The drafter named by ``spec``, ``spec`` with ``n_max`` resolved (default, clamps; for
+        ``"auto"`` the ceiling), and whether ``n_max`` was ``"auto"``.
 
         Raises:
             InvalidArgumentError: an unknown drafter name.
         """
         if spec.drafter is None:
-            return None, spec.replace(n_max=0)
+            return None, spec.replace(n_max=0), False
         if spec.drafter not in self.drafters:
             raise InvalidArgumentError(f"unknown drafter {spec.drafter!r}; this generator has: "
                                        f"{', '.join(self.drafters) or 'none'} (or None for plain decoding)")
         d = self.drafters[spec.drafter]
-        n_max = d.n_max_default if spec.n_max is None else spec.n_max
+        auto = spec.n_max == AUTO
+        n_max = d.n_max_limit if auto else d.n_max_default if spec.n_max is None else spec.n_max
+        if auto:  # the ceiling: what the drafter can make and the verify batch sampled in the graph holds
+            n_max = min(n_max, VERIFY_ROWS_BACKEND - 1, self.ctx.n_batch - 1)
         if n_max > d.n_max_limit:
             log.warning("n_max=%d exceeds what drafter %r can make; clamping to %d", n_max, spec.drafter, d.n_max_limit)
             n_max = d.n_max_limit
@@ -222,7 +236,35 @@ class Generator:
             log.warning("n_max=%d does not fit a verify batch of n_batch=%d; clamping to %d", n_max,
                         self.ctx.n_batch, self.ctx.n_batch - 1)
             n_max = self.ctx.n_batch - 1
-        return d, spec.replace(n_max=n_max)
+        return d, spec.replace(n_max=n_max), auto
+
+    def verify_ms(self, n_rows: int, drafter: str | None = None, tokens=None, *, depth: int = 256,
+                  reps: int = 3) -> list[float]:
+        """ms of a verify batch of R = 1..``n_rows`` rows on this target, with ``drafter``'s layer taps on
+        (:func:`~pyllama_spec.speculative.costmodel.measure_verify_ms`); measured once per taps and
+        size, then cached. ``n_max="auto"`` reads it. Clears the target's KV cache.
+
+        Args:
+            tokens: ids to fill the cache with (default: the BOS token, repeated).
+            depth: positions cached before the measured batch (capped by n_ctx).
+        """
+        if not isinstance(n_rows, int) or n_rows < 1:
+            raise InvalidArgumentError(f"n_rows must be an int ≥ 1, got {n_rows!r}")
+        taps = tuple(self.drafters[drafter].target_layer_ids) if drafter is not None else ()
+        key = next(((t, r) for t, r in self._verify_ms if t == taps and r >= n_rows), (taps, n_rows))
+        if key not in self._verify_ms:
+            if self._active is not None:
+                self._active.invalidate()  # the measurement reuses the target's cache
+            fill = list(tokens) if tokens else [self.model.vocab.bos or 0]
+            self._verify_ms[key] = measure_verify_ms(self.ctx, n_rows, fill, depth=min(depth, self.ctx.n_ctx // 2),
+                                                     layer_ids=taps, reps=reps)
+            self.ctx.memory.clear()
+        return list(self._verify_ms[key][:n_rows])
+
+    def resolve_n_max(self, drafter: str | None, n_max=None) -> int:
+        """The draft length a generation with ``drafter`` and ``n_max`` would use (the drafter's default
+        for None, the ceiling for ``"auto"``, clamps applied; 0 without a drafter)."""
+        return self._resolve(SpecConfig(drafter=drafter, n_max=n_max))[1].n_max
 
     # ------------------------------------------------------------------------------------------
     def memory_report(self) -> dict:
@@ -248,9 +290,9 @@ class Generator:
 class _Run:
     """Turns the loop's committed tokens into text pieces, applying stop strings."""
 
-    def __init__(self, gen, steps, stops, timer, stats, prompt_tokens, spec: SpecConfig):
+    def __init__(self, gen, steps, stops, timer, stats, prompt_tokens, spec: SpecConfig, auto: bool = False):
         self.gen, self.steps, self.stops, self.timer, self.stats = gen, steps, stops, timer, stats
-        self.prompt_tokens, self.spec = prompt_tokens, spec
+        self.prompt_tokens, self.spec, self.auto = prompt_tokens, spec, auto
         self.result: GenerationResult | None = None
         self.invalid = False
 
@@ -305,7 +347,8 @@ class _Run:
         self.result = GenerationResult(
             text=text, tokens=tokens, finish_reason=finish, prompt_tokens=self.prompt_tokens, stats=self.stats,
             timings=self.timer.as_dict(), drafter=self.spec.drafter, n_max=self.spec.n_max, verify=self.spec.verify,
-            sync_stages=self.spec.sync_stages, n_committed=n_committed, marks=dict(self.timer.marks))
+            sync_stages=self.spec.sync_stages, n_committed=n_committed, marks=dict(self.timer.marks),
+            stage_marks=dict(self.timer.stage_marks), n_max_auto=self.auto)
 
     def _find_stop(self, text: str):
         hits = [i for i in (text.find(s) for s in self.stops) if i >= 0]

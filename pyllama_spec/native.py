@@ -48,13 +48,14 @@ def run_speculative_simple(target, drafter, prompt: str, *, n_max: int, n_predic
                            timeout: float = 600) -> NativeRun:
     """Run ``llama-speculative-simple`` greedily (``--temp 0``, no repacking) and parse its counters.
 
+    ``drafter`` is the drafter's ``.gguf``, or None for kinds without a model (``ngram-simple`` ...).
     The program prints the prompt then the generated pieces (special tokens rendered) on stdout
     and may generate up to one block past ``n_predict``: compare outputs as prefixes.
     """
-    cmd = [str(find_program("llama-speculative-simple")), "-m", str(target), "-md", str(drafter),
+    dft = ["-md", str(drafter), "-ngld", str(n_gpu_layers)] if drafter is not None else []
+    cmd = [str(find_program("llama-speculative-simple")), "-m", str(target), *dft,
            "--spec-type", spec_type, "--spec-draft-n-max", str(n_max), "-n", str(n_predict), "-p", prompt,
-           "--temp", "0", "-c", str(n_ctx), "-nr", "-ngl", str(n_gpu_layers), "-ngld", str(n_gpu_layers),
-           "--seed", "0", *extra]
+           "--temp", "0", "-c", str(n_ctx), "-nr", "-ngl", str(n_gpu_layers), "--seed", "0", *extra]
     r = subprocess.run(cmd, capture_output=True, timeout=timeout)
     err = r.stderr.decode("utf-8", "replace")
     if r.returncode != 0:

@@ -28,6 +28,7 @@ class SamplerChain:
         chain = lib.llama_sampler_chain_init(lib.llama_sampler_chain_default_params())
         self._ptr = ffi.gc(chain, lib.llama_sampler_free)
         self._attached = False  # set by Context.set_sampler: llama.cpp sets a chain up for one context once
+        self.draws = True  # ends in a draw: one token per row (False: candidates only, see candidates())
         if self.params.greedy:
             lib.llama_sampler_chain_add(chain, lib.llama_sampler_init_greedy())
             return
@@ -40,6 +41,30 @@ class SamplerChain:
         lib.llama_sampler_chain_add(chain, lib.llama_sampler_init_temp(temperature))
         lib.llama_sampler_chain_add(
             chain, lib.llama_sampler_init_dist(lib.LLAMA_DEFAULT_SEED if seed is None else seed))
+
+    @classmethod
+    def candidates(cls, k: int = 10) -> "SamplerChain":
+        """top-k alone, without a draw: attached to a context, each output row keeps its ``k`` best
+        token ids and their logits (:meth:`Context.sampled_candidates`) instead of one token — the
+        draft chain of llama.cpp's DFlash drafter (common/speculative.cpp), which takes the argmax
+        and its probability over these candidates from it.
+
+        Raises:
+            InvalidArgumentError: ``k`` is not an int ≥ 1.
+        """
+        from .errors import InvalidArgumentError
+
+        if not isinstance(k, int) or isinstance(k, bool) or k < 1:
+            raise InvalidArgumentError(f"k must be an int ≥ 1, got {k!r}")
+        backend.ensure_init()
+        self = cls.__new__(cls)
+        self.params = SamplingParams(top_k=k)
+        chain = lib.llama_sampler_chain_init(lib.llama_sampler_chain_default_params())
+        self._ptr = ffi.gc(chain, lib.llama_sampler_free)
+        self._attached = False
+        self.draws = False
+        lib.llama_sampler_chain_add(chain, lib.llama_sampler_init_top_k(k))
+        return self
 
     @classmethod
     def from_params(cls, sp: SamplingParams) -> "SamplerChain":
@@ -56,7 +81,7 @@ class SamplerChain:
         return self._ptr
 
     def __repr__(self) -> str:
-        return f"SamplerChain({self.params})"
+        return f"SamplerChain({self.params})" if self.draws else f"SamplerChain.candidates({self.params.top_k})"
 
     def sample(self, ctx, idx: int = -1) -> int:
         """Sample from the logits of batch row ``idx`` of ``ctx``'s last decode (and accept it).

@@ -12,6 +12,8 @@ from ..errors import InvalidArgumentError
 
 #: verification rules: llama.cpp's (sample the target, accept while equal) and speculative sampling
 VERIFY_MODES = ("match", "rejection")
+#: ``n_max`` value that lets the cost model choose each step's draft length
+AUTO = "auto"
 
 
 @dataclass(frozen=True)
@@ -21,7 +23,10 @@ class SpecConfig:
     Attributes:
         drafter: name of a drafter of the Generator, or None for plain decoding.
         n_max: most draft tokens per verify step (tokens); None = the drafter's default
-            (``Drafter.n_max_default``). Clamped to what the drafter and the verify batch allow.
+            (``Drafter.n_max_default``); ``"auto"`` = chosen per step by the cost model
+            (``speculative/costmodel.py``: the drafter's confidence in this block against the
+            measured verify cost of each extra row), at most ``Drafter.n_max_limit``. Clamped to
+            what the drafter and the verify batch allow.
         verify: ``"match"`` (llama.cpp's rule: sample each target row, accept while equal) or
             ``"rejection"`` (speculative sampling, Leviathan et al. 2023). Both keep the target's
             distribution; at temperature 0 both are greedy verification.
@@ -37,7 +42,7 @@ class SpecConfig:
         InvalidArgumentError: a value of the wrong type or out of range (the message names it).
     """
     drafter: str | None = None
-    n_max: int | None = None
+    n_max: int | str | None = None
     verify: str = "match"
     sync_stages: bool = True
     backend_sampling: bool = True
@@ -45,9 +50,10 @@ class SpecConfig:
     def __post_init__(self):
         if self.drafter is not None and not isinstance(self.drafter, str):
             raise InvalidArgumentError(f"drafter must be a drafter's name (str) or None, got {self.drafter!r}")
-        if self.n_max is not None and (not isinstance(self.n_max, int) or isinstance(self.n_max, bool)
-                                       or self.n_max < 0):
-            raise InvalidArgumentError(f"n_max must be an int ≥ 0 or None (the drafter's default), got {self.n_max!r}")
+        if self.n_max is not None and self.n_max != AUTO and (not isinstance(self.n_max, int)
+                                                              or isinstance(self.n_max, bool) or self.n_max < 0):
+            raise InvalidArgumentError(f"n_max must be an int ≥ 0, 'auto' (chosen per step) or None (the drafter's "
+                                       f"default), got {self.n_max!r}")
         if self.verify not in VERIFY_MODES:
             raise InvalidArgumentError(f"verify must be one of {VERIFY_MODES}, got {self.verify!r}")
         for name in ("sync_stages", "backend_sampling"):
@@ -59,4 +65,4 @@ class SpecConfig:
         return replace(self, **changes)
 
 
-__all__ = ["SpecConfig", "VERIFY_MODES"]
+__all__ = ["SpecConfig", "VERIFY_MODES", "AUTO"]

@@ -49,7 +49,8 @@ class StepOutput:
 
 def speculative_generate(target: Context, drafter: Drafter | None, prompt: list, *, max_tokens: int,
                          n_max: int, sp: SamplingParams, verify: str, stats: SpecStats, timer: StageTimer,
-                         rng: np.random.Generator, backend_sampling: bool = True) -> Iterator[StepOutput]:
+                         rng: np.random.Generator, backend_sampling: bool = True,
+                         draft_length=None) -> Iterator[StepOutput]:
     """Run the loop; yields the tokens each step commits (EOS included, then stops).
 
     Args:
@@ -62,6 +63,8 @@ def speculative_generate(target: Context, drafter: Drafter | None, prompt: list,
         verify: ``"match"`` (llama.cpp's rule) or ``"rejection"`` (speculative sampling).
         backend_sampling: let llama.cpp draw the target's tokens in the decode graph when the rule
             allows it (greedy, match, plain decoding); False reads logits and samples with numpy.
+        draft_length: ``n_max="auto"``: an object whose ``trim(draft)`` returns the prefix of each
+            proposal worth verifying (``costmodel.AutoDraftLength``); ``n_max`` is then the ceiling.
 
     The caller (``Generator``) validates sizes; this function assumes ``len(prompt) < n_ctx``.
     """
@@ -82,12 +85,13 @@ def speculative_generate(target: Context, drafter: Drafter | None, prompt: list,
     dsp = sp if verify == "rejection" else SamplingParams()
     try:
         yield from _run(target, drafter, prompt, vocab, mem, chain, max_tokens=max_tokens, n_max=n_max, sp=sp,
-                        dsp=dsp, verify=verify, stats=stats, timer=timer, rng=rng)
+                        dsp=dsp, verify=verify, stats=stats, timer=timer, rng=rng, draft_length=draft_length)
     finally:
         target.set_sampler(None)  # the user's own decodes get logits again
 
 
-def _run(target, drafter, prompt, vocab, mem, chain, *, max_tokens, n_max, sp, dsp, verify, stats, timer, rng):
+def _run(target, drafter, prompt, vocab, mem, chain, *, max_tokens, n_max, sp, dsp, verify, stats, timer, rng,
+         draft_length):
     # prefill: everything but the last prompt token, chunked by n_batch
     timer.mark("prefill_start")
     n_prefill = len(prompt) - 1
@@ -112,6 +116,8 @@ def _run(target, drafter, prompt, vocab, mem, chain, *, max_tokens, n_max, sp, d
             if len(draft.tokens) > min(n_max, room):
                 raise PyllamaSpecError(f"drafter {drafter.kind!r} proposed {len(draft.tokens)} tokens, more than the "
                                        f"{min(n_max, room)} asked for (n_max, or the room left): fix its propose()")
+            if draft_length is not None:  # n_max="auto": verify only the prefix the cost model prefers
+                draft = draft_length.trim(draft)
         n_d = len(draft.tokens)
 
         with timer("verify", target):

@@ -25,6 +25,9 @@ class GenerationResult:
         n_committed: tokens the loop committed (``tokens`` plus an EOS or the tokens cut by a stop
             string); what tokens/s counts.
         extra: anything a caller wants to keep with the result.
+        stage_marks: per mark, each stage's seconds at that moment (:attr:`step_timings` uses it).
+        n_max_auto: ``n_max="auto"`` chose each step's draft length (``n_max`` is then the ceiling
+            and ``stats.draft_lengths`` the choices).
     """
     text: str
     tokens: list
@@ -39,6 +42,8 @@ class GenerationResult:
     n_committed: int = 0
     extra: dict = field(default_factory=dict)
     marks: dict = field(default_factory=dict)
+    stage_marks: dict = field(default_factory=dict)
+    n_max_auto: bool = False
 
     @property
     def n_prompt(self) -> int:
@@ -71,10 +76,19 @@ class GenerationResult:
         s = self.generation_seconds
         return self.n_generated / s if s > 0 else float("nan")
 
+    @property
+    def step_timings(self) -> dict:
+        """Seconds per stage after prefill, i.e. over the decode steps: ``{stage: seconds}`` with
+        ``other`` = :attr:`generation_seconds` − Σ stages (Python glue between them)."""
+        base = self.stage_marks.get("prefill_done", {})
+        out = {k: v["seconds"] - base.get(k, 0.0) for k, v in self.timings.items() if k not in ("wall", "other")}
+        out["other"] = self.generation_seconds - sum(out.values())
+        return out
+
     def as_dict(self) -> dict:
         return {"text": self.text, "tokens": self.tokens, "finish_reason": self.finish_reason,
                 "n_prompt": self.n_prompt, "n_generated": self.n_generated, "drafter": self.drafter,
-                "n_max": self.n_max, "verify": self.verify, "sync_stages": self.sync_stages,
+                "n_max": self.n_max, "n_max_auto": self.n_max_auto, "verify": self.verify, "sync_stages": self.sync_stages,
                 "stats": self.stats.as_dict(), "timings": self.timings,
                 "prompt_tokens_per_s": self.prompt_tokens_per_s, "tokens_per_s": self.tokens_per_s}
 
@@ -83,7 +97,8 @@ class GenerationResult:
         t = self.timings
         wall = t["wall"]["seconds"]
         steps = max(1, self.stats.n_steps)
-        lines = [f"drafter={self.drafter or 'none'}  n_max={self.n_max}  verify={self.verify}  "
+        n_max = f"auto (≤ {self.n_max}, mean {self.stats.mean_draft_length:.2f})" if self.n_max_auto else self.n_max
+        lines = [f"drafter={self.drafter or 'none'}  n_max={n_max}  verify={self.verify}  "
                  f"sync_stages={self.sync_stages}  finish={self.finish_reason}",
                  f"prompt {self.n_prompt} tok   generated {len(self.tokens)} tok"
                  + (f" (+{self.n_generated - len(self.tokens)} EOS/stop)" if self.n_generated > len(self.tokens) else "")

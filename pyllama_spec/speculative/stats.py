@@ -19,6 +19,8 @@ class SpecStats:
         n_drafted: draft tokens verified.
         n_accepted: draft tokens accepted.
         acceptance_lengths: accepted draft tokens per step.
+        draft_lengths: draft tokens verified per step (with ``n_max="auto"`` the lengths the cost
+            model chose; otherwise ``n_max`` or fewer when the drafter had less to offer).
         drafted_at, accepted_at: per draft position i (0-based), how often a token was
             drafted there and how often it was accepted.
     """
@@ -27,6 +29,7 @@ class SpecStats:
     n_drafted: int = 0
     n_accepted: int = 0
     acceptance_lengths: list = field(default_factory=list)
+    draft_lengths: list = field(default_factory=list)
     drafted_at: list = field(default_factory=list)
     accepted_at: list = field(default_factory=list)
 
@@ -41,6 +44,7 @@ class SpecStats:
         self.n_drafted += n_draft
         self.n_accepted += n_acc
         self.acceptance_lengths.append(n_acc)
+        self.draft_lengths.append(n_draft)
         for i in range(n_draft):
             self.drafted_at[i] += 1
             if i < n_acc:
@@ -52,6 +56,7 @@ class SpecStats:
         self.n_drafted += other.n_drafted
         self.n_accepted += other.n_accepted
         self.acceptance_lengths += other.acceptance_lengths
+        self.draft_lengths += other.draft_lengths
         self.drafted_at = [a + b for a, b in zip(self.drafted_at, other.drafted_at)]
         self.accepted_at = [a + b for a, b in zip(self.accepted_at, other.accepted_at)]
 
@@ -70,10 +75,15 @@ class SpecStats:
         """Per draft position (length n_max): fraction of steps that drafted there and were accepted."""
         return [a / d if d else 0.0 for a, d in zip(self.accepted_at, self.drafted_at)]
 
+    @property
+    def mean_draft_length(self) -> float:
+        """Draft tokens verified per step (0.0 before the first step)."""
+        return self.n_drafted / self.n_steps if self.n_steps else 0.0
+
     def as_dict(self) -> dict:
         return {"n_max": self.n_max, "n_steps": self.n_steps, "n_drafted": self.n_drafted,
                 "n_accepted": self.n_accepted, "acceptance_rate": self.acceptance_rate,
-                "mean_accepted_length": self.mean_accepted_length,
+                "mean_accepted_length": self.mean_accepted_length, "mean_draft_length": self.mean_draft_length,
                 "accepted_per_position": self.accepted_per_position}
 
 

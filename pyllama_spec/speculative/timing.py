@@ -29,6 +29,8 @@ class StageTimer:
     stages: dict = field(default_factory=lambda: {s: StageTime() for s in STAGES})
     wall: float = 0.0
     marks: dict = field(default_factory=dict)
+    #: per mark, each stage's seconds at that moment (to split prefill from the decode steps)
+    stage_marks: dict = field(default_factory=dict)
     _t0: float = 0.0
     _name: str = ""
     _ctx: object = None
@@ -55,6 +57,7 @@ class StageTimer:
     def mark(self, name: str) -> None:
         """Remember the seconds since :meth:`start_wall` under ``name`` (e.g. the end of prefill)."""
         self.marks[name] = time.perf_counter() - self._wall0
+        self.stage_marks[name] = {k: v.seconds for k, v in self.stages.items()}
 
     def stop_wall(self) -> None:
         self.wall = time.perf_counter() - self._wall0

@@ -20,3 +20,9 @@ llama_token llama_sampler_sample(struct llama_sampler * smpl, struct llama_conte
    runs inside the decode graph; only the sampled token (and optionally probabilities) comes back. */
 bool llama_set_sampler(struct llama_context * ctx, llama_seq_id seq_id, struct llama_sampler * smpl);
 llama_token llama_get_sampled_token_ith(struct llama_context * ctx, int32_t i);
+/* What a chain without a final draw leaves per output row, e.g. top-k alone (llama.cpp's DFlash draft
+   chain, common/speculative.cpp): the kept candidates' ids and logits (NULL / 0 when none were kept). */
+float *  llama_get_sampled_logits_ith(struct llama_context * ctx, int32_t i);
+uint32_t llama_get_sampled_logits_count_ith(struct llama_context * ctx, int32_t i);
+llama_token * llama_get_sampled_candidates_ith(struct llama_context * ctx, int32_t i);
+uint32_t llama_get_sampled_candidates_count_ith(struct llama_context * ctx, int32_t i);

@@ -53,9 +53,19 @@ class Draft:
         probs: ``(n, n_vocab)`` float32 probabilities the tokens were drawn from (the drafter's
             sampling distribution per position; needed by ``verify="rejection"``), or None for a
             deterministic proposal.
+        confidence: ``(n,)`` float, the drafter's own probability that each draft token is right
+            given the tokens before it (DFlash: the top probability of its row), or None. With
+            ``n_max="auto"`` the loop uses it to cut the block (``speculative/costmodel.py``);
+            drafters without it are cut by their measured acceptance per position.
     """
     tokens: list[int]
     probs: np.ndarray | None = None
+    confidence: np.ndarray | None = None
+
+    def prefix(self, n: int) -> "Draft":
+        """The first ``n`` tokens (with their probabilities and confidences)."""
+        return Draft(tokens=self.tokens[:n], probs=None if self.probs is None else self.probs[:n],
+                     confidence=None if self.confidence is None else self.confidence[:n])
 
 
 class Drafter(ABC):

@@ -8,6 +8,14 @@ concatenated per token (``(n, n_ids × n_embd)`` float32) and decoded into the d
 embedding rows, which its graph turns into K/V entries; then one non-causal pass over
 ``[last, mask × n_max]`` gives all draft tokens at once (rows 1..n_max); the block's own
 K/V entries are removed right after.
+
+Each draft token comes with the drafter's confidence (``Draft.confidence``: the top probability of
+its row), which ``n_max="auto"`` uses to cut the block. With backend sampling the decode graph keeps
+each row's 10 best candidates (llama.cpp's own DFlash draft chain, top-k 10): the argmax and its
+probability over those 10 come back — 10 ids and logits per row instead of one id, no logits copied;
+on the CPU the top-k costs as much as the argmax it replaces (within noise, SmolLM2 drafter, 8 rows).
+The probability over 10 candidates slightly overstates the full softmax's when the tail is heavy, as
+llama.cpp's ``--spec-draft-p-min`` check does.
 """
 from __future__ import annotations
 
@@ -24,6 +32,15 @@ from ..sampling import SamplingParams, densify, filtered_rows, sample_rows
 from . import Draft, Drafter, register_drafter
 
 log = logging.getLogger("pyllama_spec")
+
+#: candidates per row kept by the backend draft chain (llama.cpp's DFlash draft chain keeps 10)
+DRAFT_TOP_K = 10
+
+
+def _top_prob(logits: np.ndarray) -> np.ndarray:
+    """``(n, k)`` logits → ``(n,)`` softmax probability of each row's argmax, 1 / Σ exp(l − l_max)."""
+    lg = np.asarray(logits, dtype=np.float64)
+    return 1.0 / np.exp(lg - lg.max(axis=1, keepdims=True)).sum(axis=1)
 
 
 def check_dflash_pair(target_model: Model, drafter_path) -> dict:
@@ -137,11 +154,11 @@ class DFlashDrafter(Drafter):
         n_max = min(n_max, self.n_max_limit)
         if n_max <= 0:
             return Draft(tokens=[])
-        # the argmax of each block row is drawn in the decode graph (llama.cpp's backend sampling:
+        # each block row's best candidates are picked in the decode graph (llama.cpp's backend sampling:
         # no logits copied); sampling from q needs q itself, so then the logits come back
         if sp.greedy and self.backend_sampling:
             if not self.ctx.samplers:
-                self.ctx.set_sampler(SamplerChain())  # a fresh chain: llama.cpp sets each up once
+                self.ctx.set_sampler(SamplerChain.candidates(DRAFT_TOP_K))  # fresh: llama.cpp sets each up once
         else:
             self.ctx.set_sampler(None)
         block = np.full(n_max + 1, self.mask_token, dtype=np.int32)
@@ -150,13 +167,19 @@ class DFlashDrafter(Drafter):
             self.ctx.decode(block, np.arange(n_past, n_past + n_max + 1, dtype=np.int32), logits="all")
         with timer("draft_sample"):
             if self.ctx.samplers:
-                draft = Draft(tokens=self.ctx.sampled_tokens()[1:])
+                cands = [self.ctx.sampled_candidates(i) for i in range(1, n_max + 1)]
+                best = [int(np.argmax(lg)) for _, lg in cands]
+                draft = Draft(tokens=[int(ids[j]) for (ids, _), j in zip(cands, best)],
+                              confidence=_top_prob(np.stack([lg for _, lg in cands])))
             elif sp.greedy:
-                draft = Draft(tokens=[int(t) for t in np.argmax(self.ctx.logits()[1:], axis=1)])
+                logits = self.ctx.logits()[1:]
+                draft = Draft(tokens=[int(t) for t in np.argmax(logits, axis=1)], confidence=_top_prob(logits))
             else:
                 rows = filtered_rows(self.ctx.logits()[1:], sp)
-                draft = Draft(tokens=[int(t) for t in sample_rows(*rows, rng)],
-                              probs=densify(*rows, self.target.model.n_vocab))
+                toks = sample_rows(*rows, rng)
+                probs = densify(*rows, self.target.model.n_vocab)
+                draft = Draft(tokens=[int(t) for t in toks], probs=probs,
+                              confidence=probs[np.arange(len(toks)), toks].astype(np.float64))
         with timer("rollback"):
             # the noise block never stays in the drafter's cache
             self.ctx.memory.seq_rm(0, n_past)

@@ -1,0 +1,434 @@
+"""The cost model of speculative decoding: tokens/s for any ``n_max`` from measured stage costs
+and measured acceptance, the τ at which speculation breaks even, and the draft length chosen per
+step (``n_max="auto"``).
+
+Notation (one verify step; times in ms; positions ``i`` 0-based)::
+
+    s_i   = P(the step accepts more than i draft tokens)         survival of the accepted prefix
+    q_i   = P(the step drafts more than i tokens)                 (1 for i < n_max with DFlash)
+    τ(n)  = 1 + Σ_{i<n} s_i          tokens committed per step at n_max = n (the bonus included)
+    d(n)  = Σ_{i<n} q_i              draft tokens verified per step
+    V(R)  verify: the target decoding R = d + 1 rows — piecewise linear through measured points
+    D(d)  = D0 + D1·d                drafter: per call + per drafted token (draft, draft_sample)
+    W(τ)  = W0 + W1·τ                the rest of a step: extract/inject (rows = committed tokens),
+                                     accept, rollback, detokenize, Python glue
+    T(n)  = V(1 + d(n)) + D(d(n)) + W(τ(n))                       ms per step
+    tok/s(n) = 1000 · τ(n) / T(n)
+
+Plain decoding costs T₁ ms per token (measured), so speculation at ``n`` pays exactly when
+``τ(n) > τ*(n) = T(n) / T₁`` — the break-even τ. The best ``n_max`` maximises tok/s(n).
+
+``s`` and ``q`` come from :class:`~pyllama_spec.SpecStats` counters (``accepted_at[i]`` and
+``drafted_at[i]`` over ``n_steps``), pooled over the runs whose ``n_max`` exceeds ``i``. This
+assumes a drafter's first ``i`` tokens do not depend on ``n_max`` — true for n-gram and
+autoregressive drafters, approximately for DFlash (its non-causal block also sees the masks after
+a position). ``V``, ``D`` and ``W`` are fitted from the runs' per-stage times after prefill
+(least squares for D and W, slopes kept ≥ 0), or ``V`` from a direct measurement
+(:func:`measure_verify_ms`, what ``benchmarks/step_cost.py`` does in its verify section).
+
+**Per step** (``n_max="auto"``, :class:`AutoDraftLength`): the drafter proposes its longest block
+``t_0..t_{d-1}`` with confidences ``c_j`` (its probability of ``t_j`` given the tokens before;
+DFlash: the top probability of row j). The chance that the first ``i + 1`` are all accepted is
+``p_i = Π_{j≤i} ĉ_j``, where ``ĉ`` is ``c`` calibrated online (binned by confidence: how often
+earlier tokens of similar confidence were accepted). Verifying the prefix of length ``L`` yields
+``E[tokens] = 1 + Σ_{i<L} p_i`` for ``E[ms] = O + V(L + 1)``, ``O`` being the step's other costs
+(measured online: wall time between two steps minus their verify). The loop verifies
+``L* = argmax_L E[tokens] / E[ms]``: one more row is kept exactly while its expected gain
+``p_L`` exceeds its verify cost ``V(L+2) − V(L+1)`` times the step's current rate. Drafters without
+confidences are cut the same way with ``p_i`` = this generation's measured acceptance at position
+``i`` (with a prior). Cutting a draft never changes what is committed — the target's rule decides
+every token; only fewer are offered — so the output is the target's, as with any fixed ``n_max``.
+
+The speculative-sampling analysis behind τ is Leviathan et al. 2023 ("Fast Inference from
+Transformers via Speculative Decoding", §3.4, expected tokens per step and the walltime
+improvement); confidence-based cutting is llama.cpp's ``--spec-draft-p-min`` (common/speculative.cpp),
+here with the threshold derived from the measured costs instead of fixed.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..errors import InvalidArgumentError
+
+#: stages charged to the drafter (D); ``verify`` is V; every other stage and the glue is W
+DRAFT_STAGES = ("draft", "draft_sample")
+VERIFY_STAGES = ("verify",)
+
+
+# -- the pieces ------------------------------------------------------------------------------------
+@dataclass
+class VerifyCost:
+    """V(R): ms of a verify batch of ``R`` rows, piecewise linear through measured points and
+    extended linearly beyond them (constant when there is one point).
+
+    Attributes:
+        rows: ``(k,)`` row counts, increasing (may be fractional: mean rows of a run).
+        ms: ``(k,)`` milliseconds.
+    """
+    rows: list
+    ms: list
+
+    def __post_init__(self):
+        if not self.rows or len(self.rows) != len(self.ms):
+            raise InvalidArgumentError(f"VerifyCost needs as many ms as rows (≥ 1), got {len(self.rows)} and "
+                                       f"{len(self.ms)}")
+        order = np.argsort(self.rows, kind="stable")
+        self.rows = [float(self.rows[i]) for i in order]
+        self.ms = [float(self.ms[i]) for i in order]
+
+    def __call__(self, r):
+        x, y = np.asarray(self.rows), np.asarray(self.ms)
+        r = np.asarray(r, dtype=float)
+        if len(x) == 1:
+            return np.full_like(r, y[0]) if r.ndim else float(y[0])
+        out = np.interp(r, x, y)
+        lo, hi = (y[1] - y[0]) / max(x[1] - x[0], 1e-9), (y[-1] - y[-2]) / max(x[-1] - x[-2], 1e-9)
+        out = np.where(r < x[0], y[0] + lo * (r - x[0]), out)
+        out = np.where(r > x[-1], y[-1] + hi * (r - x[-1]), out)
+        return out if out.ndim else float(out)
+
+    def as_dict(self) -> dict:
+        return {"rows": self.rows, "ms": self.ms}
+
+
+@dataclass
+class StepCosts:
+    """Costs of one step in ms: ``T = V(1 + d) + D0 + D1·d + W0 + W1·τ`` (module docstring)."""
+    verify: VerifyCost
+    draft_call_ms: float = 0.0
+    draft_token_ms: float = 0.0
+    other_step_ms: float = 0.0
+    other_token_ms: float = 0.0
+
+    def step_ms(self, d: float, tau: float, drafts: bool = True) -> float:
+        """ms of one step that verifies ``d`` draft tokens (mean) and commits ``tau`` tokens (mean)."""
+        draft = self.draft_call_ms + self.draft_token_ms * d if drafts else 0.0
+        return float(self.verify(1.0 + d)) + draft + self.other_step_ms + self.other_token_ms * tau
+
+    def as_dict(self) -> dict:
+        return {"verify": self.verify.as_dict(), "draft_call_ms": self.draft_call_ms,
+                "draft_token_ms": self.draft_token_ms, "other_step_ms": self.other_step_ms,
+                "other_token_ms": self.other_token_ms}
+
+
+@dataclass
+class Acceptance:
+    """Per-position survival ``s_i`` and draft-length survival ``q_i`` (module docstring).
+
+    Attributes:
+        survival: ``s_i`` = P(more than i draft tokens accepted in a step), i = 0..len−1.
+        drafted: ``q_i`` = P(more than i draft tokens verified in a step).
+        steps: the verify steps behind each position (evidence).
+    """
+    survival: list
+    drafted: list
+    steps: list = field(default_factory=list)
+
+    @property
+    def n_max(self) -> int:
+        """The longest draft the data covers."""
+        return len(self.survival)
+
+    def tau(self, n: int) -> float:
+        """τ(n) = 1 + Σ_{i<n} s_i: tokens per step at n_max = n (n ≤ :attr:`n_max`)."""
+        self._check(n)
+        return 1.0 + float(sum(self.survival[:n]))
+
+    def mean_draft(self, n: int) -> float:
+        """d(n) = Σ_{i<n} q_i: draft tokens verified per step."""
+        self._check(n)
+        return float(sum(self.drafted[:n]))
+
+    def _check(self, n):
+        if not 0 <= n <= self.n_max:
+            raise InvalidArgumentError(f"acceptance is measured up to n_max={self.n_max}, asked for {n}")
+
+    @classmethod
+    def pooled(cls, points) -> "Acceptance":
+        """Pool :class:`Measured` points (or anything with ``n_max, n_steps, accepted_at, drafted_at``):
+        position i uses the points whose ``n_max`` exceeds i."""
+        n = max((p.n_max for p in points), default=0)
+        surv, drafted, steps = [], [], []
+        for i in range(n):
+            use = [p for p in points if p.n_max > i and p.n_steps]
+            den = sum(p.n_steps for p in use)
+            surv.append(sum(p.accepted_at[i] for p in use) / den if den else 0.0)
+            drafted.append(sum(p.drafted_at[i] for p in use) / den if den else 0.0)
+            steps.append(den)
+        return cls(surv, drafted, steps)
+
+    def as_dict(self) -> dict:
+        return {"survival": self.survival, "drafted": self.drafted, "steps": self.steps}
+
+
+@dataclass
+class Measured:
+    """One configuration (drafter, n_max, sampling) pooled over its runs: the inputs of a fit.
+
+    Attributes:
+        n_max: draft tokens per step (0 = plain decoding).
+        n_steps, n_generated, n_drafted: verify steps, tokens committed, draft tokens verified.
+        generation_ms: ms after prefill (what tokens/s divides by).
+        accepted_at, drafted_at: :class:`SpecStats` counters per position.
+        stage_ms: ms per stage over the decode steps (``GenerationResult.step_timings``), ``other`` included.
+    """
+    n_max: int
+    n_steps: int
+    n_generated: int
+    n_drafted: int
+    generation_ms: float
+    accepted_at: list
+    drafted_at: list
+    stage_ms: dict
+
+    @property
+    def ms_per_step(self) -> float:
+        return self.generation_ms / self.n_steps if self.n_steps else float("nan")
+
+    @property
+    def tau(self) -> float:
+        """Tokens committed per step, as tokens/s counts them."""
+        return self.n_generated / self.n_steps if self.n_steps else float("nan")
+
+    @property
+    def tok_s(self) -> float:
+        return 1e3 * self.n_generated / self.generation_ms if self.generation_ms else float("nan")
+
+    def stage_per_step(self, names) -> float:
+        return sum(self.stage_ms.get(k, 0.0) for k in names) / self.n_steps if self.n_steps else 0.0
+
+    @classmethod
+    def from_results(cls, results) -> "Measured":
+        """Pool :class:`~pyllama_spec.GenerationResult` objects of one configuration."""
+        results = list(results)
+        if not results:
+            raise InvalidArgumentError("Measured.from_results needs at least one result")
+        n_max = max(r.stats.n_max for r in results)
+        acc, dra = [0] * n_max, [0] * n_max
+        stages: dict = {}
+        for r in results:
+            for i, (a, d) in enumerate(zip(r.stats.accepted_at, r.stats.drafted_at)):
+                acc[i] += a
+                dra[i] += d
+            for k, v in r.step_timings.items():
+                stages[k] = stages.get(k, 0.0) + 1e3 * v
+        return cls(n_max=n_max, n_steps=sum(r.stats.n_steps for r in results),
+                   n_generated=sum(r.n_generated for r in results), n_drafted=sum(r.stats.n_drafted for r in results),
+                   generation_ms=1e3 * sum(r.generation_seconds for r in results), accepted_at=acc, drafted_at=dra,
+                   stage_ms=stages)
+
+
+def _line(x, y) -> tuple[float, float]:
+    """Least-squares intercept and slope ≥ 0 (a negative slope is noise: then the mean, slope 0)."""
+    x, y = np.asarray(x, float), np.asarray(y, float)
+    if len(x) < 2 or np.ptp(x) < 1e-9:
+        return float(y.mean()) if len(y) else 0.0, 0.0
+    slope, icept = np.polyfit(x, y, 1)
+    if slope < 0:
+        return float(y.mean()), 0.0
+    return float(icept), float(slope)
+
+
+def fit_costs(points, plain: Measured | None = None, verify: VerifyCost | None = None) -> StepCosts:
+    """Fit V, D and W (module docstring) from the :class:`Measured` points of one drafter.
+
+    Args:
+        points: the drafter's configurations (several n_max give the slopes).
+        plain: plain decoding in the same setting: anchors V at one row.
+        verify: a measured V(R) to use instead of fitting it from the runs.
+    """
+    points = [p for p in points if p.n_steps]
+    if not points:
+        raise InvalidArgumentError("fit_costs needs at least one measured point with steps")
+    if verify is None:
+        by_rows: dict = {}
+        for p in points:
+            by_rows.setdefault(round(1.0 + p.n_drafted / p.n_steps, 6), []).append(p.stage_per_step(VERIFY_STAGES))
+        if plain is not None and plain.n_steps and 1.0 not in by_rows:
+            by_rows[1.0] = [plain.stage_per_step(VERIFY_STAGES)]
+        rows = sorted(by_rows)
+        verify = VerifyCost(rows, [float(np.mean(by_rows[r])) for r in rows])
+    d0, d1 = _line([p.n_drafted / p.n_steps for p in points], [p.stage_per_step(DRAFT_STAGES) for p in points])
+    rest = [p.ms_per_step - p.stage_per_step(VERIFY_STAGES) - p.stage_per_step(DRAFT_STAGES) for p in points]
+    w0, w1 = _line([p.tau for p in points], rest)
+    return StepCosts(verify, d0, d1, w0, w1)
+
+
+@dataclass
+class CostModel:
+    """Predictions for one drafter in one setting: :class:`StepCosts` + :class:`Acceptance`.
+
+    Attributes:
+        plain_ms_per_token: T₁, ms per token of plain decoding (for break-even τ and speed-ups), or None.
+    """
+    costs: StepCosts
+    acceptance: Acceptance
+    plain_ms_per_token: float | None = None
+
+    @classmethod
+    def fit(cls, points, plain: Measured | None = None, verify: VerifyCost | None = None) -> "CostModel":
+        """Fit from a drafter's :class:`Measured` points (and plain decoding, when measured)."""
+        points = [p for p in points if p.n_max > 0 and p.n_steps]
+        plain_ms = plain.generation_ms / plain.n_generated if plain is not None and plain.n_generated else None
+        return cls(fit_costs(points, plain, verify), Acceptance.pooled(points), plain_ms)
+
+    def ms_per_step(self, n: int) -> float:
+        """T(n), ms."""
+        return self.costs.step_ms(self.acceptance.mean_draft(n), self.acceptance.tau(n), drafts=n > 0)
+
+    def tok_s(self, n: int) -> float:
+        """Predicted tokens/s at n_max = n (n ≤ ``acceptance.n_max``)."""
+        return 1e3 * self.acceptance.tau(n) / self.ms_per_step(n)
+
+    def break_even_tau(self, n: int) -> float | None:
+        """τ*(n) = T(n) / T₁: the τ above which n_max = n beats plain decoding (None without T₁)."""
+        return self.ms_per_step(n) / self.plain_ms_per_token if self.plain_ms_per_token else None
+
+    def best_n_max(self, candidates=None) -> int:
+        """The n_max of highest predicted tok/s among ``candidates`` (default 1..``acceptance.n_max``)."""
+        cands = list(candidates or range(1, self.acceptance.n_max + 1))
+        if not cands:
+            raise InvalidArgumentError("no n_max to choose from: the acceptance data is empty")
+        return max(cands, key=self.tok_s)
+
+    def as_dict(self) -> dict:
+        ns = range(1, self.acceptance.n_max + 1)
+        return {"costs": self.costs.as_dict(), "acceptance": self.acceptance.as_dict(),
+                "plain_ms_per_token": self.plain_ms_per_token,
+                "predicted": [{"n_max": n, "tau": self.acceptance.tau(n), "ms_per_step": self.ms_per_step(n),
+                               "tok_s": self.tok_s(n), "break_even_tau": self.break_even_tau(n)} for n in ns],
+                "best_n_max": self.best_n_max() if self.acceptance.n_max else None}
+
+
+# -- measuring V(R) directly --------------------------------------------------------------------------
+def measure_verify_ms(ctx, n_rows: int, tokens, *, depth: int = 256, layer_ids=(), reps: int = 3) -> list[float]:
+    """ms of the target decoding a verify batch of R = 1..``n_rows`` rows (every row an output) after
+    ``depth`` cached positions; median of ``reps`` calls after one warm-up, each ended by a sync.
+
+    Clears ``ctx``'s cache (and leaves it holding ``depth`` positions) and turns on the layer-input
+    taps ``layer_ids`` (a drafter's, as the loop will). ``tokens``: ids to fill the cache with
+    (repeated as needed), e.g. the prompt.
+
+    Returns:
+        ``[V(1), ..., V(n_rows)]`` in ms.
+    """
+    toks = [int(t) for t in tokens] or [0]
+    depth = max(1, min(depth, ctx.n_ctx - n_rows - 1))
+    fill = (toks * ((depth + n_rows) // len(toks) + 1))[:depth + n_rows]
+    ctx.set_layer_inputs(list(layer_ids))
+    ctx.memory.clear()
+    for i in range(0, depth, ctx.n_batch):
+        chunk = fill[i:min(i + ctx.n_batch, depth)]
+        ctx.decode(chunk, np.arange(i, i + len(chunk), dtype=np.int32), logits="none")
+    out = []
+    for r in range(1, n_rows + 1):
+        ts = []
+        for _ in range(reps + 1):
+            t0 = time.perf_counter()
+            ctx.decode(fill[depth:depth + r], np.arange(depth, depth + r, dtype=np.int32), logits="all")
+            ctx.synchronize()
+            ts.append(time.perf_counter() - t0)
+            ctx.memory.seq_rm(0, depth)
+        out.append(1e3 * float(np.median(ts[1:])))
+    return out
+
+
+# -- per step: n_max="auto" ---------------------------------------------------------------------------
+@dataclass
+class AutoState:
+    """What :class:`AutoDraftLength` learns — the confidence calibration and the step's other costs —
+    kept across the generations of one drafter (the Generator keeps one per drafter).
+
+    Attributes:
+        bin_tried, bin_accepted: per confidence bin, draft tokens verified and accepted.
+        other_ms: running mean of a step's time beyond its verify (ms), None before the first step.
+    """
+    bin_tried: np.ndarray = field(default_factory=lambda: np.zeros(10))
+    bin_accepted: np.ndarray = field(default_factory=lambda: np.zeros(10))
+    other_ms: float | None = None
+
+
+class AutoDraftLength:
+    """Choose each step's draft length (``n_max="auto"``; module docstring, "Per step").
+
+    The loop calls :meth:`trim` with the drafter's block (up to the ceiling) and verifies what it
+    returns, a prefix. Between calls it reads the generation's :class:`SpecStats` (the previous
+    step's accepted length) and the wall clock (the previous step's duration).
+
+    Args:
+        verify_ms: ``[V(1), ..., V(R)]``, ms of verify batches of 1..R rows (:func:`measure_verify_ms`);
+            made non-decreasing (a dip is noise).
+        stats: the generation's statistics (read only).
+        state: what earlier generations of this drafter learnt (updated in place); None = fresh.
+        prior: weight (in tokens) of a confidence before its bin has data / of the acceptance prior.
+    """
+
+    def __init__(self, verify_ms, stats, *, state: AutoState | None = None, prior: float = 4.0,
+                 clock=time.perf_counter):
+        # more rows never cost less: a measured dip is noise, and would make a sure miss look free
+        vm = [float(v) for v in np.maximum.accumulate(np.asarray(verify_ms, dtype=float))]
+        self.verify = VerifyCost(list(range(1, len(vm) + 1)), vm)
+        self.stats, self.prior, self.clock = stats, prior, clock
+        self.state = state if state is not None else AutoState()
+        self.n_bins = len(self.state.bin_tried)
+        self._t: float | None = None
+        self._rows = 1
+        self._conf: np.ndarray | None = None
+
+    def _bins(self, c: np.ndarray) -> np.ndarray:
+        return np.minimum((c * self.n_bins).astype(int), self.n_bins - 1)
+
+    def calibrated(self, conf) -> np.ndarray:
+        """ĉ: confidences mapped to the acceptance rate seen for their bin (shrunk to c by ``prior``)."""
+        c = np.clip(np.asarray(conf, dtype=float), 0.0, 1.0)
+        b = self._bins(c)
+        return (self.state.bin_accepted[b] + self.prior * c) / (self.state.bin_tried[b] + self.prior)
+
+    def survival(self, draft) -> np.ndarray:
+        """p_i: probability that the first i + 1 tokens of ``draft`` are all accepted."""
+        n = len(draft.tokens)
+        if draft.confidence is not None:
+            return np.cumprod(self.calibrated(np.asarray(draft.confidence)[:n]))
+        s = self.stats
+        acc = np.asarray(s.accepted_at[:n], float)
+        tried = np.asarray(s.drafted_at[:n], float)
+        guess = 0.6 ** np.arange(1, n + 1)
+        p = (acc + self.prior * guess) / (tried + self.prior)
+        return np.minimum.accumulate(p)
+
+    def best_length(self, p: np.ndarray) -> int:
+        """L* = argmax_L (1 + Σ_{i<L} p_i) / (O + V(L + 1)), the shortest on ties."""
+        gain = 1.0 + np.concatenate([[0.0], np.cumsum(p)])
+        cost = (self.state.other_ms or 0.0) + self.verify(np.arange(1, len(p) + 2, dtype=float))
+        return int(np.argmax(gain / np.maximum(cost, 1e-9)))
+
+    def _learn(self, now: float) -> None:
+        if self._t is None:
+            return
+        other = max(0.0, 1e3 * (now - self._t) - self.verify(float(self._rows)))
+        st = self.state
+        st.other_ms = other if st.other_ms is None else 0.8 * st.other_ms + 0.2 * other
+        if self._conf is not None and len(self._conf) and self.stats.acceptance_lengths:
+            k = self.stats.acceptance_lengths[-1]
+            tried = self._conf[:k + 1]  # token j was tried iff all before it were accepted
+            b = self._bins(tried)
+            np.add.at(st.bin_tried, b, 1.0)
+            np.add.at(st.bin_accepted, b[:k], 1.0)
+
+    def trim(self, draft):
+        """The prefix of ``draft`` worth verifying (a :class:`~pyllama_spec.Draft`, never longer)."""
+        now = self.clock()
+        self._learn(now)
+        n = 0
+        if draft.tokens:
+            n = self.best_length(self.survival(draft))
+        self._t, self._rows = now, n + 1
+        self._conf = None if draft.confidence is None else np.clip(np.asarray(draft.confidence, float)[:n], 0, 1)
+        return draft if n == len(draft.tokens) else draft.prefix(n)
+
+
+__all__ = ["VerifyCost", "StepCosts", "Acceptance", "Measured", "CostModel", "fit_costs", "measure_verify_ms",
+           "AutoDraftLength", "AutoState", "DRAFT_STAGES", "VERIFY_STAGES"]

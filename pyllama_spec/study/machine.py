@@ -1,0 +1,62 @@
+"""What machine and build a bake-off ran on (recorded with every result)."""
+from __future__ import annotations
+
+import os
+import platform
+import sys
+import time
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _memory_gib() -> float | None:
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemTotal:"):
+                    return int(line.split()[1]) / 2**20
+    except OSError:
+        pass
+    return None
+
+
+def machine_info() -> dict:
+    """``{"date", "host", "platform", "python", "cpu", "n_cpus", "load_avg", "memory_gib", "devices",
+    "gpu", "system_info", "llama_cpp_build", "llama_cpp_commit", "pyllama_spec"}``; ``gpu`` names the
+    GPUs llama.cpp sees (None on a CPU-only build), ``load_avg`` the 1-minute load when the run began
+    (a busy machine's numbers are not final)."""
+    import pyllama_spec as ps
+
+    devs = ps.devices()
+    gpus = [d["description"] for d in devs if d["type"] == "gpu"]
+    try:
+        load = os.getloadavg()[0]
+    except OSError:
+        load = None
+    return {"date": time.strftime("%Y-%m-%d %H:%M %Z"), "host": platform.node(), "platform": platform.platform(),
+            "python": sys.version.split()[0], "cpu": _cpu_model(), "n_cpus": os.cpu_count(), "load_avg": load,
+            "memory_gib": _memory_gib(), "devices": devs, "gpu": ", ".join(gpus) or None,
+            "system_info": ps.system_info(), "llama_cpp_build": ps._ffi.LLAMA_CPP_BUILD,
+            "llama_cpp_commit": ps.LLAMA_CPP_COMMIT, "pyllama_spec": ps.__version__}
+
+
+def machine_label(m: dict) -> str:
+    """A short name for titles: the GPU when there is one, else the CPU and its core count."""
+    if m.get("gpu"):
+        return m["gpu"]
+    cpu = m.get("cpu") or "CPU"
+    for junk in ("(R)", "(TM)", " CPU", " Processor", "  "):
+        cpu = cpu.replace(junk, " " if junk == "  " else "")
+    return f"{' '.join(cpu.split())} ({m.get('n_cpus')} cores)"
+
+
+__all__ = ["machine_info", "machine_label"]

@@ -1,0 +1,169 @@
+"""From generations to the rows of results.json: one record per generation (``runs``), pooled
+per configuration (``points``), and a cost model per drafter and setting (``cost_models``).
+
+Everything after :func:`run_record` works from the JSON records alone, so a report can be
+rebuilt from a results.json (:func:`summarize`).
+"""
+from __future__ import annotations
+
+import statistics
+from collections import Counter
+
+from ..speculative.costmodel import CostModel, Measured
+
+#: per-step stages shown in the tables, in loop order (tokenize/prefill happen before the steps)
+STEP_STAGES = ("draft", "draft_sample", "verify", "accept", "extract", "inject", "rollback", "detokenize", "other")
+
+
+def run_record(rec: dict, kind: str | None) -> dict:
+    """One generation as a JSON-ready dict (``rec``: what :class:`~.sweep.Runner` yields)."""
+    p, res = rec["point"], rec["result"]
+    s = res.stats
+    steps = s.n_steps
+    stage_s = res.step_timings
+    spec = p.drafter is not None
+    return {
+        "drafter": p.drafter, "kind": kind, "n_max": p.n_max, "n_max_ceiling": res.n_max,
+        "temperature": p.temperature, "thinking": p.thinking, "run": rec["run"], "conversation": rec["conversation"],
+        "turn": rec["turn"], "n_prompt": res.n_prompt, "n_generated": res.n_generated,
+        "finish_reason": res.finish_reason, "generation_s": res.generation_seconds, "prefill_s": res.prefill_seconds,
+        "tokens_per_s": res.tokens_per_s, "prompt_tokens_per_s": res.prompt_tokens_per_s,
+        "n_steps": steps, "n_drafted": s.n_drafted, "n_accepted": s.n_accepted,
+        "tau": s.mean_accepted_length, "acceptance": s.acceptance_rate if spec else None,
+        "accepted_at": list(s.accepted_at), "drafted_at": list(s.drafted_at),
+        "accepted_per_position": s.accepted_per_position, "mean_draft_length": s.mean_draft_length,
+        "draft_length_counts": {str(k): v for k, v in sorted(Counter(s.draft_lengths).items())},
+        "stage_ms": {k: 1e3 * v for k, v in stage_s.items()},
+        "stages_ms_per_step": {k: 1e3 * v / steps if steps else 0.0 for k, v in stage_s.items()},
+        "native": rec.get("native"),
+    }
+
+
+def measured(runs: list[dict]) -> Measured:
+    """Pool run records of one configuration into a cost-model input."""
+    n = max((len(r["accepted_at"]) for r in runs), default=0)
+    acc, dra = [0] * n, [0] * n
+    stages: dict = {}
+    for r in runs:
+        for i, (a, d) in enumerate(zip(r["accepted_at"], r["drafted_at"])):
+            acc[i] += a
+            dra[i] += d
+        for k, v in r["stage_ms"].items():
+            stages[k] = stages.get(k, 0.0) + v
+    return Measured(n_max=n, n_steps=sum(r["n_steps"] for r in runs),
+                    n_generated=sum(r["n_generated"] for r in runs), n_drafted=sum(r["n_drafted"] for r in runs),
+                    generation_ms=1e3 * sum(r["generation_s"] for r in runs), accepted_at=acc, drafted_at=dra,
+                    stage_ms=stages)
+
+
+def _key(r) -> tuple:
+    return (r["drafter"], r["n_max"], r["temperature"], r["thinking"])
+
+
+def _pooled(runs: list[dict]) -> dict:
+    m = measured(runs)
+    gen_s = sum(r["generation_s"] for r in runs)
+    pre_s = sum(r["prefill_s"] for r in runs)
+    spec = runs[0]["drafter"] is not None
+    return {"n_generations": len(runs), "n_generated": m.n_generated, "n_steps": m.n_steps,
+            "tokens_per_s": m.n_generated / gen_s if gen_s else None,
+            "prompt_tokens_per_s": sum(max(0, r["n_prompt"] - 1) for r in runs) / pre_s if pre_s else None,
+            "tau": (m.n_steps + sum(r["n_accepted"] for r in runs)) / m.n_steps if m.n_steps else None,
+            "acceptance": (sum(r["n_accepted"] for r in runs) / m.n_drafted if m.n_drafted else 0.0) if spec else None,
+            "accepted_per_position": [a / d if d else 0.0 for a, d in zip(m.accepted_at, m.drafted_at)],
+            "survival": [a / m.n_steps if m.n_steps else 0.0 for a in m.accepted_at],
+            "mean_draft_length": m.n_drafted / m.n_steps if m.n_steps else 0.0,
+            "ms_per_step": m.ms_per_step,
+            "stages_ms_per_step": {k: m.stage_ms.get(k, 0.0) / m.n_steps if m.n_steps else 0.0 for k in STEP_STAGES}}
+
+
+def summarize_points(runs: list[dict]) -> list[dict]:
+    """Pool the run records per configuration, with per-run speeds, per-turn rows and the native runs."""
+    groups: dict = {}
+    for r in runs:
+        groups.setdefault(_key(r), []).append(r)
+    points = []
+    for key, rs in groups.items():
+        row = {"drafter": key[0], "kind": rs[0]["kind"], "n_max": key[1], "temperature": key[2], "thinking": key[3],
+               "n_runs": len({r["run"] for r in rs}), **_pooled(rs)}
+        per_run = {}
+        for r in rs:
+            per_run.setdefault(r["run"], []).append(r)
+        speeds = [sum(x["n_generated"] for x in v) / sum(x["generation_s"] for x in v) for v in per_run.values()]
+        row["tokens_per_s_runs"] = speeds
+        row["tokens_per_s_sd"] = statistics.stdev(speeds) if len(speeds) > 1 else 0.0
+        counts: Counter = Counter()
+        for r in rs:
+            counts.update({int(k): v for k, v in r["draft_length_counts"].items()})
+        row["draft_length_counts"] = {str(k): v for k, v in sorted(counts.items())}
+        by_turn = {}
+        for r in rs:
+            by_turn.setdefault(r["turn"], []).append(r)
+        row["by_turn"] = [{"turn": t, "n_prompt_mean": statistics.mean(x["n_prompt"] for x in v),
+                           **{k: _pooled(v)[k] for k in ("tau", "acceptance", "tokens_per_s")}}
+                          for t, v in sorted(by_turn.items())]
+        nat = [r["native"] for r in rs if r.get("native")]
+        row["native"] = None if not nat else {
+            "spec_type": nat[0]["spec_type"],
+            "tokens_per_s": statistics.mean(x["tokens_per_s"] for x in nat if x["tokens_per_s"] is not None)
+            if any(x["tokens_per_s"] is not None for x in nat) else None,
+            "acceptance": (sum(x["n_accept"] or 0 for x in nat) / sum(x["n_drafted"] for x in nat)
+                           if all(x["n_drafted"] is not None for x in nat) and sum(x["n_drafted"] for x in nat) else None),
+            "same_tokens": sum(x["same_tokens"] for x in nat) / len(nat), "n": len(nat)}
+        points.append(row)
+    for p in points:  # speed-up against plain decoding in the same setting
+        base = next((q for q in points if q["drafter"] is None and q["temperature"] == p["temperature"]
+                     and q["thinking"] == p["thinking"]), None)
+        p["speedup"] = p["tokens_per_s"] / base["tokens_per_s"] if base and base["tokens_per_s"] else None
+    return points
+
+
+def cost_models(runs: list[dict], points: list[dict], verify_ms: dict | None = None) -> list[dict]:
+    """Fit a :class:`CostModel` per (drafter, temperature, thinking) from its fixed-n_max runs; add
+    ``predicted_tok_s`` (all runs), ``predicted_heldout_tok_s`` (that n_max's runs left out of the
+    fit) and ``break_even_tau`` to the points; return the models as dicts."""
+    out = []
+    settings = sorted({(r["drafter"], r["temperature"], r["thinking"]) for r in runs if r["drafter"] is not None},
+                      key=lambda k: (k[0], k[1], str(k[2])))
+    for drafter, temp, think in settings:
+        same = [r for r in runs if r["temperature"] == temp and r["thinking"] == think]
+        plain_runs = [r for r in same if r["drafter"] is None]
+        plain = measured(plain_runs) if plain_runs else None
+        by_n: dict = {}
+        for r in same:
+            if r["drafter"] == drafter and isinstance(r["n_max"], int):
+                by_n.setdefault(r["n_max"], []).append(r)
+        if not by_n:
+            continue
+        meas = {n: measured(v) for n, v in by_n.items()}
+        model = CostModel.fit(list(meas.values()), plain)
+        entry = {"drafter": drafter, "temperature": temp, "thinking": think, **model.as_dict(),
+                 "measured": [{"n_max": n, "tok_s": m.tok_s, "tau": m.tau, "ms_per_step": m.ms_per_step}
+                              for n, m in sorted(meas.items())]}
+        entry["best_n_max_measured"] = max(meas, key=lambda n: meas[n].tok_s)
+        for p in points:
+            if (p["drafter"], p["temperature"], p["thinking"]) != (drafter, temp, think):
+                continue
+            if not isinstance(p["n_max"], int):
+                continue
+            n = p["n_max"]
+            p["predicted_tok_s"] = model.tok_s(n)
+            p["predicted_tau"] = model.acceptance.tau(n)
+            p["break_even_tau"] = model.break_even_tau(n)
+            others = [m for k, m in meas.items() if k != n]
+            held = None
+            if others and max(m.n_max for m in others) >= n:
+                held = CostModel.fit(others, plain).tok_s(n)
+            p["predicted_heldout_tok_s"] = held
+        out.append(entry)
+    return out
+
+
+def summarize(results: dict) -> dict:
+    """(Re)compute ``points`` and ``cost_models`` of a results dict from its ``runs``."""
+    results["points"] = summarize_points(results["runs"])
+    results["cost_models"] = cost_models(results["runs"], results["points"], results.get("verify_ms"))
+    return results
+
+
+__all__ = ["run_record", "measured", "summarize_points", "cost_models", "summarize", "STEP_STAGES"]

@@ -1,0 +1,179 @@
+"""The bake-off (pyllama_spec.study) on the tiny fixtures: the sweep runs end to end and writes
+every output, the results.json keys are pinned, multi-turn history and thinking on/off reach the
+prompt, and the prompt sets load."""
+import csv
+import json
+
+import pytest
+
+import pyllama_spec as ps
+from pyllama_spec import fixtures
+from pyllama_spec.errors import InvalidArgumentError
+from pyllama_spec.study.prompts import Conversation, load_prompts, parse_jsonl
+
+THINK_TEMPLATE = (fixtures.CHATML.replace("{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}",
+                                          "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}"
+                                          "{% if enable_thinking is defined and not enable_thinking %}{{ '<think></think>' }}"
+                                          "{% endif %}{% endif %}"))
+
+TOP_KEYS = {"schema", "settings", "machine", "model", "notes", "memory", "verify_ms", "runs", "points", "cost_models",
+            "outputs"}
+RUN_KEYS = {"drafter", "kind", "n_max", "n_max_ceiling", "temperature", "thinking", "run", "conversation", "turn",
+            "n_prompt", "n_generated", "finish_reason", "generation_s", "prefill_s", "tokens_per_s",
+            "prompt_tokens_per_s", "n_steps", "n_drafted", "n_accepted", "tau", "acceptance", "accepted_at",
+            "drafted_at", "accepted_per_position", "mean_draft_length", "draft_length_counts", "stage_ms",
+            "stages_ms_per_step", "native"}
+POINT_KEYS = {"drafter", "kind", "n_max", "temperature", "thinking", "n_runs", "n_generations", "n_generated",
+              "n_steps", "tokens_per_s", "prompt_tokens_per_s", "tau", "acceptance", "accepted_per_position",
+              "survival", "mean_draft_length", "ms_per_step", "stages_ms_per_step", "tokens_per_s_runs",
+              "tokens_per_s_sd", "draft_length_counts", "by_turn", "native", "speedup"}
+PREDICTED_KEYS = {"predicted_tok_s", "predicted_tau", "break_even_tau", "predicted_heldout_tok_s"}
+MODEL_KEYS = {"drafter", "temperature", "thinking", "costs", "acceptance", "plain_ms_per_token", "predicted",
+              "best_n_max", "measured", "best_n_max_measured"}
+MACHINE_KEYS = {"date", "host", "platform", "python", "cpu", "n_cpus", "load_avg", "memory_gib", "devices", "gpu",
+                "system_info", "llama_cpp_build", "llama_cpp_commit", "pyllama_spec"}
+
+
+@pytest.fixture(scope="module")
+def think_target(tiny, tmp_path_factory):
+    d = tmp_path_factory.mktemp("think")
+    fixtures.write_tiny_target(d / "target.gguf", arch="llama", n_layer=4, n_embd=64, seed=1,
+                               chat_template=THINK_TEMPLATE)
+    return d / "target.gguf"
+
+
+@pytest.fixture(scope="module")
+def sweep(think_target, tiny, tmp_path_factory):
+    pytest.importorskip("matplotlib")
+    out = tmp_path_factory.mktemp("bakeoff")
+    prompts = out / "prompts.jsonl"
+    prompts.write_text(json.dumps({"messages": [{"role": "system", "content": "be brief"},
+                                                {"role": "user", "content": "def add(a, b):"},
+                                                {"role": "assistant", "content": "ignored"},
+                                                {"role": "user", "content": "more"}]}) + "\n")
+    # the tiny target's weights with a template that reads enable_thinking; the drafter reads its layers
+    res = ps.bakeoff(think_target, {"dflash": str(tiny["dflash"]), "ngram": "ngram"}, n_max=[1, 3, 9, "auto"],
+                     prompts=str(prompts), turns=2, thinking="on,off", temperature=[0.0, 0.8], runs=2,
+                     max_tokens=8, out=out, n_ctx=512, progress=False, verify_reps=1)
+    return res, out
+
+
+def test_sweep_writes_every_output(sweep):
+    res, out = sweep
+    for name in ("results.json", "results.csv", "runs.csv", "REPORT.md", "speed_tau_vs_n_max.png",
+                 "acceptance_per_position.png", "stage_time_per_step.png", "memory.png", "depth_by_turn.png",
+                 "thinking_on_off.png"):
+        assert (out / name).stat().st_size > 0, name
+    assert res["outputs"]["plots"] == ["speed_tau_vs_n_max.png", "acceptance_per_position.png",
+                                       "stage_time_per_step.png", "memory.png", "depth_by_turn.png",
+                                       "thinking_on_off.png"]
+    # points: plain + dflash {1, 3, 7 (9 clamped), auto} + ngram {1, 3, 9, auto}, × 2 temperatures × 2 thinking
+    assert len(res["points"]) == 9 * 4
+    assert len(res["runs"]) == 9 * 4 * 2 * 2  # × runs × (1 conversation × 2 turns)
+    assert any("clamped to 7" in n for n in res["notes"])
+    assert json.loads((out / "results.json").read_text())["schema"] == "pyllama_spec.bakeoff/1"
+    with open(out / "results.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == len(res["points"]) and "acc_pos9" in rows[0] and "ms_verify" in rows[0]
+    report = (out / "REPORT.md").read_text()
+    for heading in ("Speed and τ per drafter × n_max", "Best n_max per drafter", "Acceptance per position",
+                    "Time per step by stage", "Per turn (context depth)", "Memory (MiB)", "Cost model"):
+        assert f"## {heading}" in report
+    assert "thinking on" in report and "thinking off" in report
+
+
+def test_results_schema_is_stable(sweep):
+    res, _ = sweep
+    assert set(res) == TOP_KEYS
+    assert set(res["machine"]) == MACHINE_KEYS and res["machine"]["llama_cpp_build"] == ps._ffi.LLAMA_CPP_BUILD
+    assert set(res["memory"]) == {"target", "drafters"} and set(res["memory"]["drafters"]) == {"dflash", "ngram"}
+    assert set(res["verify_ms"]) == {"plain", "dflash", "ngram"} and len(res["verify_ms"]["plain"]) == 32  # ngram auto: up to 31
+    for r in res["runs"]:
+        assert set(r) == RUN_KEYS
+    for p in res["points"]:
+        fixed = p["drafter"] is not None and isinstance(p["n_max"], int)
+        assert set(p) == POINT_KEYS | (PREDICTED_KEYS if fixed else set()), p["drafter"]
+        assert set(p["by_turn"][0]) == {"turn", "n_prompt_mean", "tau", "acceptance", "tokens_per_s"}
+    for cm in res["cost_models"]:
+        assert set(cm) == MODEL_KEYS
+    assert {(c["drafter"], c["temperature"], c["thinking"]) for c in res["cost_models"]} == {
+        (d, t, th) for d in ("dflash", "ngram") for t in (0.0, 0.8) for th in (True, False)}
+
+
+def test_sweep_values_hang_together(sweep):
+    res, _ = sweep
+    for r in res["runs"]:
+        assert r["n_steps"] + r["n_accepted"] >= r["n_generated"] >= 1
+        assert r["tau"] >= 1.0
+        if r["drafter"] is None:
+            assert r["n_drafted"] == 0 and r["acceptance"] is None
+        else:
+            assert 0.0 <= r["acceptance"] <= 1.0 and len(r["accepted_at"]) == r["n_max_ceiling"]
+            assert max(map(int, r["draft_length_counts"])) <= r["n_max_ceiling"]
+    # thinking off adds "<think></think>" to the prompt; turn 2 carries turn 1's answer
+    by = {(r["drafter"], r["n_max"], r["temperature"], r["thinking"], r["run"], r["conversation"], r["turn"]): r
+          for r in res["runs"]}
+    for k, r in by.items():
+        if k[3] is False and k[6] == 1:
+            assert r["n_prompt"] > by[(*k[:3], True, *k[4:])]["n_prompt"]
+        if k[6] == 2:
+            assert r["n_prompt"] > by[(*k[:6], 1)]["n_prompt"] + 4
+    for p in res["points"]:
+        assert p["n_runs"] == 2 and len(p["tokens_per_s_runs"]) == 2 and [b["turn"] for b in p["by_turn"]] == [1, 2]
+        if p["drafter"] is None:
+            assert p["speedup"] == pytest.approx(1.0)
+
+
+def test_greedy_points_are_lossless_across_drafters(think_target, tiny):
+    res = ps.bakeoff(think_target, [f"dflash={tiny['dflash']}", "ngram"], n_max="2,auto", prompts=["hello there"],
+                     runs=1, max_tokens=12, progress=False, out=None, thinking=None, verify_reps=1)
+    # greedy: every drafter commits the same tokens as plain decoding, so the same count per turn
+    gens = {(r["drafter"], r["n_max"]): r["n_generated"] for r in res["runs"]}
+    assert len(set(gens.values())) == 1 and len(gens) == 5
+    assert res["notes"] == []
+
+
+def test_cli_bakeoff(think_target, tiny, tmp_path, capsys):
+    from pyllama_spec.cli import main
+
+    rc = main(["bakeoff", str(think_target), "-d", f"dflash={tiny['dflash']}", "--n-max", "2", "--prompts",
+               "builtin:mixed", "--turns", "1", "--runs", "1", "-n", "6", "--out", str(tmp_path), "--no-plots",
+               "--no-progress", "-c", "1024"])
+    assert rc == 0
+    res = json.loads((tmp_path / "results.json").read_text())
+    assert len(res["runs"]) == 2 * 8 and res["outputs"] == {"json": "results.json", "csv": "results.csv",
+                                                            "report": "REPORT.md"}
+    assert "best n_max measured 2" in capsys.readouterr().out
+    assert main(["bakeoff", str(think_target), "--n-max", "0", "--out", str(tmp_path)]) == 2
+
+
+def test_thinking_without_effect_is_noted(tiny):
+    res = ps.bakeoff(tiny["target"], {"ngram": "ngram"}, n_max=[2], prompts=["hi"], thinking="on,off", runs=1,
+                     max_tokens=4, progress=False)
+    assert any("has no effect" in n for n in res["notes"])
+    assert {p["thinking"] for p in res["points"]} == {None}
+
+
+def test_prompt_sets_load():
+    for name in ("coding-chat", "mixed"):
+        convs = load_prompts(f"builtin:{name}")
+        assert convs and all(c.turns and all(t.strip() for t in c.turns) for c in convs)
+    assert [len(c.turns) for c in load_prompts("builtin:coding-chat")] == [4, 4]
+    assert len(load_prompts("builtin:mixed")) == 8
+    c = Conversation("x", ["q1", "q2"], system="s")
+    assert c.messages(["a1"]) == [{"role": "system", "content": "s"}, {"role": "user", "content": "q1"},
+                                  {"role": "assistant", "content": "a1"}, {"role": "user", "content": "q2"}]
+    assert parse_jsonl('{"prompt": "raw text"}')[0].raw
+    with pytest.raises(InvalidArgumentError, match="prompts:2"):
+        parse_jsonl('{"turns": ["a"]}\n{"turns": []}')
+    with pytest.raises(InvalidArgumentError, match="builtin:coding-chat"):
+        load_prompts("builtin:nope")
+    with pytest.raises(FileNotFoundError):
+        load_prompts("/nonexistent.jsonl")
+
+
+@pytest.mark.parametrize("kw, match", [({"runs": 0}, "runs"), ({"n_max": "x"}, "n_max"), ({"thinking": "maybe"}, "thinking"),
+                                        ({"temperature": [-1]}, "temperatures"), ({"turns": 0}, "turns")])
+def test_bad_settings_are_named(tiny, kw, match):
+    with pytest.raises(InvalidArgumentError, match=match):
+        ps.bakeoff(tiny["target"], {"ngram": "ngram"}, progress=False, **kw)

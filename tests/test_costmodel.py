@@ -1,0 +1,233 @@
+"""The cost model (speculative/costmodel.py): exact on synthetic measurements made from known
+costs, τ predicted from the measured acceptance of a synthetic drafter with a known error rate,
+and the per-step choice of n_max="auto" (lossless, never longer than the ceiling)."""
+import numpy as np
+import pytest
+
+from pyllama_spec.speculative.costmodel import (Acceptance, AutoDraftLength, CostModel, Measured, VerifyCost,
+                                                fit_costs)
+from pyllama_spec.speculative.drafters import Draft, Drafter
+from pyllama_spec.speculative.stats import SpecStats
+
+# a known machine: V(R) = 2 + 0.5 R, D(d) = 1 + 0.2 d, W(τ) = 0.3 + 0.1 τ (ms); survival 0.8^(i+1)
+V = lambda r: 2.0 + 0.5 * r  # noqa: E731
+D = lambda d: 1.0 + 0.2 * d  # noqa: E731
+W = lambda t: 0.3 + 0.1 * t  # noqa: E731
+STEPS = 100_000
+
+
+def synthetic(n: int) -> Measured:
+    acc = [round(STEPS * 0.8 ** (i + 1)) for i in range(n)]
+    tau = 1 + sum(acc) / STEPS
+    step_ms = V(n + 1) + D(n) + W(tau)
+    return Measured(n_max=n, n_steps=STEPS, n_generated=STEPS + sum(acc), n_drafted=STEPS * n,
+                    generation_ms=STEPS * step_ms, accepted_at=acc, drafted_at=[STEPS] * n,
+                    stage_ms={"verify": STEPS * V(n + 1), "draft": STEPS * D(n) * 0.75,
+                              "draft_sample": STEPS * D(n) * 0.25, "accept": STEPS * W(tau) / 2,
+                              "other": STEPS * W(tau) / 2})
+
+
+def plain_synthetic() -> Measured:
+    ms = V(1) + W(1.0) - 0.1  # plain has no drafter and no injection
+    return Measured(0, STEPS, STEPS, 0, STEPS * ms, [], [], {"verify": STEPS * V(1), "other": STEPS * (ms - V(1))})
+
+
+def test_fit_recovers_known_costs_and_predicts_exactly():
+    pts = [synthetic(n) for n in (1, 2, 4, 8)]
+    plain = plain_synthetic()
+    model = CostModel.fit(pts, plain)
+    c = model.costs
+    assert c.draft_call_ms == pytest.approx(1.0, abs=1e-6) and c.draft_token_ms == pytest.approx(0.2, abs=1e-6)
+    assert c.other_step_ms == pytest.approx(0.3, abs=1e-6) and c.other_token_ms == pytest.approx(0.1, abs=1e-6)
+    for n in (2, 3, 5, 8):  # V is fitted through the measured rows; linear between them
+        assert c.verify(n + 0.5) == pytest.approx(V(n + 0.5), abs=1e-9)
+    for p in pts:
+        assert model.tok_s(p.n_max) == pytest.approx(p.tok_s, rel=1e-9)
+        assert model.acceptance.tau(p.n_max) == pytest.approx(p.tau, rel=1e-9)
+    # n_max never measured: the closed form with the same survival
+    for n in (3, 5, 6, 7):
+        tau = 1 + sum(round(STEPS * 0.8 ** (i + 1)) for i in range(n)) / STEPS
+        assert model.tok_s(n) == pytest.approx(1e3 * tau / (V(n + 1) + D(n) + W(tau)), rel=1e-9)
+    best = max(range(1, 9), key=lambda n: 1e3 * model.acceptance.tau(n) / (V(n + 1) + D(n) + W(model.acceptance.tau(n))))
+    assert model.best_n_max() == best
+    t1 = plain.generation_ms / plain.n_generated
+    assert model.break_even_tau(4) == pytest.approx((V(5) + D(4) + W(model.acceptance.tau(4))) / t1, rel=1e-9)
+    assert model.break_even_tau(4) > 1.0
+    d = model.as_dict()
+    assert [r["n_max"] for r in d["predicted"]] == list(range(1, 9)) and d["best_n_max"] == best
+
+
+def test_held_out_points_are_predicted():
+    pts = [synthetic(n) for n in (1, 2, 4, 8)]
+    for i, p in enumerate(pts[:-1]):
+        others = pts[:i] + pts[i + 1:]
+        assert CostModel.fit(others, plain_synthetic()).tok_s(p.n_max) == pytest.approx(p.tok_s, rel=1e-6)
+
+
+def test_acceptance_pools_positions_over_runs():
+    a = Measured(2, 10, 0, 20, 1.0, [6, 3], [10, 10], {})
+    b = Measured(4, 30, 0, 90, 1.0, [12, 6, 3, 1], [30, 30, 20, 10], {})
+    acc = Acceptance.pooled([a, b])
+    assert acc.survival == pytest.approx([18 / 40, 9 / 40, 3 / 30, 1 / 30])
+    assert acc.drafted == pytest.approx([1.0, 1.0, 20 / 30, 10 / 30])
+    assert acc.steps == [40, 40, 30, 30]
+    assert acc.tau(2) == pytest.approx(1 + 27 / 40) and acc.mean_draft(3) == pytest.approx(2 + 2 / 3)
+    with pytest.raises(ValueError, match="up to n_max=4"):
+        acc.tau(5)
+
+
+def test_verify_cost_extrapolates_linearly():
+    v = VerifyCost([3, 1, 2], [5.0, 1.0, 2.0])  # sorted on construction
+    assert v.rows == [1, 2, 3]
+    assert v(1.5) == pytest.approx(1.5) and v(5) == pytest.approx(11.0) and v(0) == pytest.approx(0.0)
+    assert VerifyCost([2], [4.0])(9) == 4.0
+    with pytest.raises(ValueError):
+        VerifyCost([1, 2], [1.0])
+
+
+def test_fit_needs_points():
+    with pytest.raises(ValueError, match="at least one"):
+        fit_costs([])
+
+
+# -- n_max="auto": the per-step rule ----------------------------------------------------------------------
+class FakeClock:
+    def __init__(self):
+        self.t = 0.0
+
+    def __call__(self):
+        return self.t
+
+
+def test_best_length_is_the_argmax_of_tokens_per_ms():
+    stats = SpecStats(n_max=6)
+    pol = AutoDraftLength([10, 11, 12, 13, 14, 15, 16], stats)
+    p = np.array([0.9, 0.8, 0.5, 0.1, 0.05, 0.01])
+    ratios = [(1 + p[:L].sum()) / (10 + L) for L in range(7)]
+    assert pol.best_length(p) == int(np.argmax(ratios)) == 3
+    steep = AutoDraftLength([10, 20, 30, 40, 50, 60, 70], stats)
+    assert steep.best_length(p) == 0  # each row costs as much as a plain step: never worth it
+    flat = AutoDraftLength([10] * 7, stats)
+    assert flat.best_length(p) == 6  # rows for free: keep every token with p > 0
+    assert flat.best_length(np.array([1.0, 1.0, 0.0, 0.0])) == 2  # a sure miss is never sent
+
+
+def test_trim_calibrates_confidence_and_learns_step_time():
+    stats = SpecStats(n_max=4)
+    clock = FakeClock()
+    pol = AutoDraftLength([1.0, 1.1, 1.2, 1.3, 1.4], stats, clock=clock)
+    d = pol.trim(Draft(tokens=[5, 6, 7, 8], confidence=np.array([0.95, 0.95, 0.95, 0.05])))
+    assert d.tokens == [5, 6, 7] and len(d.confidence) == 3
+    stats.record(3, 1)  # the loop verified 3, the target accepted 1
+    clock.t = 0.005  # 5 ms later: other costs = 5 − V(4) = 3.7 ms
+    pol.trim(Draft(tokens=[1], confidence=np.array([0.5])))
+    assert pol.state.other_ms == pytest.approx(3.7)
+    assert pol.state.bin_tried[9] == 2 and pol.state.bin_accepted[9] == 1  # tokens 0 and 1 were tried, 0 accepted
+    assert pol.calibrated([0.95])[0] == pytest.approx((1 + 4 * 0.95) / (2 + 4))
+
+
+def test_trim_without_confidence_uses_measured_acceptance():
+    stats = SpecStats(n_max=3)
+    for _ in range(50):
+        stats.record(3, 1)  # position 0 always accepted, position 1 never
+    pol = AutoDraftLength([1.0, 1.5, 2.0, 2.5], stats)
+    assert pol.trim(Draft(tokens=[1, 2, 3])).tokens == [1]
+
+
+# -- on the tiny fixtures -----------------------------------------------------------------------------------
+class NoisyOracle(Drafter):
+    """Proposes the target's known continuation; output index j is wrong with probability eps
+    (fixed per index, so a step accepts up to the first wrong index: s_i = (1 − eps)^(i+1))."""
+    kind = "noisy-oracle-test"
+    n_max_limit = 16
+    n_max_default = 6
+
+    def __init__(self, target, reference, n_prompt, eps, seed=0, confident=False):
+        super().__init__(target)
+        self.ref, self.n_prompt = reference, n_prompt
+        self.wrong = np.random.default_rng(seed).random(len(reference) + 64) < eps
+        self.confident = confident
+
+    def propose(self, last_token, n_past, n_max, sp, rng, timer):
+        start = n_past + 1 - self.n_prompt
+        idx = range(start, min(start + n_max, len(self.ref)))
+        toks = [(self.ref[j] + 1) % 256 if self.wrong[j] else self.ref[j] for j in idx]
+        conf = np.array([0.0 if self.wrong[j] else 1.0 for j in idx]) if self.confident else None
+        return Draft(tokens=toks, confidence=conf)
+
+
+PROMPTS = ["def add(a, b):\n    return", "hello there, how are you", "Once upon a time " * 4]
+
+
+@pytest.fixture(scope="module")
+def references(tiny_gen):
+    return {p: (tiny_gen.generate(p, max_tokens=160).tokens, len(tiny_gen.tokenize_prompt(p))) for p in PROMPTS}
+
+
+def _runs(tiny_gen, references, n_max, eps, **kw):
+    out = []
+    for i, p in enumerate(PROMPTS):
+        ref, n_prompt = references[p]
+        tiny_gen.drafters["oracle"] = NoisyOracle(tiny_gen.ctx, ref, n_prompt, eps, seed=i, **kw)
+        try:
+            r = tiny_gen.generate(p, drafter="oracle", n_max=n_max, max_tokens=160)
+        finally:
+            del tiny_gen.drafters["oracle"]
+        assert r.tokens == ref  # lossless whatever the drafter proposes
+        out.append(r)
+    return out
+
+
+def test_tau_predicted_from_a_synthetic_drafter(tiny_gen, references):
+    eps = 0.2
+    long = Measured.from_results(_runs(tiny_gen, references, 6, eps))
+    acc = Acceptance.pooled([long])
+    # the measured survival follows the known error rate
+    np.testing.assert_allclose(acc.survival, [(1 - eps) ** (i + 1) for i in range(6)], atol=0.08)
+    for n in (1, 2, 4):
+        short = Measured.from_results(_runs(tiny_gen, references, n, eps))
+        assert acc.tau(n) == pytest.approx(short.tau, abs=0.12), n
+        assert acc.tau(n) == pytest.approx(sum((1 - eps) ** i for i in range(n + 1)), abs=0.15)
+
+
+def test_auto_is_lossless_and_cuts_before_sure_misses(tiny_gen, references):
+    rs = _runs(tiny_gen, references, "auto", 0.25, confident=True)
+    for r in rs:
+        assert r.n_max_auto and r.n_max == 16 and max(r.stats.draft_lengths) <= 16
+        assert r.stats.n_drafted > 0 and r.stats.acceptance_rate == 1.0  # confidence 0 = never sent
+        assert r.stats.n_steps == len(r.stats.draft_lengths)
+
+
+@pytest.mark.parametrize("drafter", ["dflash", "ngram"])
+def test_auto_matches_plain_decoding(tiny_gen, drafter):
+    for p in PROMPTS:
+        ref = tiny_gen.generate(p, max_tokens=48)
+        r = tiny_gen.generate(p, drafter=drafter, n_max="auto", max_tokens=48)
+        assert r.tokens == ref.tokens
+        limit = tiny_gen.drafters[drafter].n_max_limit
+        assert r.n_max == min(limit, 31) and all(0 <= n <= r.n_max for n in r.stats.draft_lengths)
+        assert "auto" in r.report()
+
+
+def test_dflash_confidence_backend_and_host_agree(tiny_gen):
+    from pyllama_spec.speculative.sampling import SamplingParams
+    from pyllama_spec.speculative.timing import StageTimer
+
+    d = tiny_gen.drafters["dflash"]
+    toks = tiny_gen.tokenize_prompt(PROMPTS[0])
+    out = {}
+    for backend in (True, False):
+        d.backend_sampling = backend
+        try:
+            tiny_gen.generate(prompt_tokens=toks, drafter="dflash", n_max=7, max_tokens=1)  # fills the drafter
+            d.rollback(len(toks) - 1)  # back to the prompt: the block goes at position len − 1
+            out[backend] = d.propose(toks[-1], len(toks) - 1, 7, SamplingParams(), np.random.default_rng(0),
+                                     StageTimer())
+        finally:
+            d.backend_sampling = True
+    a, b = out[True], out[False]
+    assert a.tokens == b.tokens and len(a.confidence) == len(a.tokens) == 7
+    assert np.all((b.confidence > 0) & (b.confidence <= 1))
+    # over the 10 best candidates the top probability is at least the full softmax's
+    assert np.all(a.confidence >= b.confidence - 1e-5)
+    np.testing.assert_allclose(a.confidence, b.confidence, rtol=0.5)
