@@ -175,6 +175,8 @@ class Generator:
         if any(not isinstance(s, str) or not s for s in stops):
             raise InvalidArgumentError(f"stop must be a non-empty string or a list of them, got {stop!r}")
 
+        # n_max="auto" reads the verify cost per row count (measured on first use, outside the clocks)
+        auto_verify_ms = self.verify_ms(spec.n_max + 1, drafter=spec.drafter) if auto and spec.n_max > 0 else None
         timer = StageTimer(sync=spec.sync_stages)
         timer.start_wall()
         with timer("tokenize"):
@@ -198,9 +200,8 @@ class Generator:
         stats = SpecStats(n_max=spec.n_max)
         rng = np.random.default_rng(sampling.seed)
         policy = None
-        if auto and spec.n_max > 0:
-            policy = AutoDraftLength(self.verify_ms(spec.n_max + 1, drafter=spec.drafter, tokens=prompt_tokens), stats,
-                                     state=self._auto_state.setdefault(spec.drafter, AutoState()))
+        if auto_verify_ms is not None:
+            policy = AutoDraftLength(auto_verify_ms, stats, state=self._auto_state.setdefault(spec.drafter, AutoState()))
         steps = speculative_generate(self.ctx, d, prompt_tokens, max_tokens=max_tokens, n_max=spec.n_max,
                                      sp=sampling, verify=spec.verify, stats=stats, timer=timer, rng=rng,
                                      backend_sampling=spec.backend_sampling, draft_length=policy)
@@ -250,6 +251,8 @@ class Generator:
         """
         if not isinstance(n_rows, int) or n_rows < 1:
             raise InvalidArgumentError(f"n_rows must be an int ≥ 1, got {n_rows!r}")
+        if drafter is not None and drafter not in self.drafters:
+            raise InvalidArgumentError(f"unknown drafter {drafter!r}; this generator has: {', '.join(self.drafters)}")
         taps = tuple(self.drafters[drafter].target_layer_ids) if drafter is not None else ()
         key = next(((t, r) for t, r in self._verify_ms if t == taps and r >= n_rows), (taps, n_rows))
         if key not in self._verify_ms:

@@ -231,3 +231,22 @@ def test_dflash_confidence_backend_and_host_agree(tiny_gen):
     # over the 10 best candidates the top probability is at least the full softmax's
     assert np.all(a.confidence >= b.confidence - 1e-5)
     np.testing.assert_allclose(a.confidence, b.confidence, rtol=0.5)
+
+
+def test_verify_ms_is_measured_once_and_cached(tiny_gen):
+    a = tiny_gen.verify_ms(5, drafter="dflash", reps=1)
+    assert len(a) == 5 and all(x > 0 for x in a)
+    assert tiny_gen.verify_ms(3, drafter="dflash") == a[:3]  # a larger table serves a smaller ask
+    with pytest.raises(ValueError, match="unknown drafter 'nope'"):
+        tiny_gen.verify_ms(3, drafter="nope")
+    assert tiny_gen.resolve_n_max("dflash", "auto") == 7 and tiny_gen.resolve_n_max("dflash") == 7
+    assert tiny_gen.resolve_n_max(None, "auto") == 0 and tiny_gen.resolve_n_max("ngram", 3) == 3
+
+
+def test_verify_ms_interpolates_between_measured_row_counts(tiny_gen):
+    # rows 1..8 are measured, then every 2nd up to 16 and every 4th: row 9 sits halfway between 8 and 10,
+    # row 17 a quarter of the way from 16 to 20
+    v = tiny_gen.verify_ms(20, reps=1)
+    assert len(v) == 20 and all(x > 0 for x in v)
+    assert v[8] == pytest.approx((v[7] + v[9]) / 2)
+    assert v[16] == pytest.approx(0.75 * v[15] + 0.25 * v[19])
