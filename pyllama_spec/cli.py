@@ -105,6 +105,18 @@ def cmd_bakeoff(a) -> int:
     if a.verbose:
         logging.basicConfig(level=logging.INFO)
         ps.set_llama_log_level(logging.INFO)
+    if a.from_json:  # re-render the tables and plots of an earlier run
+        import json
+        from pyllama_spec.study import write_outputs
+        from pyllama_spec.study.summary import summarize
+
+        with open(a.from_json) as f:
+            res = summarize(json.load(f))
+        write_outputs(res, a.out, plots=not a.no_plots)
+        print(f"re-rendered {a.from_json} into {a.out}")
+        return 0
+    if not a.target:
+        raise ValueError("give the target .gguf (or --from-json RESULTS.json)")
     res = ps.bakeoff(a.target, a.add_drafter, n_max=a.n_max, prompts=a.prompts, turns=a.turns or None,
                      thinking=a.thinking, temperature=a.temperature, runs=a.runs, max_tokens=a.max_tokens,
                      native=a.native, out=a.out, plots=not a.no_plots, seed=a.seed, n_ctx=a.n_ctx,
@@ -113,7 +125,8 @@ def cmd_bakeoff(a) -> int:
     for note in res["notes"]:
         print(f"note: {note}")
     for cm in res["cost_models"]:
-        print(f"{cm['drafter']} (T={cm['temperature']:g}, thinking {cm['thinking']}): best n_max measured "
+        think = {True: ", thinking on", False: ", thinking off", None: ""}[cm["thinking"]]
+        print(f"{cm['drafter']} (T={cm['temperature']:g}{think}): best n_max measured "
               f"{cm['best_n_max_measured']}, predicted {cm['best_n_max']}")
     return 0
 
@@ -145,7 +158,7 @@ def main(argv=None) -> int:
     b.add_argument("--runs", type=int, default=3)
     b.set_defaults(fn=cmd_bench)
     k = sub.add_parser("bakeoff", help="sweep drafters × n_max × settings; results.json/csv, REPORT.md, plots")
-    k.add_argument("target", help="target .gguf")
+    k.add_argument("target", nargs="?", help="target .gguf")
     k.add_argument("-d", "--add-drafter", action="append", metavar="NAME[=PATH]",
                    help="a drafter: dflash=path/to/drafter.gguf, or a kind without file such as 'ngram' "
                         "(repeatable; any kind the Generator accepts)")
@@ -160,6 +173,7 @@ def main(argv=None) -> int:
     k.add_argument("--native", action="store_true", help="also run llama.cpp's own program per point (greedy)")
     k.add_argument("--out", default="results", help="output folder")
     k.add_argument("--no-plots", action="store_true", help="skip the PNGs (no matplotlib needed)")
+    k.add_argument("--from-json", metavar="RESULTS.json", help="only re-render REPORT.md, CSV and plots of a results.json")
     k.add_argument("--no-progress", action="store_true")
     k.add_argument("--seed", type=int, default=0)
     k.add_argument("-c", "--n-ctx", type=int, default=4096)

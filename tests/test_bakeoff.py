@@ -2,6 +2,7 @@
 every output, the results.json keys are pinned, multi-turn history and thinking on/off reach the
 prompt, and the prompt sets load."""
 import csv
+import importlib.util
 import json
 
 import pytest
@@ -15,6 +16,11 @@ THINK_TEMPLATE = (fixtures.CHATML.replace("{% if add_generation_prompt %}{{ '<|i
                                           "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}"
                                           "{% if enable_thinking is defined and not enable_thinking %}{{ '<think></think>' }}"
                                           "{% endif %}{% endif %}"))
+
+#: the plots need the optional [plot] extra; everything else is checked without it
+HAVE_MPL = importlib.util.find_spec("matplotlib") is not None
+PLOTS = ["speed_tau_vs_n_max.png", "acceptance_per_position.png", "stage_time_per_step.png", "memory.png",
+         "depth_by_turn.png", "thinking_on_off.png"]
 
 TOP_KEYS = {"schema", "settings", "machine", "model", "notes", "memory", "verify_ms", "runs", "points", "cost_models",
             "outputs"}
@@ -44,7 +50,6 @@ def think_target(tiny, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def sweep(think_target, tiny, tmp_path_factory):
-    pytest.importorskip("matplotlib")
     out = tmp_path_factory.mktemp("bakeoff")
     prompts = out / "prompts.jsonl"
     prompts.write_text(json.dumps({"messages": [{"role": "system", "content": "be brief"},
@@ -54,19 +59,18 @@ def sweep(think_target, tiny, tmp_path_factory):
     # the tiny target's weights with a template that reads enable_thinking; the drafter reads its layers
     res = ps.bakeoff(think_target, {"dflash": str(tiny["dflash"]), "ngram": "ngram"}, n_max=[1, 3, 9, "auto"],
                      prompts=str(prompts), turns=2, thinking="on,off", temperature=[0.0, 0.8], runs=2,
-                     max_tokens=8, out=out, n_ctx=512, progress=False, verify_reps=1)
+                     max_tokens=8, out=out, n_ctx=512, progress=False, verify_reps=1, plots=HAVE_MPL)
     return res, out
 
 
 def test_sweep_writes_every_output(sweep):
     res, out = sweep
-    for name in ("results.json", "results.csv", "runs.csv", "REPORT.md", "speed_tau_vs_n_max.png",
-                 "acceptance_per_position.png", "stage_time_per_step.png", "memory.png", "depth_by_turn.png",
-                 "thinking_on_off.png"):
+    for name in ("results.json", "results.csv", "runs.csv", "REPORT.md"):
         assert (out / name).stat().st_size > 0, name
-    assert res["outputs"]["plots"] == ["speed_tau_vs_n_max.png", "acceptance_per_position.png",
-                                       "stage_time_per_step.png", "memory.png", "depth_by_turn.png",
-                                       "thinking_on_off.png"]
+    if HAVE_MPL:
+        assert res["outputs"]["plots"] == PLOTS
+        for name in PLOTS:
+            assert (out / name).stat().st_size > 0, name
     # points: plain + dflash {1, 3, 7 (9 clamped), auto} + ngram {1, 3, 9, auto}, × 2 temperatures × 2 thinking
     assert len(res["points"]) == 9 * 4
     assert len(res["runs"]) == 9 * 4 * 2 * 2  # × runs × (1 conversation × 2 turns)
@@ -80,6 +84,13 @@ def test_sweep_writes_every_output(sweep):
                     "Time per step by stage", "Per turn (context depth)", "Memory (MiB)", "Cost model"):
         assert f"## {heading}" in report
     assert "thinking on" in report and "thinking off" in report
+    # acceptance per position: as many columns as positions drafted (an auto ceiling of 31 is not drafted)
+    drafted = [len(p["accepted_per_position"]) if p["n_max"] != "auto" else
+               max((int(k) for k, v in p["draft_length_counts"].items() if v), default=0)
+               for p in res["points"] if p["drafter"] and p["accepted_per_position"]]
+    section = report.split("## Acceptance per position")[1]
+    header = next(line for line in section.splitlines() if line.startswith("|"))
+    assert header.count("|") - 1 == 3 + max(drafted) and max(drafted) < 31
 
 
 def test_results_schema_is_stable(sweep):
@@ -145,6 +156,13 @@ def test_cli_bakeoff(think_target, tiny, tmp_path, capsys):
                                                             "report": "REPORT.md"}
     assert "best n_max measured 2" in capsys.readouterr().out
     assert main(["bakeoff", str(think_target), "--n-max", "0", "--out", str(tmp_path)]) == 2
+    # --from-json rebuilds the tables from the runs alone: the same report, no model loaded
+    again = tmp_path / "again"
+    assert main(["bakeoff", "--from-json", str(tmp_path / "results.json"), "--out", str(again), "--no-plots"]) == 0
+    assert (again / "REPORT.md").read_text() == (tmp_path / "REPORT.md").read_text()
+    assert (again / "results.csv").read_text() == (tmp_path / "results.csv").read_text()
+    assert main(["bakeoff", "--out", str(again)]) == 2
+    assert "give the target .gguf" in capsys.readouterr().err
 
 
 def test_thinking_without_effect_is_noted(tiny):

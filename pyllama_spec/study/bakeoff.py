@@ -180,15 +180,20 @@ def write_outputs(results: dict, out, *, plots: bool = True) -> dict:
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     paths = {"json": "results.json", "csv": "results.csv", "report": "REPORT.md"}
+    results["outputs"] = paths
+
+    def dump():
+        with open(out / "results.json", "w") as f:
+            json.dump(results, f, indent=1, default=str)
+
+    dump()  # the measurements first: a failing plot must not lose them
     if plots:
         from .plots import draw_all
 
         paths["plots"] = [p.name for p in draw_all(results, out)]
-    results["outputs"] = paths
+        dump()
     write_csv(results, out / "results.csv")
     write_report(results, out / "REPORT.md")
-    with open(out / "results.json", "w") as f:
-        json.dump(results, f, indent=1, default=str)
     return paths
 
 

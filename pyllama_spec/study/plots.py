@@ -170,7 +170,7 @@ def memory(results, out: Path, plt) -> Path:
         ax.bar(range(len(comps)), vals, bottom=bottom, label=lab)
         bottom = [b + v for b, v in zip(bottom, vals)]
     for x, b in enumerate(bottom):
-        ax.text(x, b, f"{b:.0f}", ha="center", va="bottom", fontsize=8)
+        ax.text(x, b, f"{b:.1f}" if b < 100 else f"{b:.0f}", ha="center", va="bottom", fontsize=8)
     ax.set_xticks(range(len(comps)))
     ax.set_xticklabels([n for n, _ in comps])
     ax.set_xlabel("component")

@@ -72,6 +72,14 @@ def _order(points):
                                          if isinstance(p["n_max"], int) else 0))
 
 
+def _drafted_positions(p) -> int:
+    """How many draft positions the point's steps used (an "auto" ceiling can lie far beyond them)."""
+    if p["n_max"] != "auto":
+        return len(p["accepted_per_position"])
+    counts = {int(k): v for k, v in (p.get("draft_length_counts") or {}).items() if v}
+    return max(counts, default=0)
+
+
 def write_report(results: dict, path) -> None:
     """REPORT.md from a results dict."""
     m, s, model = results["machine"], results["settings"], results["model"]
@@ -128,12 +136,12 @@ def write_report(results: dict, path) -> None:
 
     spec_pts = [p for p in pts if p["drafter"] and p["accepted_per_position"]]
     if spec_pts:
-        n_pos = max(len(p["accepted_per_position"]) for p in spec_pts)
+        n_pos = max(_drafted_positions(p) for p in spec_pts)
         L += ["## Acceptance per position", "",
               "Fraction of steps that drafted position i whose tokens up to i were all accepted.", ""]
         L += _table(["setting", "drafter", "n_max"] + [str(i + 1) for i in range(n_pos)],
-                    [[_setting(p), _name(p), p["n_max"]] + [_f(x) for x in p["accepted_per_position"]]
-                     + [""] * (n_pos - len(p["accepted_per_position"])) for p in spec_pts])
+                    [[_setting(p), _name(p), p["n_max"]] + [_f(x) for x in p["accepted_per_position"][:n_pos]]
+                     + [""] * (n_pos - len(p["accepted_per_position"][:n_pos])) for p in spec_pts])
 
     L += ["## Time per step by stage (ms)", "",
           "After prefill; `other` = Python glue between stages. ms/step × steps = generation time.", ""]
