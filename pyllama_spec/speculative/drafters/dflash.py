@@ -13,7 +13,9 @@ Each draft token comes with the drafter's confidence (``Draft.confidence``: the 
 its row), which ``n_max="auto"`` uses to cut the block. With backend sampling the decode graph keeps
 each row's 10 best candidates (llama.cpp's own DFlash draft chain, top-k 10): the argmax and its
 probability over those 10 come back — 10 ids and logits per row instead of one id, no logits copied;
-on the CPU the top-k costs as much as the argmax it replaces (within noise, SmolLM2 drafter, 8 rows).
+on the CPU the top-k costs about what the argmax chain it replaces does (an 8-row block of the
+SmolLM2 drafter: the same within noise, measured on two shared, loaded cores — re-measure on a quiet
+machine before quoting a number).
 The probability over 10 candidates slightly overstates the full softmax's when the tail is heavy, as
 llama.cpp's ``--spec-draft-p-min`` check does.
 """
