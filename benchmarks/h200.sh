@@ -14,10 +14,12 @@
 #   bash benchmarks/h200.sh step-big # Qwen3-8B-shaped random pairs (f16, Q4_0) written there: step cost, kernels,
 #                                    # the matmul-dispatch variants of vendor/patches/0001 (carry .dev/smol.part00 along)
 #   bash benchmarks/h200.sh step-smol # carry .dev/smol.part01 after model0/step-big: SmolLM2 step cost, T>0, held-out
+#   bash benchmarks/h200.sh bakeoff  # carry .dev/smol.part01 after install + model0: the drafter bake-off
+#                                    # (benchmarks/bakeoff/README.md); plots re-rendered here with --from-json
 #
 # Settings through the environment: N_CHAT, N_CODE, MAX_TOKENS (data); TRAIN_SECONDS, CONFIGS (train).
 set -uo pipefail
-PHASE=${1:?phase: install | model0 | data | train | bench | retest | step-big | step-smol}
+PHASE=${1:?phase: install | model0 | data | train | bench | retest | step-big | step-smol | bakeoff}
 REPO=$(pwd)
 W=/tmp/w
 OUT=${OUT:-$W/out}
@@ -181,5 +183,20 @@ step-smol)
   timeout 200 python3 benchmarks/compare_native.py --drafter "$(cd /tmp && python3 -c 'from pyllama_spec.assets import smollm2_dflash_path; print(smollm2_dflash_path())')" \
       --max-tokens 256 --runs 1 --n-max 3 7 --prompts benchmarks/data/smollm2-selfdistill-9170.jsonl.gz --n-prompts 16 \
       --json "$OUT/native_h200.json" 2>&1 | tail -6
+  ;;
+bakeoff)
+  # the wheel must hold this checkout's native part (the bake-off's sampler declarations); the device has
+  # no matplotlib: --no-plots, then `pyllama-spec bakeoff --from-json` on the CPU machine draws the PNGs
+  cat "$W/smol.part00" .dev/smol.part01 > "$GGUF"
+  (cd pyllama_spec && tar -cf - $(find . -name "*.py" -o -path "./data/*" -type f)) | tar -xf - -C "$W/pkg/pyllama_spec"
+  DFL=$(cd /tmp && python3 -c "from pyllama_spec.assets import smollm2_dflash_path as p; print(p())")
+  log "bake-off: coding chat, 4 turns, n_max sweep + auto, with llama.cpp's programs"
+  (cd /tmp && timeout 330 python3 -m pyllama_spec.cli bakeoff "$GGUF" -d dflash="$DFL" -d ngram \
+      --n-max 1,2,3,4,7,15,auto --prompts builtin:coding-chat --turns 4 --runs 2 -n 128 --native -ngl 99 \
+      --no-plots --no-progress --out "$OUT/bakeoff/h200") 2>&1 | tail -25
+  log "held-out mix (the shipped drafter never saw it): auto vs the fixed n_max"
+  (cd /tmp && timeout 200 python3 -m pyllama_spec.cli bakeoff "$GGUF" -d dflash="$DFL" \
+      --n-max 1,2,3,4,7,auto --prompts builtin:mixed --turns 2 --runs 3 -n 128 -ngl 99 \
+      --no-plots --no-progress --out "$OUT/bakeoff/h200-mixed") 2>&1 | tail -12
   ;;
 esac
