@@ -6,10 +6,14 @@ Layers (each module has one job):
 * ``backend``, ``model``, ``vocab``, ``context``, ``batch``, ``memory``: thin wrappers that own
   llama.cpp objects and hand out numpy views.
 * ``speculative/``: sampling and verification math, statistics, stage timing, drafters, the loop.
-* ``generator``: :class:`Generator`, the entry point; ``cli``: the ``pyllama-spec`` command.
+* ``generator``: :class:`Generator`, the entry point (``batching``: its ``generate_batch``;
+  ``cache_reuse``: the caches kept between calls); ``cli``: the ``pyllama-spec`` command.
+* ``placement`` (devices, splits) and ``rpc`` (layers on other machines).
 """
 from ._ffi import LLAMA_CPP_COMMIT
 from .backend import devices, set_llama_log_level, supports_gpu_offload, system_info
+from .batching import BatchPiece, BatchResult, BatchStream
+from .cache_reuse import ConversationState
 from .context import Context
 from .errors import (ClosedError, ContextError, InvalidArgumentError, DecodeAbortedError, DecodeError, DrafterMismatchError, InvalidBatchError,
                      KVCacheFullError, ModelLoadError, ModelNotFoundError, NotGGUFError, PromptTooLongError,
@@ -17,6 +21,7 @@ from .errors import (ClosedError, ContextError, InvalidArgumentError, DecodeAbor
 from .generator import Generator, TextStream
 from .memory import Memory
 from .model import Model
+from .placement import Placement
 from .speculative.config import SpecConfig
 from .speculative.drafters import Draft, Drafter, create_drafter, drafter_kinds, register_drafter
 from .speculative.report import GenerationResult
@@ -27,7 +32,8 @@ from .vocab import Vocab
 __version__ = "0.1.0"
 
 __all__ = [
-    "LLAMA_CPP_COMMIT", "ClosedError", "Context", "InvalidArgumentError", "ContextError", "DecodeAbortedError", "DecodeError", "Draft", "Drafter",
+    "LLAMA_CPP_COMMIT", "BatchPiece", "BatchResult", "BatchStream", "ClosedError", "Context", "ConversationState",
+    "Placement", "InvalidArgumentError", "ContextError", "DecodeAbortedError", "DecodeError", "Draft", "Drafter",
     "DrafterMismatchError", "GenerationResult", "Generator", "InvalidBatchError", "KVCacheFullError", "Memory",
     "Model", "ModelLoadError", "ModelNotFoundError", "NotGGUFError", "PromptTooLongError", "PyllamaSpecError",
     "SamplingParams", "SpecConfig", "SpecStats", "TextStream", "TruncatedGGUFError", "UnsupportedError", "Vocab",

@@ -99,8 +99,9 @@ class EmbdBatch:
         self._ptr = ffi.gc(ptr, lib.llama_batch_ext_free)
         self._keep = None
 
-    def set(self, rows: np.ndarray, pos: np.ndarray, seq_id: int = 0, output: bool = False):
-        """Fill with ``rows`` ``(n, width)`` float32 at positions ``pos`` ``(n,)``.
+    def set(self, rows: np.ndarray, pos: np.ndarray, seq_id=0, output: bool = False):
+        """Fill with ``rows`` ``(n, width)`` float32 at positions ``pos`` ``(n,)`` of sequence
+        ``seq_id`` (an int, or ``(n,)`` ids: one C call per run of equal ids).
 
         The 4-slot position form ``{p, p, p, 0}`` is used so M-RoPE drafters work too.
 
@@ -113,12 +114,16 @@ class EmbdBatch:
         pos4[:, 0] = pos4[:, 1] = pos4[:, 2] = pos
         self._keep = (rows, pos4)  # llama.cpp reads these during llama_process
         lib.llama_batch_ext_clear(self._ptr)
-        rc = lib.pyls_batch_ext_add_embd_rows(
-            self._ptr, seq_id, ffi.cast("float *", rows.ctypes.data), n, width,
-            ffi.cast("llama_pos *", pos4.ctypes.data), 4, output)
-        if rc != n:
-            raise InvalidBatchError(f"could not add {n} embedding rows of width {width} (rc {rc}); "
-                                    "a batch holds at most n_batch rows of the model's input width", -1)
+        seq = np.broadcast_to(np.asarray(seq_id, dtype=np.int32), (n,))
+        cuts = [0, *(np.flatnonzero(np.diff(seq)) + 1).tolist(), n]  # runs of one sequence
+        base = ffi.cast("float *", rows.ctypes.data)
+        pbase = ffi.cast("llama_pos *", pos4.ctypes.data)
+        for a, b in zip(cuts[:-1], cuts[1:]):
+            rc = lib.pyls_batch_ext_add_embd_rows(self._ptr, int(seq[a]), base + a * width, b - a, width,
+                                                  pbase + 4 * a, 4, output)
+            if rc != b - a:
+                raise InvalidBatchError(f"could not add {n} embedding rows of width {width} (rc {rc}); "
+                                        "a batch holds at most n_batch rows of the model's input width", -1)
         return self._ptr
 
 

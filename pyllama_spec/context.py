@@ -49,7 +49,8 @@ class Context:
         n_ctx: KV-cache size in tokens (0 = the model's training context).
         n_batch: most tokens one :meth:`decode` call may take.
         n_ubatch: most tokens computed in one graph (≤ n_batch).
-        n_seq_max: number of sequences (KV-cache streams).
+        n_seq_max: number of sequences. Without ``kv_unified`` each has a KV-cache stream of its own
+            of ``n_ctx_seq = n_ctx / n_seq_max`` cells (llama.cpp rounds it up to a multiple of 256).
         flash_attn: ``"auto"`` | True | False.
         type_k, type_v: KV-cache types: ``"f16"`` (default), ``"q8_0"``, ``"bf16"``, ``"f32"``, ...
             (a quantized V cache needs flash attention).
@@ -125,6 +126,9 @@ class Context:
         if ctx_other is not None:
             ctx_other._dependents.add(self)
         self.n_ctx = lib.llama_n_ctx(ptr)
+        #: positions one sequence can hold (= n_ctx with one sequence or a unified cache)
+        self.n_ctx_seq = lib.llama_n_ctx_seq(ptr)
+        self._cache_version = 0
         self.n_batch = lib.llama_n_batch(ptr)
         self.n_ubatch = lib.llama_n_ubatch(ptr)
         self.n_seq_max = lib.llama_n_seq_max(ptr)
@@ -170,6 +174,17 @@ class Context:
 
     def __exit__(self, *exc):
         self.close()
+
+    @property
+    def cache_version(self) -> int:
+        """A counter that changes whenever this context's KV cache may have changed (every decode
+        and every :class:`Memory` edit). Whoever keeps a record of what the cache holds (the
+        prefix reuse of :class:`~pyllama_spec.Generator`) compares it to know the record is still
+        true."""
+        return self._cache_version
+
+    def _touch_cache(self) -> None:
+        self._cache_version += 1
 
     # settings -------------------------------------------------------------------------------
     def set_causal_attn(self, causal: bool) -> None:
@@ -297,14 +312,18 @@ class Context:
         else:
             flags = np.asarray(logits, dtype=np.int8)
         n_out = int(np.count_nonzero(flags))
-        self._check_batch(n, n_out)
+        # a backend sampler draws for each sequence's own rows: the cap is per sequence
+        per_seq = (n_out if np.ndim(seq_id) == 0 or not n_out
+                   else int(np.bincount(seq_id[flags.astype(bool)]).max()))
+        self._check_batch(n, n_out, per_seq)
         self._batch.set(toks, pos, seq_id, flags)
         backend.recent_errors.clear()
+        self._cache_version += 1
         rc = lib.llama_decode(self.ptr, self._batch.as_c())
         self._after_decode(rc, n, n_out, "decode")
         return n_out
 
-    def decode_embd(self, rows: np.ndarray, pos, *, seq_id: int = 0, output: bool = False) -> None:
+    def decode_embd(self, rows: np.ndarray, pos, *, seq_id=0, output: bool = False) -> None:
         """Decode embedding rows instead of token ids (``llama_batch_ext`` + ``llama_process``).
 
         For a DFlash drafter a row is the concatenated target features of one position,
@@ -314,6 +333,7 @@ class Context:
         Args:
             rows: ``(n, width)`` float32.
             pos: ``(n,)`` positions.
+            seq_id: the sequence of every row, or ``(n,)`` sequence ids, one per row.
             output: produce outputs for these rows.
 
         Raises:
@@ -330,15 +350,24 @@ class Context:
         pos = np.asarray(pos, dtype=np.int32).reshape(-1)
         if pos.shape[0] != rows.shape[0]:
             raise InvalidBatchError(f"{rows.shape[0]} rows but {pos.shape[0]} positions", -1)
-        self.memory._seq(seq_id)
+        if np.ndim(seq_id) == 0:
+            seq = np.full(rows.shape[0], self.memory._seq(int(seq_id)), dtype=np.int32)
+        else:
+            seq = np.asarray(seq_id, dtype=np.int32).reshape(-1)
+            if seq.shape[0] != rows.shape[0]:
+                raise InvalidBatchError(f"{rows.shape[0]} rows but {seq.shape[0]} sequence ids", -1)
+            if seq.size and (seq.min() < 0 or seq.max() >= self.n_seq_max):
+                raise InvalidArgumentError(f"sequence ids must lie in [0, {self.n_seq_max}) (n_seq_max); got "
+                                           f"{int(seq.min())}..{int(seq.max())}")
         if self._ebatch is None:
             self._ebatch = EmbdBatch(self.ptr)
         step = self.n_ubatch
         for i in range(0, rows.shape[0], step):
             n = min(step, rows.shape[0] - i)
             self._check_batch(n, n if output else 0)
-            b = self._ebatch.set(rows[i:i + n], pos[i:i + n], seq_id, output)
+            b = self._ebatch.set(rows[i:i + n], pos[i:i + n], seq[i:i + n], output)
             backend.recent_errors.clear()
+            self._cache_version += 1
             rc = lib.llama_process(self.ptr, lib.LLAMA_PROCESS_TYPE_DECODE, b)
             self._after_decode(rc, n, n if output else 0, "decode_embd")
 
@@ -348,7 +377,7 @@ class Context:
         ids = self.model.target_layer_ids
         return len(ids) * self._n_embd if ids else lib.llama_model_n_embd_inp(self.model.ptr)
 
-    def _check_batch(self, n: int, n_out: int) -> None:
+    def _check_batch(self, n: int, n_out: int, n_out_seq: int | None = None) -> None:
         if n > self.n_batch:
             raise InvalidBatchError(f"{n} tokens exceed n_batch={self.n_batch}; split the input or create the "
                                     "context with a larger n_batch", -1)
@@ -357,8 +386,10 @@ class Context:
                                     f"> n_ubatch={self.n_ubatch}; create the context with n_ubatch ≥ {n}", -1)
         if n_out > self.n_outputs_max:
             raise InvalidBatchError(f"{n_out} output rows exceed n_outputs_max={self.n_outputs_max}", -1)
-        if self._samplers and n_out > self.n_outputs_max_per_seq:
-            raise InvalidBatchError(f"{n_out} output rows exceed n_outputs_max_per_seq={self.n_outputs_max_per_seq}, "
+        n_out_seq = n_out if n_out_seq is None else n_out_seq
+        if self._samplers and n_out_seq > self.n_outputs_max_per_seq:
+            raise InvalidBatchError(f"{n_out_seq} output rows of one sequence exceed n_outputs_max_per_seq="
+                                    f"{self.n_outputs_max_per_seq}, "
                                     "the most a backend sampler draws per decode; detach it (set_sampler(None)) "
                                     "or create the context with a larger n_outputs_max_per_seq", -1)
 

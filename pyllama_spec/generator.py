@@ -8,6 +8,8 @@ from collections.abc import Iterator
 
 import numpy as np
 
+from .cache_reuse import CacheLedger, ConversationState
+from . import backend
 from .chat import render_chat
 from .context import Context
 from .errors import InvalidArgumentError, PromptTooLongError, PyllamaSpecError, UnsupportedError
@@ -36,8 +38,18 @@ class Generator:
             e.g. ``"dflash"``), a drafter kind with no file (``"ngram"``), a ``(kind, kwargs)``
             pair, or a :class:`~pyllama_spec.speculative.drafters.Drafter` instance.
         n_ctx, n_batch, n_ubatch, flash_attn, type_k, type_v, n_threads: the target context
-            (see :class:`~pyllama_spec.Context`).
+            (see :class:`~pyllama_spec.Context`); ``n_ctx`` is per sequence.
+        n_parallel: most sequences :meth:`generate_batch` runs at once (llama.cpp's ``--parallel``):
+            the target's KV cache gets one stream of ``n_ctx`` positions per sequence.
         n_gpu_layers: layers to offload, for the target and model drafters (-1 = all).
+        split_mode, tensor_split, main_gpu, devices: where the target's offloaded layers go — split
+            by layer (default) or row over the devices named (default: the local GPUs), in the given
+            shares (:class:`~pyllama_spec.placement.Placement` says how; checked before loading).
+        rpc_servers: ``["host:port", …]``: llama.cpp RPC servers whose devices take part of the
+            target (:mod:`pyllama_spec.rpc`); they come first in the device list, as in llama.cpp.
+        drafter_device: the device of model drafters given as paths (``"CUDA1"``, ``"CPU"``), or
+            ``{name: device}`` per drafter; default: the local GPUs. A ``(kind, kwargs)`` spec
+            takes ``device=`` in its kwargs.
         repack: llama.cpp's CPU weight repacking (off by default: it crashes on AMX CPUs).
 
     Raises:
@@ -52,15 +64,34 @@ class Generator:
 
     def __init__(self, target, drafters: dict | None = None, *, n_ctx: int = 4096, n_batch: int = 512,
                  n_ubatch: int | None = None, n_gpu_layers: int = -1, flash_attn="auto", type_k: str = "f16",
-                 type_v: str = "f16", n_threads: int | None = None, repack: bool = False, progress: bool = False):
-        self.model = Model(target, n_gpu_layers=n_gpu_layers, repack=repack, progress=progress)
+                 type_v: str = "f16", n_threads: int | None = None, repack: bool = False, progress: bool = False,
+                 n_parallel: int = 1, split_mode: str = "layer", tensor_split=None, main_gpu: int = 0,
+                 devices=None, rpc_servers=None, drafter_device=None):
+        if not isinstance(n_parallel, int) or isinstance(n_parallel, bool) or n_parallel < 1:
+            raise InvalidArgumentError(f"n_parallel must be an int ≥ 1 (sequences generate_batch runs at once), "
+                                       f"got {n_parallel!r}")
+        if drafter_device is not None and not isinstance(drafter_device, (str, dict)):
+            raise InvalidArgumentError(f"drafter_device must be a device name, a {{drafter name: device}} dict or "
+                                       f"None, got {drafter_device!r}")
+        if rpc_servers:
+            from . import rpc
+
+            if isinstance(rpc_servers, str):
+                raise InvalidArgumentError(f"rpc_servers is a list of 'host:port' strings, got {rpc_servers!r}")
+            remote = [name for ep in rpc_servers for name in rpc.add_server(ep)]
+            local = [d["name"] for d in backend.default_offload_devices()]
+            devices = remote + local if devices is None else list(devices) + [n for n in remote if n not in devices]
+        self.model = Model(target, n_gpu_layers=n_gpu_layers, repack=repack, progress=progress,
+                           split_mode=split_mode, tensor_split=tensor_split, main_gpu=main_gpu, devices=devices)
         # a verify batch of up to VERIFY_ROWS_BACKEND rows is sampled in the decode graph (larger ones on the host)
-        self.ctx = Context(self.model, n_ctx=n_ctx, n_batch=n_batch, n_ubatch=n_ubatch, flash_attn=flash_attn,
-                           type_k=type_k, type_v=type_v, n_threads=n_threads,
-                           n_outputs_max_per_seq=min(VERIFY_ROWS_BACKEND, n_batch))
+        self.ctx = Context(self.model, n_ctx=n_ctx * n_parallel if n_ctx else 0, n_batch=n_batch, n_ubatch=n_ubatch,
+                           n_seq_max=n_parallel, flash_attn=flash_attn, type_k=type_k, type_v=type_v,
+                           n_threads=n_threads, n_outputs_max_per_seq=min(VERIFY_ROWS_BACKEND, n_batch))
         self.drafters: dict[str, Drafter] = {}
         self._active: _Run | None = None
+        self._ledger = CacheLedger(self.ctx)  # what sequence 0 of the target holds (prefix reuse)
         self._drafter_opts = {"n_gpu_layers": n_gpu_layers, "repack": repack}
+        self._drafter_device = drafter_device
         for name, spec in (drafters or {}).items():
             self.add_drafter(name, spec)
 
@@ -81,7 +112,12 @@ class Generator:
 
             arch = read_gguf(spec).arch
             if arch == "dflash":
-                drafter = create_drafter("dflash", self.ctx, path=spec, **self._drafter_opts)
+                opts = dict(self._drafter_opts)
+                device = (self._drafter_device.get(name) if isinstance(self._drafter_device, dict)
+                          else self._drafter_device)
+                if device is not None:
+                    opts["device"] = device
+                drafter = create_drafter("dflash", self.ctx, path=spec, **opts)
             else:
                 raise UnsupportedError(f"{os.fspath(spec)!r} is a {arch!r} model; model drafters of kind "
                                        f"'dflash' are supported (known kinds: {', '.join(drafter_kinds())})")
@@ -116,8 +152,13 @@ class Generator:
                  temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0, min_p: float = 0.0,
                  seed: int | None = None, stop=None, verify: str = "match", stream: bool = False,
                  sync_stages: bool = True, template_kwargs: dict | None = None,
-                 sampling: SamplingParams | None = None, spec: SpecConfig | None = None):
+                 sampling: SamplingParams | None = None, spec: SpecConfig | None = None,
+                 reuse_prefix: bool = True):
         """Generate a continuation, optionally speculatively.
+
+        The caches are kept between calls: a prompt that starts with the tokens of the previous
+        call's prompt and output (the next turn of a chat) is decoded only from where it differs
+        (``reuse_prefix``; :attr:`GenerationResult.n_reused` says how many tokens were kept).
 
         The sampling and speculation keywords are a convenience: they build a
         :class:`SamplingParams` and a :class:`SpecConfig`, which can be passed whole instead
@@ -139,6 +180,9 @@ class Generator:
                 False runs the loop free for top speed.
             template_kwargs: extra chat-template variables (e.g. ``{"enable_thinking": False}``).
             sampling, spec: whole configuration objects instead of the keywords above.
+            reuse_prefix: keep the longest common prefix of the tokens both caches hold and the new
+                prompt (the drafter's injected features included) and prefill only the rest; the
+                output is the same as from empty caches. False clears both caches first.
 
         Returns:
             :class:`GenerationResult`, or a :class:`TextStream` when ``stream=True``.
@@ -183,24 +227,77 @@ class Generator:
                 prompt_tokens = self.tokenize_prompt(prompt, messages, template_kwargs)
         if not prompt_tokens:
             raise InvalidArgumentError("the prompt is empty (no tokens)")
-        if len(prompt_tokens) >= self.ctx.n_ctx:
-            raise PromptTooLongError(f"the prompt has {len(prompt_tokens)} tokens but n_ctx is {self.ctx.n_ctx}; "
+        if len(prompt_tokens) >= self.ctx.n_ctx_seq:
+            raise PromptTooLongError(f"the prompt has {len(prompt_tokens)} tokens but n_ctx is {self.ctx.n_ctx_seq}; "
                                      "shorten it or create the Generator with a larger n_ctx")
+        if not isinstance(reuse_prefix, bool):
+            raise InvalidArgumentError(f"reuse_prefix must be True or False, got {reuse_prefix!r}")
         if self._active is not None:
             # the target and drafter caches are about to be reused: an unfinished stream is void
             self._active.invalidate()
+        n_keep = self._ledger.plan(prompt_tokens, d) if reuse_prefix else 0
         stats = SpecStats(n_max=spec.n_max)
         rng = np.random.default_rng(sampling.seed)
         steps = speculative_generate(self.ctx, d, prompt_tokens, max_tokens=max_tokens, n_max=spec.n_max,
                                      sp=sampling, verify=spec.verify, stats=stats, timer=timer, rng=rng,
-                                     backend_sampling=spec.backend_sampling)
-        run = _Run(self, steps, stops, timer, stats, prompt_tokens, spec)
+                                     backend_sampling=spec.backend_sampling, n_keep=n_keep)
+        run = _Run(self, self._ledger.track(steps, prompt_tokens), stops, timer, stats, prompt_tokens, spec)
+        run.n_reused = n_keep
         self._active = run
         if stream:
             return TextStream(run)
         for _ in run.pieces():
             pass
         return run.result
+
+    def generate_batch(self, prompts: list | None = None, *, messages: list | None = None,
+                       prompt_tokens: list | None = None, drafter: str | None = None, max_tokens=256, n_max=None,
+                       temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0, min_p: float = 0.0,
+                       seed: int | None = None, stop=None, verify: str = "match", stream: bool = False,
+                       sync_stages: bool = True, template_kwargs: dict | None = None,
+                       sampling: SamplingParams | None = None, spec: SpecConfig | None = None):
+        """Generate continuations of several prompts at once, optionally speculatively: each prompt
+        is a sequence of the target context (a KV stream of its own), the drafter drafts for all of
+        them in one call, and one target decode verifies every draft (``speculative/batch_loop.py``).
+
+        At T = 0 each sequence gets the tokens it gets alone (on the CPU backend exactly; on GPUs
+        up to near-ties, as for speculative vs. plain decoding). The caches are not kept for prefix
+        reuse afterwards.
+
+        Args:
+            prompts / messages / prompt_tokens: a list of prompt strings, of chats, or of token-id
+                lists — exactly one; at most ``n_parallel`` (see the constructor) entries.
+            max_tokens: most tokens per sequence: an int, or one per prompt.
+            n_max: most draft tokens per step: None (the drafter's default), an int, or one per prompt.
+            drafter, temperature, top_k, top_p, min_p, seed, stop, verify, sync_stages,
+            template_kwargs, sampling, spec: as for :meth:`generate`, for every sequence (with a
+                seed, every sequence draws from its own generator seeded with it).
+            stream: return a :class:`~pyllama_spec.batching.BatchStream` of pieces of all sequences.
+
+        Returns:
+            :class:`~pyllama_spec.batching.BatchResult` (``.results``: one :class:`GenerationResult`
+            per prompt), or a :class:`~pyllama_spec.batching.BatchStream` when ``stream=True``.
+
+        Raises:
+            InvalidArgumentError: a bad argument, more prompts than ``n_parallel``, or a drafter kind
+                that cannot draft for several sequences (UnsupportedError).
+            PromptTooLongError: a prompt does not fit in n_ctx.
+        """
+        from .batching import generate_batch
+
+        if sampling is None:
+            sampling = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed)
+        elif (temperature, top_k, top_p, min_p, seed) != (0.0, 0, 1.0, 0.0, None):
+            raise InvalidArgumentError("pass either sampling=SamplingParams(...) or the temperature/top_k/top_p/"
+                                       "min_p/seed keywords, not both")
+        if spec is None:
+            spec = SpecConfig(drafter=drafter, n_max=None, verify=verify, sync_stages=sync_stages)
+        elif (drafter, verify, sync_stages) != (None, "match", True):
+            raise InvalidArgumentError("pass either spec=SpecConfig(...) or the drafter/verify/sync_stages keywords, "
+                                       "not both")
+        return generate_batch(self, prompts=prompts, messages=messages, prompt_tokens=prompt_tokens,
+                              max_tokens=max_tokens, n_max=n_max, stop=stop, stream=stream,
+                              template_kwargs=template_kwargs, sampling=sampling, spec=spec)
 
     def _resolve(self, spec: SpecConfig) -> tuple[Drafter | None, SpecConfig]:
         """The drafter named by ``spec`` and ``spec`` with ``n_max`` resolved (default, clamps).
@@ -225,6 +322,30 @@ class Generator:
         return d, spec.replace(n_max=n_max)
 
     # ------------------------------------------------------------------------------------------
+    def save_state(self) -> ConversationState:
+        """A snapshot of the conversation the caches hold (the target's and each drafter's), to
+        continue it later with :meth:`load_state` — also in another process
+        (:meth:`ConversationState.save`). A generation's prefix reuse then starts from it.
+
+        Raises:
+            InvalidArgumentError: the caches hold nothing known (no generation yet, or something
+                else used the contexts since).
+        """
+        from .cache_reuse import snapshot
+
+        return snapshot(self)
+
+    def load_state(self, state: ConversationState) -> None:
+        """Restore the caches saved by :meth:`save_state` (an unfinished stream is cut off).
+
+        Raises:
+            InvalidArgumentError: a state of another model or context size.
+            PyllamaSpecError: llama.cpp rejected the data (the caches are then empty).
+        """
+        from .cache_reuse import restore
+
+        restore(self, state)
+
     def memory_report(self) -> dict:
         """Memory in MiB: ``{"target": {...}, "drafters": {name: {...}}}`` with ``weights_mib``,
         ``kv_cache_mib`` and ``compute_mib`` (summed over devices)."""
@@ -251,6 +372,7 @@ class _Run:
     def __init__(self, gen, steps, stops, timer, stats, prompt_tokens, spec: SpecConfig):
         self.gen, self.steps, self.stops, self.timer, self.stats = gen, steps, stops, timer, stats
         self.prompt_tokens, self.spec = prompt_tokens, spec
+        self.n_reused = 0
         self.result: GenerationResult | None = None
         self.invalid = False
 
@@ -305,7 +427,8 @@ class _Run:
         self.result = GenerationResult(
             text=text, tokens=tokens, finish_reason=finish, prompt_tokens=self.prompt_tokens, stats=self.stats,
             timings=self.timer.as_dict(), drafter=self.spec.drafter, n_max=self.spec.n_max, verify=self.spec.verify,
-            sync_stages=self.spec.sync_stages, n_committed=n_committed, marks=dict(self.timer.marks))
+            sync_stages=self.spec.sync_stages, n_committed=n_committed, n_reused=self.n_reused,
+            marks=dict(self.timer.marks))
 
     def _find_stop(self, text: str):
         hits = [i for i in (text.find(s) for s in self.stops) if i >= 0]

@@ -28,6 +28,7 @@ class Memory:
 
     def clear(self, data: bool = True) -> None:
         """Remove every cell (``data=True`` also zeroes the buffers)."""
+        self._ctx._touch_cache()
         lib.llama_memory_clear(self._mem, data)
 
     def seq_rm(self, seq_id: int, p0: int = -1, p1: int = -1) -> None:
@@ -36,6 +37,7 @@ class Memory:
         Raises:
             PyllamaSpecError: the cache cannot remove part of a sequence (recurrent models).
         """
+        self._ctx._touch_cache()
         if not lib.llama_memory_seq_rm(self._mem, self._seq(seq_id), p0, p1):
             raise PyllamaSpecError(f"this model's memory cannot remove positions [{p0}, {p1}) of sequence "
                                    f"{seq_id} (recurrent state); save and restore the state instead")
@@ -50,10 +52,12 @@ class Memory:
         if src != dst and not self._ctx.kv_unified and self._ctx.n_seq_max > 1 and (p0 > 0 or p1 >= 0):
             raise UnsupportedError("copying part of a sequence needs a unified KV cache: create the context "
                                    "with kv_unified=True (or copy the whole sequence with p0=p1=-1)")
+        self._ctx._touch_cache()
         lib.llama_memory_seq_cp(self._mem, self._seq(src), self._seq(dst), p0, p1)
 
     def seq_keep(self, seq_id: int) -> None:
         """Remove every cell that does not belong to ``seq_id``."""
+        self._ctx._touch_cache()
         lib.llama_memory_seq_keep(self._mem, self._seq(seq_id))
 
     def seq_add(self, seq_id: int, p0: int, p1: int, delta: int) -> None:
@@ -64,6 +68,7 @@ class Memory:
         """
         if not lib.llama_memory_can_shift(self._mem):
             raise PyllamaSpecError("this model's KV cache does not support position shifts")
+        self._ctx._touch_cache()
         lib.llama_memory_seq_add(self._mem, self._seq(seq_id), p0, p1, delta)
 
     def pos_min(self, seq_id: int = 0) -> int:
@@ -88,6 +93,7 @@ class Memory:
         Raises:
             PyllamaSpecError: llama.cpp rejected the data (another model or context shape).
         """
+        self._ctx._touch_cache()
         n = lib.llama_state_seq_set_data(self._ctx.ptr, data, len(data), self._seq(seq_id))
         if n == 0:
             raise PyllamaSpecError("llama.cpp rejected the saved sequence state (made by another model "

@@ -9,8 +9,9 @@ import numpy as np
 
 from . import backend
 from ._ffi import ffi, lib
-from .errors import ClosedError, InvalidArgumentError, ModelLoadError, UnsupportedError
+from .errors import ClosedError, ModelLoadError, UnsupportedError
 from .gguf_file import GGUFInfo, read_gguf
+from .placement import Placement
 from .vocab import Vocab
 
 #: architectures whose llama.cpp graph records layer inputs (``t_layer_inp``), i.e. that can be a
@@ -34,9 +35,15 @@ class Model:
 
     Args:
         path: the ``.gguf`` file (the first shard of a split model).
-        n_gpu_layers: layers to offload to the GPU; ``-1`` (default) = all, ``0`` = CPU only.
-            Ignored by a CPU-only build.
-        main_gpu: the GPU that holds the model when not split.
+        n_gpu_layers: layers to offload to the devices (GPUs, RPC servers); ``-1`` (default) = all,
+            ``0`` = CPU only. Ignored without devices.
+        main_gpu: index in the device list of the device that holds the model with
+            ``split_mode="none"``.
+        split_mode: ``"layer"`` (default: layers divided among the devices), ``"row"`` (matrices
+            split across CUDA GPUs) or ``"none"`` (one device).
+        tensor_split: each device's share of the layers, in device-list order (default: by free memory).
+        devices: device names (``pyllama_spec.devices()``) to offload to, in order; default: the
+            local GPUs. See :mod:`pyllama_spec.placement`.
         use_mmap: map the file instead of reading it.
         repack: let llama.cpp repack quantized weights into CPU-optimised ("extra") buffers.
             Off by default: on CPUs with AMX the repacked path of the pinned llama.cpp crashes
@@ -47,6 +54,8 @@ class Model:
     Raises:
         ModelNotFoundError, NotGGUFError, TruncatedGGUFError: the file is missing or bad.
         ModelLoadError: llama.cpp refused the file (the message quotes its last error).
+        InvalidArgumentError, UnsupportedError: a device, split or main_gpu that does not fit this
+            machine (checked before llama.cpp sees it).
 
     The model is freed by :meth:`close` (or the ``with`` statement, or garbage collection);
     contexts keep their model alive.
@@ -54,19 +63,18 @@ class Model:
 
     def __init__(self, path: str | os.PathLike, *, n_gpu_layers: int = -1, main_gpu: int = 0,
                  use_mmap: bool = True, repack: bool = False, vocab_only: bool = False,
-                 progress: bool = False):
+                 progress: bool = False, split_mode: str = "layer", tensor_split=None, devices=None):
         backend.ensure_init()
         self.path = Path(path)
         self.info: GGUFInfo = read_gguf(self.path)
         if not isinstance(n_gpu_layers, int):
             raise TypeError(f"n_gpu_layers must be an int (-1 = all layers), got {n_gpu_layers!r}")
-        n_gpus = sum(d["type"] == "gpu" for d in backend.devices())
-        if not isinstance(main_gpu, int) or not 0 <= main_gpu < max(1, n_gpus):
-            raise InvalidArgumentError(f"main_gpu must be in [0, {max(1, n_gpus)}) on this machine ({n_gpus} GPU(s)), "
-                             f"got {main_gpu!r}")
+        self.placement = Placement(n_gpu_layers=n_gpu_layers, split_mode=split_mode, tensor_split=tensor_split,
+                                   main_gpu=main_gpu, devices=devices)
         params = lib.llama_model_default_params()
-        params.n_gpu_layers = n_gpu_layers
-        params.main_gpu = main_gpu
+        keep = self.placement.apply(params)  # noqa: F841  (C arrays llama.cpp reads while loading)
+        #: the devices the offloaded layers were given to (names; empty: CPU only)
+        self.devices = self.placement.resolve()[1] if n_gpu_layers != 0 else []
         params.load_mode = lib.LLAMA_LOAD_MODE_MMAP if use_mmap else lib.LLAMA_LOAD_MODE_NONE
         params.use_extra_bufts = repack
         params.vocab_only = vocab_only
@@ -216,6 +224,12 @@ class Model:
             return []
         ids = lib.pyls_model_target_layer_ids(self.ptr)
         return [int(ids[i]) for i in range(n)]
+
+    @property
+    def output_device(self) -> str:
+        """Name of the device that holds the output head (``"CPU"`` unless offloaded; llama.cpp
+        counts the head as the layer after the last: ``n_gpu_layers ≥ 1`` offloads it)."""
+        return ffi.string(lib.pyls_model_dev_output(self.ptr)).decode() or "CPU"
 
     @property
     def dflash_selector_top_k(self) -> int:

@@ -34,7 +34,8 @@ def tiny_model(tiny):
 @pytest.fixture(scope="session")
 def tiny_gen(tiny):
     """A Generator over the tiny target with the DFlash and n-gram drafters (shared: generate()
-    starts from empty caches every call)."""
+    keeps only the prefix the caches hold exactly as a cold run builds it, so results do not
+    depend on the calls before)."""
     gen = ps.Generator(tiny["target"], drafters={"dflash": tiny["dflash"], "ngram": "ngram"},
                        n_ctx=1024, n_batch=64, n_ubatch=32)
     yield gen

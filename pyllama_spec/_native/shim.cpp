@@ -2,6 +2,7 @@
 // Every entry point catches C++ exceptions: one escaping into the cffi trampoline would terminate Python.
 #include "shim.h"
 #include "llama-ext.h"
+#include "llama-model.h"
 #include "ggml-backend.h"
 
 #include <algorithm>
@@ -114,6 +115,46 @@ int32_t pyls_batch_ext_add_tokens(llama_batch_ext * batch, llama_seq_id seq_id, 
 
 const char * pyls_llama_cpp_commit(void) {
     return PYLS_LLAMA_CPP_COMMIT;
+}
+
+// The device holding the model's output head (llama_model::dev_output, C++ linkage): a DFlash
+// drafter borrows that tensor, and a backend can only compute with tensors in its own device's
+// buffers (ggml_backend_sched aborts otherwise), so its drafter must run there too.
+const char * pyls_model_dev_output(const llama_model * model) {
+    try {
+        ggml_backend_dev_t dev = model->dev_output();
+        return dev ? ggml_backend_dev_name(dev) : "";
+    } catch (...) {
+        return "";
+    }
+}
+
+// Register the devices of an RPC server (common/arg.cpp add_rpc_devices does the same for --rpc).
+// The RPC backend is looked up at run time, so this builds with or without GGML_RPC.
+// Returns the number of devices the server lends, -1 without an RPC backend, -2 when the server
+// lends none, -3 on an exception. The caller must have checked that the server answers: ggml-rpc
+// aborts the process when it cannot connect or the handshake fails.
+int32_t pyls_rpc_add_server(const char * endpoint) {
+    try {
+        ggml_backend_reg_t rpc = ggml_backend_reg_by_name("RPC");
+        if (rpc == nullptr) {
+            return -1;
+        }
+        typedef ggml_backend_reg_t (*add_server_t)(const char *);
+        auto add_server = (add_server_t) ggml_backend_reg_get_proc_address(rpc, "ggml_backend_rpc_add_server");
+        if (add_server == nullptr) {
+            return -1;
+        }
+        ggml_backend_reg_t reg = add_server(endpoint);
+        if (reg == nullptr) {
+            return -2;
+        }
+        const size_t n_before = ggml_backend_dev_count();
+        ggml_backend_register(reg);  // registering twice would list its devices twice: Python adds each endpoint once
+        return (int32_t) (ggml_backend_dev_count() - n_before);
+    } catch (...) {
+        return -3;
+    }
 }
 
 }

@@ -18,12 +18,15 @@ class GenerationResult:
         prompt_tokens: the prompt's token ids.
         stats: acceptance statistics (:class:`SpecStats`).
         timings: ``{stage: {"seconds", "count"}}`` with ``wall`` and ``other``; seconds.
-        marks: seconds since the call began at ``prefill_start`` and ``prefill_done``.
+        marks: seconds since the call began at ``prefill_start`` and ``prefill_done`` (and, for a
+            sequence of ``generate_batch``, ``finished``: when it ended).
         drafter: the drafter's name (None for plain decoding).
         n_max: draft block size used; verify: the verification rule; sync_stages: whether stage
             boundaries synchronized the backend.
         n_committed: tokens the loop committed (``tokens`` plus an EOS or the tokens cut by a stop
             string); what tokens/s counts.
+        n_reused: prompt tokens whose KV-cache entries were kept from the previous call (prefix
+            reuse) and not decoded again; see :attr:`n_prefill`.
         extra: anything a caller wants to keep with the result.
     """
     text: str
@@ -37,12 +40,19 @@ class GenerationResult:
     verify: str = "match"
     sync_stages: bool = True
     n_committed: int = 0
+    n_reused: int = 0
     extra: dict = field(default_factory=dict)
     marks: dict = field(default_factory=dict)
 
     @property
     def n_prompt(self) -> int:
         return len(self.prompt_tokens)
+
+    @property
+    def n_prefill(self) -> int:
+        """Prompt tokens the target decoded in the prefill phase: all but the last (the first verify
+        step decodes it) and but the :attr:`n_reused` kept from the previous call."""
+        return max(0, self.n_prompt - 1 - self.n_reused)
 
     @property
     def n_generated(self) -> int:
@@ -56,14 +66,16 @@ class GenerationResult:
 
     @property
     def prompt_tokens_per_s(self) -> float:
-        """Prefill throughput: prompt tokens (all but the last) / :attr:`prefill_seconds`."""
+        """Prefill throughput: prompt tokens decoded (:attr:`n_prefill`) / :attr:`prefill_seconds`."""
         s = self.prefill_seconds
-        return (self.n_prompt - 1) / s if s > 0 and self.n_prompt > 1 else float("nan")
+        return self.n_prefill / s if s > 0 and self.n_prefill > 0 else float("nan")
 
     @property
     def generation_seconds(self) -> float:
-        """Seconds from the end of prefill to the end of the call."""
-        return self.timings["wall"]["seconds"] - self.marks["prefill_done"]
+        """Seconds from the end of prefill to the end of the call (in a batch: to the step where this
+        sequence ended, ``marks["finished"]``)."""
+        end = self.marks.get("finished", self.timings["wall"]["seconds"])
+        return end - self.marks["prefill_done"]
 
     @property
     def tokens_per_s(self) -> float:
@@ -73,7 +85,8 @@ class GenerationResult:
 
     def as_dict(self) -> dict:
         return {"text": self.text, "tokens": self.tokens, "finish_reason": self.finish_reason,
-                "n_prompt": self.n_prompt, "n_generated": self.n_generated, "drafter": self.drafter,
+                "n_prompt": self.n_prompt, "n_reused": self.n_reused, "n_prefill": self.n_prefill,
+                "n_generated": self.n_generated, "drafter": self.drafter,
                 "n_max": self.n_max, "verify": self.verify, "sync_stages": self.sync_stages,
                 "stats": self.stats.as_dict(), "timings": self.timings,
                 "prompt_tokens_per_s": self.prompt_tokens_per_s, "tokens_per_s": self.tokens_per_s}
@@ -85,7 +98,8 @@ class GenerationResult:
         steps = max(1, self.stats.n_steps)
         lines = [f"drafter={self.drafter or 'none'}  n_max={self.n_max}  verify={self.verify}  "
                  f"sync_stages={self.sync_stages}  finish={self.finish_reason}",
-                 f"prompt {self.n_prompt} tok   generated {len(self.tokens)} tok"
+                 f"prompt {self.n_prompt} tok" + (f" ({self.n_reused} reused)" if self.n_reused else "")
+                 + f"   generated {len(self.tokens)} tok"
                  + (f" (+{self.n_generated - len(self.tokens)} EOS/stop)" if self.n_generated > len(self.tokens) else "")
                  + f"   steps {self.stats.n_steps}",
                  f"{'stage':<13}{'ms':>10}{'% wall':>9}{'calls':>8}{'ms/step':>10}"]
@@ -99,7 +113,7 @@ class GenerationResult:
         lines.append(f"{'wall':<13}{wall * 1e3:>10.2f}{100.0:>8.1f}%")
         s = self.stats
         pps = self.prompt_tokens_per_s
-        lines.append(f"prompt {'–' if self.n_prompt < 2 else f'{pps:,.1f}'} tok/s   "
+        lines.append(f"prompt {'–' if self.n_prefill < 1 else f'{pps:,.1f}'} tok/s   "
                      f"generation {self.tokens_per_s:,.1f} tok/s")
         if s.n_drafted:
             per_pos = " ".join(f"{x:.2f}" for x in s.accepted_per_position)

@@ -18,3 +18,5 @@ int32_t pyls_batch_ext_add_embd_rows(struct llama_batch_ext * batch, llama_seq_i
 int32_t pyls_batch_ext_add_tokens(struct llama_batch_ext * batch, llama_seq_id seq_id, const llama_token * tokens,
                                   int32_t n_tokens, const llama_pos * pos, const int8_t * output);
 const char * pyls_llama_cpp_commit(void);
+int32_t pyls_rpc_add_server(const char * endpoint);
+const char * pyls_model_dev_output(const struct llama_model * model);

@@ -3,7 +3,7 @@
 A drafter is created for one target :class:`~pyllama_spec.Context` (it keeps it as
 ``self.target``) and lives as long as the generator. Per generation the loop calls::
 
-    begin(prompt)                                   # a new generation over these prompt tokens
+    begin(prompt[, n_keep])                         # a new generation over these prompt tokens
     observe(tokens, positions, n_commit, timer)     # after every target decode: the decoded
                                                     # tokens/positions (its batch rows, in order),
                                                     # of which the first n_commit are committed
@@ -18,6 +18,26 @@ so that, between steps, the drafter's state covers exactly the committed positio
 chunks (every row committed) and after each verify (``[last, drafts…]``, the first ``k + 1``
 committed); a drafter may use the rejected rows (e.g. inject all rows with one fixed shape and
 drop the rejected ones in ``rollback``), as llama.cpp's drafters do.
+
+**Prefix reuse** (``Generator.generate(reuse_prefix=True)``, the default). Between generations
+the target keeps its KV cache, and a new prompt that starts like the tokens it holds is decoded
+only from where they differ. Before ``begin`` the generator asks the drafter
+``cached_prefix(prompt)``: how many leading tokens of ``prompt`` its own state still holds exactly
+as a cold run would have built it. The kept prefix ``n_keep`` is at most that (and at most what
+the target holds); then ``begin(prompt, n_keep)`` must keep the drafter's state for positions
+``[0, n_keep)`` and drop everything at or after ``n_keep`` — the loop observes only
+``[n_keep, len(prompt))``. A drafter that keeps nothing returns 0 (the default): the target then
+starts cold too, because observe() could not be given the rows of a kept prefix, and ``begin``
+is called with the prompt alone (so such drafters may define ``begin(self, prompt)``).
+Per kind: state rebuilt from the tokens alone (n-gram) → ``len(prompt)``; per-position state fed
+by the target (DFlash's injected features, EAGLE-3, a draft model's own KV cache) → the length of
+the common prefix of ``prompt`` and the tokens that state was built from, or 0 when something
+else changed it (``Context.cache_version``).
+
+**Several sequences** (``Generator.generate_batch``): ``batched(n_seq)`` returns a
+:class:`~pyllama_spec.speculative.drafters.batch.BatchDrafter` that drafts for sequences
+``0 .. n_seq-1`` of the target at once (DFlash: every sequence's block in one decode). Kinds
+without one raise UnsupportedError.
 
 Capabilities are class or instance attributes that the loop reads:
 
@@ -40,7 +60,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from ...errors import InvalidArgumentError
+from ...errors import InvalidArgumentError, UnsupportedError
 from ..sampling import SamplingParams
 
 
@@ -81,8 +101,35 @@ class Drafter(ABC):
         #: target layers whose inputs ``observe`` reads (empty: no taps needed)
         self.target_layer_ids: list[int] = []
 
-    def begin(self, prompt: list[int]) -> None:
-        """A new generation over ``prompt`` starts (the target's cache is empty)."""
+    def begin(self, prompt: list[int], n_keep: int = 0) -> None:
+        """A new generation over ``prompt`` (the tokens the target's cache will hold once the prompt
+        is prefilled, i.e. the prompt without its last token) starts. Positions ``[0, n_keep)`` are
+        kept from the previous generation (``n_keep ≤ cached_prefix(prompt)``, see the module
+        docstring) and are not observed again; nothing at or after ``n_keep`` may remain."""
+
+    def cached_prefix(self, prompt: list[int]) -> int:
+        """How many leading tokens of ``prompt`` this drafter's state holds exactly as a cold run
+        over ``prompt`` would build it (the most ``begin`` can keep). 0 here: no reuse."""
+        return 0
+
+    def save_state(self) -> dict | None:
+        """A snapshot of sequence 0's per-position state for a
+        :class:`~pyllama_spec.cache_reuse.ConversationState` — ``{"tokens": [...], "data": bytes}`` —
+        or None when there is nothing to save (a state rebuilt from the prompt, or none)."""
+        return None
+
+    def load_state(self, state: dict) -> None:
+        """Restore what :meth:`save_state` returned (the target's cache is restored alongside)."""
+
+    def batched(self, n_seq: int):
+        """A :class:`~pyllama_spec.speculative.drafters.batch.BatchDrafter` drafting for sequences
+        ``0 .. n_seq-1`` of the target at once (``Generator.generate_batch``).
+
+        Raises:
+            UnsupportedError: this kind drafts for one sequence only.
+        """
+        raise UnsupportedError(f"drafter kind {self.kind!r} drafts for one sequence at a time; generate_batch "
+                               "works with drafters that implement batched() (dflash, ngram)")
 
     def observe(self, tokens: list[int], positions: np.ndarray, n_commit: int, timer) -> None:
         """The target decoded ``tokens`` at ``positions`` (its last decode's rows, in order);

@@ -8,6 +8,12 @@ concatenated per token (``(n, n_ids × n_embd)`` float32) and decoded into the d
 embedding rows, which its graph turns into K/V entries; then one non-causal pass over
 ``[last, mask × n_max]`` gives all draft tokens at once (rows 1..n_max); the block's own
 K/V entries are removed right after.
+
+The drafter's context mirrors the target's stream layout (same ``n_ctx`` and ``n_seq_max``):
+single generations use sequence 0, ``generate_batch`` sequences ``0 .. n-1`` through
+:meth:`DFlashDrafter.batched`, whose one decode drafts every sequence's block (llama.cpp's
+``draft()`` for ``n_seq > 1``). Between generations the injected features stay: a new prompt that
+starts with the tokens they were made for keeps them (prefix reuse, :meth:`DFlashDrafter.cached_prefix`).
 """
 from __future__ import annotations
 
@@ -91,16 +97,21 @@ class DFlashDrafter(Drafter):
         target: the target :class:`~pyllama_spec.Context`.
         path: the drafter ``.gguf`` (``general.architecture = "dflash"``).
         n_gpu_layers: layers of the drafter to offload (-1 = all).
+        device: the device that holds the drafter's layers and KV cache (a name from
+            ``pyllama_spec.devices()``, e.g. ``"CUDA1"``; ``"CPU"``); default: the one that holds the
+            target's output head, which the drafter borrows for its logits (with the target split
+            over GPUs: the last of them). Elsewhere, that product runs on the head's device.
         type_k, type_v, flash_attn: the drafter's KV cache (default: like llama.cpp's).
 
     Raises:
         DrafterMismatchError: the file is not a DFlash drafter for this target.
+        InvalidArgumentError: an unknown device.
     """
     kind = "dflash"
     supports_rejection = True
 
     def __init__(self, target: Context, path=None, *, n_gpu_layers: int = -1, flash_attn="auto",
-                 type_k: str = "f16", type_v: str = "f16", repack: bool = False):
+                 type_k: str = "f16", type_v: str = "f16", repack: bool = False, device: str | None = None):
         if path is None:
             raise InvalidArgumentError("a DFlash drafter needs the path of its .gguf file")
         meta = check_dflash_pair(target.model, path)
@@ -110,21 +121,58 @@ class DFlashDrafter(Drafter):
         self.mask_token = meta["mask_token_id"]
         self.n_max_limit = self.block_size - 1
         self.n_max_default = min(7, self.n_max_limit)
-        self.model = Model(path, n_gpu_layers=n_gpu_layers, repack=repack)
-        # The whole noise block must be one ubatch (non-causal attention), and the drafter
-        # holds every committed position, like the target (common_speculative_init_result).
-        n_ubatch = max(target.n_ubatch, self.block_size)
-        # outputs: at most one block (llama.cpp sizes its sampling graph and buffers by this)
+        if device is not None and not isinstance(device, str):
+            raise InvalidArgumentError(f"device must be a device name (see pyllama_spec.devices()) or None, got "
+                                       f"{device!r}")
+        # The drafter computes its logits with the target's output head, and a llama.cpp backend
+        # computes only with its own device's buffers (ggml_backend_sched aborts otherwise): the
+        # head's device is always in the drafter's device list; with another device chosen the
+        # drafter's own layers all go there (share 0 for the head's device).
+        head = target.model.output_device
+        self.device = head if device is None else device
+        if head == "CPU" or self.device == head:
+            placement = {"devices": [self.device], "n_gpu_layers": 0 if self.device == "CPU" else n_gpu_layers}
+        elif self.device == "CPU":
+            placement = {"devices": [head], "n_gpu_layers": 0}
+        else:
+            placement = {"devices": [self.device, head], "tensor_split": [1.0, 0.0], "n_gpu_layers": n_gpu_layers}
+        self.model = Model(path, repack=repack, **placement)
+        # The whole noise block must be one ubatch (non-causal attention) — for a batched draft,
+        # every sequence's block — and the drafter holds every committed position of every
+        # sequence, in the target's stream layout (common_speculative_init_result).
+        n_seq = target.n_seq_max
+        n_ubatch = max(target.n_ubatch, self.block_size * n_seq)
+        # outputs: at most one block per sequence (llama.cpp sizes its sampling graph and buffers by this)
         self.ctx = Context(self.model, n_ctx=target.n_ctx, n_batch=max(target.n_batch, n_ubatch),
-                           n_ubatch=n_ubatch, ctx_other=target, causal_attn=meta["causal"],
-                           flash_attn=flash_attn, type_k=type_k, type_v=type_v,
-                           n_outputs_max=self.block_size, n_outputs_max_per_seq=self.block_size)
+                           n_ubatch=n_ubatch, n_seq_max=n_seq, kv_unified=target.kv_unified, ctx_other=target,
+                           causal_attn=meta["causal"], flash_attn=flash_attn, type_k=type_k, type_v=type_v,
+                           n_outputs_max=self.block_size * n_seq, n_outputs_max_per_seq=self.block_size)
         self.ctx.set_embeddings_nextn(True, True)
         #: draw the greedy draft in the decode graph (False: read logits, argmax on the host)
         self.backend_sampling = True
+        # prefix reuse: the tokens whose features sequence 0 of the cache holds, valid while the
+        # cache is at version _version (anything else that touched it makes the record void)
+        self._tokens: list[int] = []
+        self._version = -1
 
-    def begin(self, prompt) -> None:
-        self.ctx.memory.clear()
+    def _settle(self) -> None:
+        self._version = self.ctx.cache_version
+
+    def cached_prefix(self, prompt) -> int:
+        if self.ctx.cache_version != self._version:
+            return 0
+        n = min(len(prompt), len(self._tokens))
+        mismatch = np.flatnonzero(np.asarray(prompt[:n]) != np.asarray(self._tokens[:n], dtype=np.int64))
+        return int(mismatch[0]) if mismatch.size else n
+
+    def begin(self, prompt, n_keep: int = 0) -> None:
+        if n_keep:
+            self.ctx.memory.seq_rm(0, n_keep)  # features of [0, n_keep) stay; nothing after
+            del self._tokens[n_keep:]
+        else:
+            self.ctx.memory.clear()
+            self._tokens = []
+        self._settle()
 
     def observe(self, tokens, positions, n_commit, timer) -> None:
         # only the committed rows: the same cache as llama.cpp's inject-all-then-remove, less work
@@ -132,6 +180,10 @@ class DFlashDrafter(Drafter):
             feats = np.concatenate([self.target.layer_input(i)[:n_commit] for i in self.target_layer_ids], axis=1)
         with timer("inject", self.ctx):
             self.ctx.decode_embd(feats, positions[:n_commit])
+        if n_commit:
+            del self._tokens[int(positions[0]):]
+            self._tokens.extend(int(t) for t in tokens[:n_commit])
+        self._settle()
 
     def propose(self, last_token, n_past, n_max, sp: SamplingParams, rng, timer) -> Draft:
         n_max = min(n_max, self.n_max_limit)
@@ -160,10 +212,31 @@ class DFlashDrafter(Drafter):
         with timer("rollback"):
             # the noise block never stays in the drafter's cache
             self.ctx.memory.seq_rm(0, n_past)
+        self._settle()
         return draft
 
     def rollback(self, n_past: int) -> None:
         self.ctx.memory.seq_rm(0, n_past)
+        del self._tokens[n_past:]
+        self._settle()
+
+    def save_state(self) -> dict | None:
+        if self.ctx.cache_version != self._version:
+            return None
+        return {"tokens": list(self._tokens), "data": self.ctx.memory.state_get(0)}
+
+    def load_state(self, state: dict) -> None:
+        self.ctx.memory.clear()
+        self._tokens = []
+        self._settle()  # a failed restore leaves an empty, consistent cache
+        self.ctx.memory.state_set(state["data"], 0)
+        self._tokens = [int(t) for t in state["tokens"]]
+        self._settle()
+
+    def batched(self, n_seq: int):
+        from .dflash_batch import DFlashBatch
+
+        return DFlashBatch(self, n_seq)
 
     def memory_report(self) -> dict:
         return self.ctx.memory_summary()
@@ -171,4 +244,5 @@ class DFlashDrafter(Drafter):
     def close(self) -> None:
         self.ctx.close()
         self.model.close()
+
 

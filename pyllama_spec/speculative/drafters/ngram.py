@@ -27,8 +27,17 @@ class NgramDrafter(Drafter):
         self.n_min, self.n_max_ngram = n_min, n_max_ngram
         self.history: list = []
 
-    def begin(self, prompt: list) -> None:
+    def begin(self, prompt: list, n_keep: int = 0) -> None:
+        # the state is the history itself: rebuilt from the prompt whatever prefix is kept
         self.history = list(prompt)
+
+    def cached_prefix(self, prompt: list) -> int:
+        return len(prompt)  # nothing per position to keep: any prefix the target keeps will do
+
+    def batched(self, n_seq: int):
+        from .batch import PerSequence
+
+        return PerSequence(self, n_seq)
 
     def observe(self, tokens, positions, n_commit, timer) -> None:
         # the committed tokens, in order; positions start where the history ends
