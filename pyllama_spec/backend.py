@@ -79,9 +79,9 @@ def system_info() -> str:
 
 
 def supports_gpu_offload() -> bool:
-    """True when this build has a GPU backend (CUDA) and a device is visible."""
-    ensure_init()
-    return bool(lib.llama_supports_gpu_offload())
+    """True when this build has a GPU backend (CUDA) and a device is visible on this machine.
+    (``llama_supports_gpu_offload`` also says True for any build with the RPC backend, GPU or not.)"""
+    return any(d["type"] in ("gpu", "igpu") and d["backend"] != "RPC" for d in device_table())
 
 
 def device_table() -> list[dict]:

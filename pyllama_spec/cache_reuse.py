@@ -5,6 +5,9 @@ and drafter caches still hold that history from the previous call, so :class:`Ca
 remembers which tokens they hold (sequence 0, positions ``[0, len(tokens))``); the next call keeps
 the longest common prefix of those tokens and the new prompt and decodes only the rest (the
 ``n_keep`` of ``speculative_generate``; llama.cpp's server does the same with ``cache_prompt``).
+The kept entries are exactly those a cold run would compute wherever llama.cpp's results do not
+depend on the batch shape — on the CPU while ubatches stay below 64 tokens (its flash attention
+is tiled from there on) — and otherwise differ in the last bits (a near-tie may flip).
 
 A record is only trusted while nothing else has touched the cache: it stores the context's
 ``cache_version`` and is void once that changes (a direct ``Context.decode``, a

@@ -181,8 +181,12 @@ class Generator:
             template_kwargs: extra chat-template variables (e.g. ``{"enable_thinking": False}``).
             sampling, spec: whole configuration objects instead of the keywords above.
             reuse_prefix: keep the longest common prefix of the tokens both caches hold and the new
-                prompt (the drafter's injected features included) and prefill only the rest; the
-                output is the same as from empty caches. False clears both caches first.
+                prompt (the drafter's injected features included) and prefill only the rest. The
+                output is that of a run from empty caches up to near-ties: a kept prefix was computed
+                by the last call's verify steps, a cold prompt by large batches, and llama.cpp may use
+                other kernels for those (on the CPU, flash attention is tiled from 64 tokens per
+                ubatch; on GPUs, matmuls by batch size) — as with any prompt cache. False clears both
+                caches first.
 
         Returns:
             :class:`GenerationResult`, or a :class:`TextStream` when ``stream=True``.
@@ -260,9 +264,10 @@ class Generator:
         is a sequence of the target context (a KV stream of its own), the drafter drafts for all of
         them in one call, and one target decode verifies every draft (``speculative/batch_loop.py``).
 
-        At T = 0 each sequence gets the tokens it gets alone (on the CPU backend exactly; on GPUs
-        up to near-ties, as for speculative vs. plain decoding). The caches are not kept for prefix
-        reuse afterwards.
+        At T = 0 each sequence gets the tokens it gets alone (on the CPU backend exactly while
+        ubatches stay below 64 tokens; otherwise, and on GPUs, up to near-ties, as for speculative
+        vs. plain decoding: ``speculative/batch_loop.py`` says why). The caches are not kept for
+        prefix reuse afterwards.
 
         Args:
             prompts / messages / prompt_tokens: a list of prompt strings, of chats, or of token-id

@@ -6,7 +6,7 @@ import pytest
 import pyllama_spec as ps
 from pyllama_spec.speculative.drafters.batch import DraftRequest, SeqRows
 
-from .conftest import assert_same_tokens
+from .conftest import EXACT, assert_same_tokens
 
 PROMPTS = ["hello there, how are you", "def add(a, b):\n    return", "Once upon a time " * 6, "x"]
 
@@ -36,8 +36,10 @@ def test_each_sequence_equals_its_single_run(bgen, alone, drafter):
     for p, r in zip(PROMPTS, res.results):
         ref = alone[drafter, p]
         assert_same_tokens(r.tokens, ref.tokens)
-        assert r.text == ref.text and r.finish_reason == ref.finish_reason
-        assert r.prompt_tokens == ref.prompt_tokens and r.n_committed == ref.n_committed
+        assert r.prompt_tokens == ref.prompt_tokens
+        if not EXACT:  # GPUs: near-ties may flip between batch shapes (conftest)
+            continue
+        assert r.text == ref.text and r.finish_reason == ref.finish_reason and r.n_committed == ref.n_committed
         if drafter == "ngram":  # a drafter of the history alone drafts exactly what it drafts alone
             assert r.stats.acceptance_lengths == ref.stats.acceptance_lengths
             assert r.stats.n_drafted == ref.stats.n_drafted
@@ -78,7 +80,9 @@ def test_dflash_drafts_the_same_blocks_as_alone(bgen, monkeypatch):
         monkeypatch.setattr(DFlashDrafter, "propose", spy_one)
         ref = bgen.generate(p, drafter="dflash", n_max=5, max_tokens=20, reuse_prefix=False)
         monkeypatch.setattr(DFlashDrafter, "propose", orig_one)
-        assert r.tokens == ref.tokens
+        assert_same_tokens(r.tokens, ref.tokens)
+        if not EXACT:
+            continue
         assert len(batched[i]) == len(alone) == r.stats.n_steps - (r.stats.drafted_at[0] < r.stats.n_steps)
         assert [len(x) for x in batched[i]] == [len(y) for y in alone]
         # a full block is the same decode alone and in the batch; a shorter one near the end (less
@@ -95,11 +99,13 @@ def test_per_sequence_n_max_and_finish(bgen, alone):
     assert [r.finish_reason for r in res.results] == ["length"] * 3
     assert [len(r.tokens) for r in res.results] == [7, 20, 28]
     for i, r in enumerate(res.results):
-        assert r.tokens == alone["ngram", PROMPTS[i]].tokens[:len(r.tokens)]
+        assert_same_tokens(r.tokens, alone["ngram", PROMPTS[i]].tokens[:len(r.tokens)])
         assert max(r.stats.acceptance_lengths) <= r.n_max
 
 
 def test_stop_string_ends_one_sequence(bgen, alone):
+    if not EXACT:
+        pytest.skip("compares texts of different batch shapes (exact on the CPU only)")
     full = alone[None, PROMPTS[0]]
     stop = full.text[6:9]
     res = bgen.generate_batch(PROMPTS[:2], drafter="dflash", max_tokens=20, stop=stop)
@@ -121,8 +127,10 @@ def test_stream(bgen, alone):
             finished[piece.index] = piece.finish_reason
     assert stream.result is not None and len(finished) == 4
     for i, p in enumerate(PROMPTS):
-        assert texts[i] == stream.result.results[i].text == alone["dflash", p].text
-        assert finished[i] == alone["dflash", p].finish_reason
+        assert texts[i] == stream.result.results[i].text
+        assert_same_tokens(stream.result.results[i].tokens, alone["dflash", p].tokens)
+        if EXACT:
+            assert texts[i] == alone["dflash", p].text and finished[i] == alone["dflash", p].finish_reason
 
 
 def test_sampling_is_reproducible_per_sequence(bgen):
@@ -139,7 +147,8 @@ def test_sampling_is_reproducible_per_sequence(bgen):
 def test_generate_after_a_batch(bgen, alone):
     bgen.generate_batch(PROMPTS[:2], drafter="dflash", max_tokens=8)
     r = bgen.generate(PROMPTS[2], drafter="dflash", n_max=5, max_tokens=28)
-    assert r.n_reused == 0 and r.tokens == alone["dflash", PROMPTS[2]].tokens
+    assert r.n_reused == 0
+    assert_same_tokens(r.tokens, alone["dflash", PROMPTS[2]].tokens)
 
 
 def test_batch_arguments(bgen, tiny):

@@ -6,6 +6,8 @@ import pytest
 import pyllama_spec as ps
 from pyllama_spec.cache_reuse import ConversationState, common_prefix
 
+from .conftest import EXACT, assert_same_tokens
+
 TURNS = ["hello there", "tell me more about the cat", "and the dog?", "why is that so", "say it again", "bye now"]
 
 
@@ -81,9 +83,11 @@ def test_six_turn_chat_equals_cold_runs(pair, drafter):
         kw = dict(messages=list(msgs), drafter=drafter, n_max=5, max_tokens=12)
         w, wspy = run(warm, **kw)
         c, cspy = run(cold, reuse_prefix=False, **kw)
-        assert w.tokens == c.tokens and w.finish_reason == c.finish_reason
-        assert w.stats.acceptance_lengths == c.stats.acceptance_lengths
-        assert wspy.drafts == cspy.drafts  # the drafter proposes what it would from empty caches
+        assert_same_tokens(w.tokens, c.tokens)
+        if EXACT:  # (on GPUs a kept prefix may differ from a cold one in the last bits: conftest)
+            assert w.finish_reason == c.finish_reason
+            assert w.stats.acceptance_lengths == c.stats.acceptance_lengths
+            assert wspy.drafts == cspy.drafts  # the drafter proposes what it would from empty caches
         n_prompt = len(w.prompt_tokens)
         expected = common_prefix(cached_after(prev), w.prompt_tokens[:-1])
         assert w.n_reused == expected and c.n_reused == 0
@@ -113,8 +117,8 @@ def test_edited_history_and_switching_drafters(pair):
         kw = dict(messages=msgs, drafter=drafter, n_max=4, max_tokens=10)
         w, wspy = run(warm, **kw)
         c, cspy = run(cold, reuse_prefix=False, **kw)
-        assert w.tokens == c.tokens
-        assert wspy.drafts == cspy.drafts
+        assert_same_tokens(w.tokens, c.tokens)
+        assert wspy.drafts == cspy.drafts or not EXACT
         assert wspy.prefilled() == len(w.prompt_tokens) - 1 - w.n_reused
 
 
@@ -132,7 +136,8 @@ def test_dflash_keeps_only_what_it_holds(pair):
     w, wspy = run(warm, prompt=p3, drafter="dflash", n_max=5, max_tokens=10)
     c, cspy = run(cold, prompt=p3, drafter="dflash", n_max=5, max_tokens=10, reuse_prefix=False)
     assert w.n_reused == held_by_dflash
-    assert w.tokens == c.tokens and wspy.drafts == cspy.drafts
+    assert_same_tokens(w.tokens, c.tokens)
+    assert wspy.drafts == cspy.drafts or not EXACT
 
 
 def test_direct_use_of_the_context_voids_the_record(pair):
@@ -142,8 +147,8 @@ def test_direct_use_of_the_context_voids_the_record(pair):
     warm.ctx.decode(warm.tokenize_prompt("something else entirely"))
     r = warm.generate("a fresh start and more", drafter="dflash", max_tokens=8)
     assert r.n_reused == 0
-    assert r.tokens == cold.generate("a fresh start and more", drafter="dflash", max_tokens=8,
-                                     reuse_prefix=False).tokens
+    assert_same_tokens(r.tokens, cold.generate("a fresh start and more", drafter="dflash", max_tokens=8,
+                                               reuse_prefix=False).tokens)
 
 
 def test_cut_stream_and_stop_string_leave_a_known_cache(pair):
@@ -155,7 +160,7 @@ def test_cut_stream_and_stop_string_leave_a_known_cache(pair):
     follow = prompt + ref.text[:6]
     r = warm.generate(follow, drafter="dflash", max_tokens=10)
     assert r.n_reused > len(warm.tokenize_prompt(prompt)) - 2
-    assert r.tokens == cold.generate(follow, drafter="dflash", max_tokens=10, reuse_prefix=False).tokens
+    assert_same_tokens(r.tokens, cold.generate(follow, drafter="dflash", max_tokens=10, reuse_prefix=False).tokens)
     with pytest.raises(ps.PyllamaSpecError, match="cut off"):
         list(stream)
     stop = ref.text[8:11]
@@ -163,7 +168,8 @@ def test_cut_stream_and_stop_string_leave_a_known_cache(pair):
     assert s.finish_reason == "stop"
     r2 = warm.generate(prompt + s.text, drafter="dflash", max_tokens=10)
     assert r2.n_reused >= len(warm.tokenize_prompt(prompt)) - 1
-    assert r2.tokens == cold.generate(prompt + s.text, drafter="dflash", max_tokens=10, reuse_prefix=False).tokens
+    assert_same_tokens(r2.tokens, cold.generate(prompt + s.text, drafter="dflash", max_tokens=10,
+                                                reuse_prefix=False).tokens)
 
 
 def test_save_and_load_a_conversation(pair, tmp_path, tiny):
@@ -207,3 +213,36 @@ def test_common_prefix():
     assert common_prefix([1, 2, 3], [1, 2, 3, 4]) == 3
     assert common_prefix([1, 2, 3], [1, 5, 3]) == 1
     assert common_prefix(np.arange(5), list(range(5))) == 5
+
+
+@pytest.mark.smollm2
+def test_real_chat_with_the_trained_drafter(smollm2):
+    """SmolLM2 with its trained DFlash drafter (τ > 2): on turn N the warm drafter accepts exactly
+    what a cold one does, step by step. Every ubatch below 64 tokens: llama.cpp's CPU flash
+    attention is tiled from 64 query rows on, so a prefix computed by verify steps and one
+    computed by a large prefill differ in the last bits (the same near-tie caveat as on GPUs)."""
+    from pyllama_spec.assets import smollm2_dflash_path
+
+    def make():
+        return ps.Generator(smollm2, drafters={"dflash": smollm2_dflash_path()}, n_ctx=1024, n_batch=256,
+                            n_ubatch=32)
+    warm, cold = make(), make()
+    try:
+        msgs, prev = [], None
+        accepted = 0
+        for q in ("Write a Python function that adds two numbers.", "Now add type hints.", "Now a docstring."):
+            msgs.append({"role": "user", "content": q})
+            w = warm.generate(messages=msgs, drafter="dflash", max_tokens=16)
+            c = cold.generate(messages=msgs, drafter="dflash", max_tokens=16, reuse_prefix=False)
+            assert_same_tokens(w.tokens, c.tokens)
+            assert w.stats.acceptance_lengths == c.stats.acceptance_lengths or not EXACT
+            accepted += w.stats.n_accepted
+            if prev is not None:
+                assert w.n_reused >= len(prev.prompt_tokens)  # the whole previous prompt is kept
+                assert w.n_prefill == len(w.prompt_tokens) - 1 - w.n_reused < 40
+            msgs.append({"role": "assistant", "content": w.text})
+            prev = w
+        assert accepted > 10  # a drafter that drafts: the comparison above means something
+    finally:
+        warm.close()
+        cold.close()

@@ -17,7 +17,9 @@ stopped from outside (:meth:`BatchLoop.cancel`, for stop strings).
 
 Same tokens as one sequence alone: llama.cpp computes each stream's attention on its own, and on
 the CPU backend a row's result does not depend on the other rows of the batch, so at T = 0 each
-sequence gives exactly the tokens of its single run. On GPUs kernels chosen by batch size make
+sequence gives exactly the tokens of its single run — as long as no ubatch holds 64 tokens or more
+of one sequence (from there the CPU's flash attention is tiled and sums in another order; packing
+prompts together changes where their prefill is cut). On GPUs kernels chosen by batch size make
 near-ties differ, as between speculative and plain decoding.
 
 Batch shape: with one stream per sequence llama.cpp splits a multi-sequence batch into ubatches
