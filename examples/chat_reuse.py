@@ -40,12 +40,13 @@ def main() -> None:
     drafters = {"dflash": a.drafter or str(smollm2_dflash_path())}
     gen = ps.Generator(target, drafters=drafters, n_ctx=4096, n_ubatch=a.n_ubatch, n_gpu_layers=a.n_gpu_layers)
     msgs: list = []
+    state = None
     total = {"prompt": 0, "reused": 0, "warm_s": 0.0, "cold_s": 0.0}
     print(f"{'turn':>4}{'prompt':>8}{'kept':>7}{'prefilled':>11}{'prefill ms':>12}{'cold ms':>9}  same answer")
     for i, q in enumerate(QUESTIONS, 1):
         msgs.append({"role": "user", "content": q})
         cold = gen.generate(messages=msgs, drafter="dflash", max_tokens=a.max_tokens, reuse_prefix=False)
-        if i > 1:  # the cold run replaced the caches: put the conversation back
+        if state is not None:  # the cold run replaced the caches: put the conversation back
             gen.load_state(state)
         warm = gen.generate(messages=msgs, drafter="dflash", max_tokens=a.max_tokens)
         state = gen.save_state()
