@@ -8,7 +8,8 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from .cache_reuse import CacheLedger, ConversationState
+from .batching import generate_batch as _generate_batch
+from .cache_reuse import CacheLedger, ConversationState, restore, snapshot
 from . import backend
 from .chat import render_chat
 from .context import Context
@@ -48,8 +49,9 @@ class Generator:
         rpc_servers: ``["host:port", …]``: llama.cpp RPC servers whose devices take part of the
             target (:mod:`pyllama_spec.rpc`); they come first in the device list, as in llama.cpp.
         drafter_device: the device of model drafters given as paths (``"CUDA1"``, ``"CPU"``), or
-            ``{name: device}`` per drafter; default: the local GPUs. A ``(kind, kwargs)`` spec
-            takes ``device=`` in its kwargs.
+            ``{name: device}`` per drafter; default: the device that holds the target's output head
+            (a DFlash drafter computes its logits with it). A ``(kind, kwargs)`` spec takes
+            ``device=`` in its kwargs.
         repack: llama.cpp's CPU weight repacking (off by default: it crashes on AMX CPUs).
 
     Raises:
@@ -288,8 +290,6 @@ class Generator:
                 that cannot draft for several sequences (UnsupportedError).
             PromptTooLongError: a prompt does not fit in n_ctx.
         """
-        from .batching import generate_batch
-
         if sampling is None:
             sampling = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed)
         elif (temperature, top_k, top_p, min_p, seed) != (0.0, 0, 1.0, 0.0, None):
@@ -300,9 +300,9 @@ class Generator:
         elif (drafter, verify, sync_stages) != (None, "match", True):
             raise InvalidArgumentError("pass either spec=SpecConfig(...) or the drafter/verify/sync_stages keywords, "
                                        "not both")
-        return generate_batch(self, prompts=prompts, messages=messages, prompt_tokens=prompt_tokens,
-                              max_tokens=max_tokens, n_max=n_max, stop=stop, stream=stream,
-                              template_kwargs=template_kwargs, sampling=sampling, spec=spec)
+        return _generate_batch(self, prompts=prompts, messages=messages, prompt_tokens=prompt_tokens,
+                               max_tokens=max_tokens, n_max=n_max, stop=stop, stream=stream,
+                               template_kwargs=template_kwargs, sampling=sampling, spec=spec)
 
     def _resolve(self, spec: SpecConfig) -> tuple[Drafter | None, SpecConfig]:
         """The drafter named by ``spec`` and ``spec`` with ``n_max`` resolved (default, clamps).
@@ -336,8 +336,6 @@ class Generator:
             InvalidArgumentError: the caches hold nothing known (no generation yet, or something
                 else used the contexts since).
         """
-        from .cache_reuse import snapshot
-
         return snapshot(self)
 
     def load_state(self, state: ConversationState) -> None:
@@ -347,8 +345,6 @@ class Generator:
             InvalidArgumentError: a state of another model or context size.
             PyllamaSpecError: llama.cpp rejected the data (the caches are then empty).
         """
-        from .cache_reuse import restore
-
         restore(self, state)
 
     def memory_report(self) -> dict:

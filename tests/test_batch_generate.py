@@ -146,6 +146,10 @@ def test_sampling_is_reproducible_per_sequence(bgen):
 
 def test_generate_after_a_batch(bgen, alone):
     bgen.generate_batch(PROMPTS[:2], drafter="dflash", max_tokens=8)
+    # the batch left a drafting chain on each sequence of the drafter: sampling with q needs none
+    assert len(bgen.generate(PROMPTS[0], drafter="dflash", max_tokens=8, temperature=0.8, seed=1,
+                             verify="rejection").tokens) == 8
+    bgen.generate_batch(PROMPTS[:3], drafter="dflash", max_tokens=8)
     r = bgen.generate(PROMPTS[2], drafter="dflash", n_max=5, max_tokens=28)
     assert r.n_reused == 0
     assert_same_tokens(r.tokens, alone["dflash", PROMPTS[2]].tokens)

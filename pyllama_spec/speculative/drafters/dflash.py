@@ -192,16 +192,17 @@ class DFlashDrafter(Drafter):
         # the argmax of each block row is drawn in the decode graph (llama.cpp's backend sampling:
         # no logits copied); sampling from q needs q itself, so then the logits come back
         if sp.greedy and self.backend_sampling:
-            if not self.ctx.samplers:
+            if 0 not in self.ctx.samplers:
                 self.ctx.set_sampler(SamplerChain())  # a fresh chain: llama.cpp sets each up once
         else:
-            self.ctx.set_sampler(None)
+            for seq in list(self.ctx.samplers):  # (a batched draft may have left chains on other sequences)
+                self.ctx.set_sampler(None, seq)
         block = np.full(n_max + 1, self.mask_token, dtype=np.int32)
         block[0] = last_token
         with timer("draft", self.ctx):
             self.ctx.decode(block, np.arange(n_past, n_past + n_max + 1, dtype=np.int32), logits="all")
         with timer("draft_sample"):
-            if self.ctx.samplers:
+            if 0 in self.ctx.samplers:
                 draft = Draft(tokens=self.ctx.sampled_tokens()[1:])
             elif sp.greedy:
                 draft = Draft(tokens=[int(t) for t in np.argmax(self.ctx.logits()[1:], axis=1)])
@@ -244,5 +245,3 @@ class DFlashDrafter(Drafter):
     def close(self) -> None:
         self.ctx.close()
         self.model.close()
-
-
