@@ -8,9 +8,9 @@ from collections.abc import Iterator
 
 import numpy as np
 
+from . import backend
 from .batching import generate_batch as _generate_batch
 from .cache_reuse import CacheLedger, ConversationState, restore, snapshot
-from . import backend
 from .chat import render_chat
 from .context import Context
 from .errors import InvalidArgumentError, PromptTooLongError, PyllamaSpecError, UnsupportedError
