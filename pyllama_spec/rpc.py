@@ -23,6 +23,8 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import shutil
+import signal
 import socket
 import struct
 import subprocess
@@ -180,6 +182,7 @@ def local_server(port: int | None = None, *, host: str = "127.0.0.1", threads: i
 
     Raises:
         UnsupportedError: the server program is not built.
+        RuntimeError: it exits before listening (its stderr is in the message).
         TimeoutError: it does not listen within ``start_timeout`` seconds.
     """
     prog = server_program()
@@ -187,13 +190,10 @@ def local_server(port: int | None = None, *, host: str = "127.0.0.1", threads: i
     cmd = [str(prog), "-H", host, "-p", str(port), "-t", str(threads)]
     if devices:
         cmd += ["-d", ",".join(devices)]
-    try:
-        import shutil
-        if shutil.which("timeout"):
-            cmd = ["timeout", "-s", "KILL", str(int(lifetime)), *cmd]
-    except Exception:  # pragma: no cover
-        pass
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=dict(os.environ))
+    if shutil.which("timeout"):  # coreutils: the server ends by itself after `lifetime` seconds
+        cmd = ["timeout", "-s", "KILL", str(int(lifetime)), *cmd]
+    # its own process group: the exit below ends `timeout` and the server together
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
     endpoint = f"{host}:{port}"
     try:
         deadline = time.monotonic() + start_timeout
@@ -206,7 +206,8 @@ def local_server(port: int | None = None, *, host: str = "127.0.0.1", threads: i
             time.sleep(0.05)
         yield endpoint
     finally:
-        proc.kill()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=30)
         if proc.stderr:
             proc.stderr.close()

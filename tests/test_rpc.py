@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -55,6 +56,18 @@ def test_endpoints_are_checked_before_llama_cpp_sees_them():
         rpc.probe(f"127.0.0.1:{srv.getsockname()[1]}", timeout=5)
     t.join(5)
     srv.close()
+
+
+def test_local_server_leaves_nothing_running():
+    # `timeout` runs the server as its child: ending only `timeout` would leave the server listening
+    # until its lifetime ran out (its own process group, killed as a whole, is what ends both)
+    _server_or_skip()
+    with rpc.local_server(threads=1, devices=["CPU"], lifetime=120) as ep:
+        assert rpc.probe(ep)[0] == rpc.PROTO_MAJOR
+    deadline = time.monotonic() + 10
+    while rpc.reachable(ep, 0.2) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not rpc.reachable(ep, 0.2)
 
 
 CHILD = r"""
