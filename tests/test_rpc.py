@@ -112,7 +112,7 @@ def test_target_layers_served_over_loopback(tiny, tiny_gen):
     root = str(Path(ps.__file__).resolve().parents[1])
     env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
     r = subprocess.run([sys.executable, "-c", CHILD, str(tiny["target"]), str(tiny["dflash"]), PROMPT],
-                       capture_output=True, text=True, timeout=300, env=env)
+                       check=False, capture_output=True, text=True, timeout=300, env=env)
     assert r.returncode == 0, r.stderr[-3000:]
     out = json.loads(next(line for line in r.stdout.splitlines() if line.startswith("RESULT "))[7:])
     assert out["devices"] == ["RPC0"] and out["listed"] == ["RPC0"] and out["head"] == "RPC0"
