@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import codecs
 import time
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -17,6 +18,11 @@ from .speculative.report import GenerationResult
 from .speculative.sampling import SamplingParams
 from .speculative.stats import SpecStats
 from .speculative.timing import StageTimer
+
+if TYPE_CHECKING:
+    from .generator import Generator as GeneratorT
+    from .speculative.batch_loop import StepOutput
+    from .vocab import Vocab
 
 
 @dataclass
@@ -93,7 +99,7 @@ class _SeqText:
     """Text of one sequence, fed step by step: drops the end-of-generation token, holds back what
     could be the start of a stop string, cuts at a stop string (and the tokens with it)."""
 
-    def __init__(self, vocab, stops: list[str]):
+    def __init__(self, vocab: Vocab, stops: list[str]):
         self.vocab, self.stops = vocab, stops
         self.dec = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self.tokens: list = []
@@ -133,7 +139,7 @@ class _SeqText:
         return piece
 
 
-def _tokens_covering(vocab, tokens: list, n_chars: int) -> list:
+def _tokens_covering(vocab: Vocab, tokens: list, n_chars: int) -> list:
     """The shortest prefix of ``tokens`` whose text reaches ``n_chars`` characters."""
     if n_chars == 0:
         return []
@@ -149,14 +155,14 @@ def _tokens_covering(vocab, tokens: list, n_chars: int) -> list:
 class BatchRun:
     """Drives a :class:`BatchLoop` and turns its steps into :class:`BatchPiece` s."""
 
-    def __init__(self, gen, loop: BatchLoop, prompts: list, stops: list[str], timer: StageTimer,
-                 stats: list[SpecStats], spec, n_max: list[int]):
+    def __init__(self, gen: GeneratorT, loop: BatchLoop, prompts: list, stops: list[str], timer: StageTimer,
+                 stats: list[SpecStats], spec: SpecConfig, n_max: list[int]):
         self.gen, self.loop, self.prompts, self.timer, self.stats = gen, loop, prompts, timer, stats
         self.spec, self.n_max = spec, n_max
         self.texts = [_SeqText(gen.model.vocab, stops) for _ in prompts]
         self.result: BatchResult | None = None
         self.invalid = False
-        self._steps = None
+        self._steps: Generator[list[tuple[int, StepOutput]], None, None] | None = None
 
     def invalidate(self) -> None:
         if self.result is None:
@@ -223,8 +229,10 @@ class BatchStream:
         return self._run.result
 
 
-def generate_batch(gen, *, prompts, messages, prompt_tokens, max_tokens, n_max, stop, stream, template_kwargs,
-                   sampling: SamplingParams, spec: SpecConfig):
+def generate_batch(gen: GeneratorT, *, prompts: list | None, messages: list | None, prompt_tokens: list | None,
+                   max_tokens: int | list[int], n_max: int | list[int] | None, stop: str | list[str] | None,
+                   stream: bool, template_kwargs: dict | None, sampling: SamplingParams,
+                   spec: SpecConfig) -> BatchResult | BatchStream:
     """The body of :meth:`Generator.generate_batch` (see there), with the configuration objects built."""
     given = [x for x in (prompts, messages, prompt_tokens) if x is not None]
     if len(given) != 1 or not isinstance(given[0], (list, tuple)) or not given[0]:
@@ -245,7 +253,7 @@ def generate_batch(gen, *, prompts, messages, prompt_tokens, max_tokens, n_max, 
             raise InvalidArgumentError(f"max_tokens must be an int ≥ 1 (or one per prompt), got {m!r}")
     resolved = [gen._resolve(spec.replace(n_max=m)) for m in per_seq_nmax]
     d, spec = resolved[0][0], resolved[0][1]
-    nmaxes = [r[1].n_max for r in resolved]
+    nmaxes = [int(r[1].n_max or 0) for r in resolved]  # resolved: always an int
     stops = [stop] if isinstance(stop, str) else list(stop or [])
     if any(not isinstance(s_, str) or not s_ for s_ in stops):
         raise InvalidArgumentError(f"stop must be a non-empty string or a list of them, got {stop!r}")
@@ -264,6 +272,7 @@ def generate_batch(gen, *, prompts, messages, prompt_tokens, max_tokens, n_max, 
         elif prompts is not None:
             toks = [gen.tokenize_prompt(p, None, template_kwargs) for p in prompts]
         else:
+            assert messages is not None  # exactly one of the three was given (checked above)
             toks = [gen.tokenize_prompt(None, m, template_kwargs) for m in messages]
     for i, p in enumerate(toks):
         if not p:
@@ -286,6 +295,7 @@ def generate_batch(gen, *, prompts, messages, prompt_tokens, max_tokens, n_max, 
         return BatchStream(run)
     for _ in run.pieces():
         pass
+    assert run.result is not None  # set when the pieces run out
     return run.result
 
 

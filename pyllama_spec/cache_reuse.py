@@ -23,15 +23,21 @@ from __future__ import annotations
 import io
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Generator, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from .errors import InvalidArgumentError
 
+if TYPE_CHECKING:
+    from .context import Context
+    from .generator import Generator as GeneratorT
+    from .speculative.drafters import Drafter
 
-def common_prefix(a, b) -> int:
+
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     """Length of the longest common prefix of two token sequences."""
     n = min(len(a), len(b))
     if n == 0:
@@ -57,7 +63,7 @@ class CacheLedger:
         """Whether the cache is known to hold exactly :attr:`tokens`."""
         return self._version == self.ctx.cache_version
 
-    def record(self, tokens) -> None:
+    def record(self, tokens: Iterable[int]) -> None:
         """The cache holds exactly ``tokens`` at positions ``[0, len(tokens))`` now."""
         self.tokens = [int(t) for t in tokens]
         self._version = self.ctx.cache_version
@@ -65,7 +71,7 @@ class CacheLedger:
     def forget(self) -> None:
         self._version = -1
 
-    def plan(self, prompt: list[int], drafter) -> int:
+    def plan(self, prompt: list[int], drafter: Drafter | None) -> int:
         """How many leading positions of ``prompt`` both caches can keep (``n_keep``): at most
         ``len(prompt) - 1`` (the last prompt token is decoded by the first verify step), at most
         what the target holds, and at most ``drafter.cached_prefix`` (None: plain decoding)."""
@@ -75,7 +81,7 @@ class CacheLedger:
             n = min(n, int(drafter.cached_prefix(held)))
         return n
 
-    def track(self, steps: Iterator, prompt: list[int]) -> Iterator:
+    def track(self, steps: Generator, prompt: list[int]) -> Iterator:
         """Pass the loop's steps through, keeping the record: while the caller holds a step the
         cache holds the prompt and every committed token but the newest (the loop's invariant;
         after an EOS the EOS is the newest and is not cached); while the loop runs it is unknown."""
@@ -112,7 +118,7 @@ class ConversationState:
         """Size of the serialized caches in bytes."""
         return len(self.target) + sum(len(d.get("data", b"")) for d in self.drafters.values())
 
-    def save(self, path) -> None:
+    def save(self, path: str | os.PathLike) -> None:
         """Write the state to ``path`` (an ``.npz`` archive: no pickle, safe to load)."""
         arrays = {"meta": np.frombuffer(json.dumps({
             "tokens": self.tokens, "model": self.model,
@@ -122,11 +128,11 @@ class ConversationState:
             arrays[f"drafter.{name}"] = np.frombuffer(d["data"], dtype=np.uint8)
         with open(os.fspath(path), "wb") as f:
             buf = io.BytesIO()
-            np.savez(buf, **arrays)
+            np.savez(buf, **arrays)  # type: ignore[arg-type]  # numpy's stub checks **arrays against allow_pickle
             f.write(buf.getvalue())
 
     @classmethod
-    def load(cls, path) -> ConversationState:
+    def load(cls, path: str | os.PathLike) -> ConversationState:
         """Read a state written by :meth:`save`.
 
         Raises:
@@ -143,14 +149,14 @@ class ConversationState:
             raise InvalidArgumentError(f"{os.fspath(path)!r} is not a saved conversation state: {exc}") from exc
 
 
-def fingerprint(ctx) -> dict:
+def fingerprint(ctx: Context) -> dict:
     """What a saved state must match to be restored into ``ctx``: model and cache layout."""
     m = ctx.model
     return {"desc": m.description, "n_params": m.n_params, "n_layer": m.n_layer, "n_embd": m.n_embd,
             "n_vocab": m.n_vocab, "n_ctx_seq": ctx.n_ctx_seq}
 
 
-def snapshot(gen) -> ConversationState:
+def snapshot(gen: GeneratorT) -> ConversationState:
     """:meth:`Generator.save_state` (see there)."""
     if gen._active is not None and gen._active.result is None and not gen._active.invalid:
         raise InvalidArgumentError("a stream of this Generator is still running: consume or close it before "
@@ -167,7 +173,7 @@ def snapshot(gen) -> ConversationState:
                              drafters=drafters, model=fingerprint(gen.ctx))
 
 
-def restore(gen, state: ConversationState) -> None:
+def restore(gen: GeneratorT, state: ConversationState) -> None:
     """:meth:`Generator.load_state` (see there)."""
     if not isinstance(state, ConversationState):
         raise InvalidArgumentError(f"state must be a ConversationState, got {type(state).__name__}")

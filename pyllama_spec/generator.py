@@ -9,6 +9,7 @@ from collections.abc import Iterator
 import numpy as np
 
 from . import backend
+from .batching import BatchRun
 from .batching import generate_batch as _generate_batch
 from .cache_reuse import CacheLedger, ConversationState, restore, snapshot
 from .chat import render_chat
@@ -90,7 +91,7 @@ class Generator:
                            n_seq_max=n_parallel, flash_attn=flash_attn, type_k=type_k, type_v=type_v,
                            n_threads=n_threads, n_outputs_max_per_seq=min(VERIFY_ROWS_BACKEND, n_batch))
         self.drafters: dict[str, Drafter] = {}
-        self._active: _Run | None = None
+        self._active: _Run | BatchRun | None = None
         self._ledger = CacheLedger(self.ctx)  # what sequence 0 of the target holds (prefix reuse)
         self._drafter_opts = {"n_gpu_layers": n_gpu_layers, "repack": repack}
         self._drafter_device = drafter_device

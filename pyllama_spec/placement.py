@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 from . import backend
 from ._ffi import ffi, lib
@@ -118,7 +119,7 @@ class Placement:
                                    f"({', '.join(names) or 'CPU only'}): use split_mode='layer'")
         return ([d["handle"] for d in chosen] if explicit else None), names
 
-    def apply(self, params) -> tuple:
+    def apply(self, params: Any) -> tuple:
         """Fill ``llama_model_params`` with this placement; returns the C arrays that must stay
         alive until the model is loaded.
 

@@ -31,6 +31,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 
 from . import backend
 from ._ffi import lib
@@ -168,8 +169,9 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 @contextlib.contextmanager
-def local_server(port: int | None = None, *, host: str = "127.0.0.1", threads: int = 1, devices=None,
-                 lifetime: float = 600.0, start_timeout: float = 30.0):
+def local_server(port: int | None = None, *, host: str = "127.0.0.1", threads: int = 1,
+                 devices: list[str] | None = None, lifetime: float = 600.0,
+                 start_timeout: float = 30.0) -> Iterator[str]:
     """Run a ``ggml-rpc-server`` on this machine for the duration of a ``with`` block; yields its
     endpoint ``"host:port"``. It is killed on exit, and also ends by itself after ``lifetime``
     seconds (``timeout``), so a crashed caller leaves nothing running.
@@ -213,7 +215,7 @@ def local_server(port: int | None = None, *, host: str = "127.0.0.1", threads: i
             proc.stderr.close()
 
 
-def main(argv=None) -> int:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m pyllama_spec.rpc",
                                  description="llama.cpp's RPC server: lend this machine's CPU/GPUs to a model "
                                              "loaded elsewhere (no authentication: trusted networks only)")

@@ -28,7 +28,7 @@ number cost extra ubatches (graph evaluations) in that step.
 """
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Generator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -110,7 +110,7 @@ class BatchLoop:
         self._cancelled.add(seq)
 
     # ------------------------------------------------------------------------------------------
-    def run(self) -> Iterator[list[tuple[int, StepOutput]]]:
+    def run(self) -> Generator[list[tuple[int, StepOutput]], None, None]:
         """Yield, per step, ``[(seq, StepOutput)]`` for every sequence that committed tokens (the
         last output of a sequence carries its finish reason)."""
         target, drafter = self.target, self.drafter
@@ -143,7 +143,10 @@ class BatchLoop:
         timer.mark("prefill_start")
         todo = [[i, 0, len(s.spec.prompt) - 1] for i, s in enumerate(self.seqs)]  # seq, next pos, end
         while any(p < e for _, p, e in todo):
-            toks, pos, seq, rows = [], [], [], []
+            toks: list[int] = []
+            pos: list[int] = []
+            seq: list[int] = []
+            rows: list[SeqRows] = []
             for t in todo:
                 i, p, e = t
                 take = min(e - p, target.n_batch - len(toks))
@@ -182,19 +185,22 @@ class BatchLoop:
             s = self.seqs[i]
             room = min(n_ctx - s.n_past - 1, s.spec.max_tokens - s.n_out - 1)
             want[i] = max(0, min(s.spec.n_max, room, cap))
-        drafts = {i: [] for i in running}
-        probs = {i: None for i in running}
+        drafts: dict[int, list[int]] = {i: [] for i in running}
+        probs: dict[int, np.ndarray | None] = {i: None for i in running}
         reqs = [DraftRequest(i, self.seqs[i].last, self.seqs[i].n_past, want[i], self.seqs[i].spec.rng)
                 for i in running if want[i] > 0]
         if drafter is not None and reqs:
             dsp = sp if self.verify == "rejection" else SamplingParams()
-            for q, d in zip(reqs, drafter.propose(reqs, dsp, timer)):
-                if len(d.tokens) > q.n_max:
-                    raise PyllamaSpecError(f"the batch drafter proposed {len(d.tokens)} tokens for sequence {q.seq}, "
+            for q, dr in zip(reqs, drafter.propose(reqs, dsp, timer)):
+                if len(dr.tokens) > q.n_max:
+                    raise PyllamaSpecError(f"the batch drafter proposed {len(dr.tokens)} tokens for sequence {q.seq}, "
                                            f"more than the {q.n_max} asked for: fix its propose()")
-                drafts[q.seq], probs[q.seq] = [int(t) for t in d.tokens], d.probs
+                drafts[q.seq], probs[q.seq] = [int(t) for t in dr.tokens], dr.probs
 
-        toks, pos, seq, rows = [], [], [], []
+        toks: list[int] = []
+        pos: list[int] = []
+        seq: list[int] = []
+        rows: list[SeqRows] = []
         for i in running:
             s = self.seqs[i]
             block = [s.last] + drafts[i]
@@ -208,7 +214,7 @@ class BatchLoop:
         committed = {}
         with timer("accept"):
             sampled = target.sampled_tokens() if target.samplers else None
-            logits = None if sampled is not None else target.logits()
+            logits = np.empty((0, 0), np.float32) if sampled is not None else target.logits()
             for r in rows:
                 s, d = self.seqs[r.seq], drafts[r.seq]
                 sl = slice(r.start, r.start + len(r.tokens))

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..sampling import SamplingParams
+from ..timing import StageTimer
 from . import Draft, Drafter
 
 
@@ -71,7 +72,7 @@ class BatchDrafter(ABC):
         n_max_limit: the longest draft block it can make.
     """
 
-    def __init__(self, n_seq: int, target_layer_ids=(), n_max_limit: int = 16):
+    def __init__(self, n_seq: int, target_layer_ids: tuple[int, ...] | list[int] = (), n_max_limit: int = 16):
         self.n_seq = n_seq
         self.target_layer_ids = list(target_layer_ids)
         self.n_max_limit = n_max_limit
@@ -80,11 +81,11 @@ class BatchDrafter(ABC):
         """Sequence ``seq`` starts over ``prompt`` (the prompt without its last token); its cache
         stream is empty."""
 
-    def observe(self, rows: list[SeqRows], timer) -> None:
+    def observe(self, rows: list[SeqRows], timer: StageTimer) -> None:
         """The target decoded these rows (one entry per sequence present in the decode)."""
 
     @abstractmethod
-    def propose(self, requests: list[DraftRequest], sp: SamplingParams, timer) -> list[Draft]:
+    def propose(self, requests: list[DraftRequest], sp: SamplingParams, timer: StageTimer) -> list[Draft]:
         """One :class:`Draft` per request, in order, each at most ``request.n_max`` tokens."""
 
     def on_accept(self, seq: int, n_drafted: int, n_accepted: int) -> None:

@@ -8,6 +8,7 @@ import numpy as np
 from ...errors import InvalidArgumentError
 from ...sampler import SamplerChain
 from ..sampling import SamplingParams, densify, filtered_rows, sample_rows
+from ..timing import StageTimer
 from . import Draft
 from .batch import BatchDrafter, DraftRequest, SeqRows
 from .dflash import DFlashDrafter
@@ -39,7 +40,7 @@ class DFlashBatch(BatchDrafter):
         self.parent.ctx.memory.seq_rm(seq)  # the whole stream of this sequence
         self.parent._version = -1  # sequence 0's record of a single run no longer holds
 
-    def observe(self, rows: list[SeqRows], timer) -> None:
+    def observe(self, rows: list[SeqRows], timer: StageTimer) -> None:
         rows = [r for r in rows if r.n_commit > 0]
         if not rows:
             return
@@ -52,7 +53,7 @@ class DFlashBatch(BatchDrafter):
         with timer("inject", ctx):
             ctx.decode_embd(feats, pos, seq_id=seq)
 
-    def propose(self, requests: list[DraftRequest], sp: SamplingParams, timer) -> list[Draft]:
+    def propose(self, requests: list[DraftRequest], sp: SamplingParams, timer: StageTimer) -> list[Draft]:
         drafts = [Draft(tokens=[]) for _ in requests]
         live = [i for i, q in enumerate(requests) if min(q.n_max, self.n_max_limit) > 0]
         if not live:
@@ -77,7 +78,8 @@ class DFlashBatch(BatchDrafter):
             self._draft_group(requests, members, blen, sp, drafts, timer)
         return drafts
 
-    def _draft_group(self, requests, members, blen, sp, drafts, timer) -> None:
+    def _draft_group(self, requests: list[DraftRequest], members: list[int], blen: int, sp: SamplingParams,
+                     drafts: list[Draft], timer: StageTimer) -> None:
         ctx, mask = self.parent.ctx, self.parent.mask_token
         n = len(members) * blen
         toks = np.full(n, mask, dtype=np.int32)
@@ -92,7 +94,7 @@ class DFlashBatch(BatchDrafter):
             ctx.decode(toks, pos, seq_id=seq, logits="all")
         with timer("draft_sample"):
             sampled = ctx.sampled_tokens() if ctx.samplers else None
-            logits = None if sampled is not None else ctx.logits()
+            logits = np.empty((0, 0), np.float32) if sampled is not None else ctx.logits()
             for j, i in enumerate(members):
                 q = requests[i]
                 k = min(q.n_max, self.n_max_limit)
