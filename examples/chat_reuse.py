@@ -45,11 +45,12 @@ def main() -> None:
     print(f"{'turn':>4}{'prompt':>8}{'kept':>7}{'prefilled':>11}{'prefill ms':>12}{'cold ms':>9}  same answer")
     for i, q in enumerate(QUESTIONS, 1):
         msgs.append({"role": "user", "content": q})
-        cold = gen.generate(messages=msgs, drafter="dflash", max_tokens=a.max_tokens, reuse_prefix=False)
-        if state is not None:  # the cold run replaced the caches: put the conversation back
+        if state is not None:  # the last cold run replaced the caches: put the conversation back
             gen.load_state(state)
         warm = gen.generate(messages=msgs, drafter="dflash", max_tokens=a.max_tokens)
         state = gen.save_state()
+        # the same prompt from empty caches (after the warm run: turn 1's warm run starts empty too)
+        cold = gen.generate(messages=msgs, drafter="dflash", max_tokens=a.max_tokens, reuse_prefix=False)
         print(f"{i:>4}{warm.n_prompt:>8}{warm.n_reused:>7}{warm.n_prefill:>11}{1e3 * warm.prefill_seconds:>12.1f}"
               f"{1e3 * cold.prefill_seconds:>9.1f}  {warm.tokens == cold.tokens}")
         total["prompt"] += warm.n_prompt
