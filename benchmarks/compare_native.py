@@ -5,11 +5,14 @@ Prints, per configuration, the generation speed of each (tokens/s after prefill,
 --runs), their ratio, and whether the tokens are identical. Needs the package built with
 ``-C cmake.define.PYLLAMA_SPEC_NATIVE_TOOLS=ON``.
 
-    python benchmarks/compare_native.py [--target T.gguf --drafter D.gguf] [--n-max 1 4 7]
+    python benchmarks/compare_native.py [--target T.gguf --drafter D.gguf] [--kind KIND] [--n-max 1 4 7]
         [--max-tokens 128] [--runs 3] [-ngl 99] [--json out.json] [--prompts DATA.jsonl --n-prompts 20]
 
 Defaults: SmolLM2-135M-Instruct, a random DFlash drafter of its shape (block 8), and one chat
-prompt. ``--prompts`` takes the held-out prompts of a self-distillation file
+prompt. Any model drafter kind works: ``--kind`` is llama.cpp's ``--spec-type`` (default: the
+kind the drafter file is for: ``draft-simple``, ``draft-eagle3``, ``draft-mtp`` for a Gemma-4
+assistant, ``draft-dflash``, ``draft-dspark``); ``--kind draft-mtp`` without ``--drafter`` runs
+the target's own MTP layers. ``--prompts`` takes the held-out prompts of a self-distillation file
 (``pyllama_spec.train.data``) instead; tokens/s are then means over the prompts, τ and
 acceptance pooled over all verify steps.
 """
@@ -23,6 +26,7 @@ import statistics
 import time
 
 import pyllama_spec as ps
+from pyllama_spec.speculative.drafters import drafter_kind_of_file
 from pyllama_spec.speculative.stats import SpecStats
 from pyllama_spec.assets import random_dflash_for_smollm2, smollm2_path
 from pyllama_spec.native import run_completion, run_speculative_simple
@@ -34,6 +38,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--target")
     ap.add_argument("--drafter")
+    ap.add_argument("--kind", help="drafter kind, llama.cpp's --spec-type (default: from the drafter file)")
     ap.add_argument("--n-max", type=int, nargs="+", default=[1, 4, 7])
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--runs", type=int, default=3)
@@ -44,8 +49,11 @@ def main() -> None:
     ap.add_argument("--n-prompts", type=int, default=20)
     a = ap.parse_args()
     target = a.target or str(smollm2_path())
-    drafter = a.drafter or str(random_dflash_for_smollm2())
-    gen = ps.Generator(target, drafters={"dflash": drafter}, n_ctx=a.n_ctx, n_gpu_layers=a.n_gpu_layers)
+    own_mtp = a.kind == "draft-mtp" and not a.drafter  # the target's own MTP layers: no file
+    drafter = None if own_mtp else (a.drafter or str(random_dflash_for_smollm2()))
+    kind = a.kind or drafter_kind_of_file(drafter)
+    spec = (kind, {} if own_mtp else {"path": drafter, "n_gpu_layers": a.n_gpu_layers})
+    gen = ps.Generator(target, drafters={kind: spec}, n_ctx=a.n_ctx, n_gpu_layers=a.n_gpu_layers)
     vocab = gen.model.vocab
     if a.prompts:
         with (gzip.open(a.prompts, "rt") if a.prompts.endswith(".gz") else open(a.prompts)) as f:
@@ -76,9 +84,9 @@ def main() -> None:
                                          n_gpu_layers=a.n_gpu_layers)
                 else:
                     nat = run_speculative_simple(target, drafter, text, n_max=n_max, n_predict=a.max_tokens,
-                                                 n_ctx=a.n_ctx, n_gpu_layers=a.n_gpu_layers)
+                                                 n_ctx=a.n_ctx, n_gpu_layers=a.n_gpu_layers, spec_type=kind)
                 native.append(nat.decode_tokens_per_s)
-                name = None if n_max == 0 else "dflash"
+                name = None if n_max == 0 else kind
                 r = gen.generate(prompt_tokens=toks, drafter=name, n_max=n_max or None, max_tokens=a.max_tokens,
                                  sync_stages=False)
                 ours_free.append(r.tokens_per_s)
@@ -108,10 +116,10 @@ def main() -> None:
               f"{tau}   identical tokens: {n_same}/{len(prompts)} prompts", flush=True)
     plain = rows[0]
     for row in rows[1:]:
-        print(f"n_max={row['n_max']}: DFlash / plain = {row['ours_tok_s'] / plain['ours_tok_s']:.2f} (ours), "
+        print(f"n_max={row['n_max']}: {kind} / plain = {row['ours_tok_s'] / plain['ours_tok_s']:.2f} (ours), "
               f"{row['native_tok_s'] / plain['native_tok_s']:.2f} (native)")
     info = {"date": time.strftime("%Y-%m-%d"), "host": platform.node(), "system": ps.system_info(),
-            "devices": ps.devices(), "target": target, "drafter": drafter, "max_tokens": a.max_tokens,
+            "devices": ps.devices(), "target": target, "drafter": drafter, "kind": kind, "max_tokens": a.max_tokens,
             "runs": a.runs, "prompts": a.prompts or "chat", "n_gpu_layers": a.n_gpu_layers, "rows": rows}
     if a.json:
         with open(a.json, "w") as f:

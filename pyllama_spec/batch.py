@@ -122,4 +122,44 @@ class EmbdBatch:
         return self._ptr
 
 
-__all__ = ["TokenBatch", "EmbdBatch"]
+class TokenEmbdBatch:
+    """A ``llama_batch_ext`` of token rows that may each carry an embedding too (owned).
+
+    EAGLE-3's decoder reads ``(token, g)`` pairs and MTP heads ``(token, target hidden state)``
+    pairs: llama.cpp's ``common_batch::add`` + ``set_embd``, filled here in one C call.
+    """
+
+    def __init__(self, ctx_ptr):
+        ptr = lib.llama_batch_ext_init(ctx_ptr)
+        if ptr == ffi.NULL:
+            raise MemoryError("llama_batch_ext_init failed")
+        self._ptr = ffi.gc(ptr, lib.llama_batch_ext_free)
+
+    def set(self, tokens: np.ndarray, embd: np.ndarray | None, pos: np.ndarray, seq_id: int, output: np.ndarray):
+        """Fill with ``tokens`` ``(n,)`` at ``pos`` ``(n,)``, ``embd`` ``(n, width)`` float32 or None,
+        and ``output`` ``(n,)`` flags. llama.cpp copies the embeddings into the batch.
+
+        Raises:
+            InvalidBatchError: the batch is full or llama.cpp rejects a row (e.g. a wrong width).
+        """
+        tokens = np.ascontiguousarray(tokens, dtype=np.int32)
+        pos = np.ascontiguousarray(pos, dtype=np.int32)
+        out = np.ascontiguousarray(output, dtype=np.int8)
+        n = tokens.shape[0]
+        width = 0
+        eptr = ffi.NULL
+        if embd is not None:
+            embd = np.ascontiguousarray(embd, dtype=np.float32)
+            width = embd.shape[1]
+            eptr = ffi.cast("float *", embd.ctypes.data)
+        lib.llama_batch_ext_clear(self._ptr)
+        rc = lib.pyls_batch_ext_add_token_rows(
+            self._ptr, seq_id, ffi.cast("llama_token *", tokens.ctypes.data), eptr, n, width,
+            ffi.cast("llama_pos *", pos.ctypes.data), ffi.cast("int8_t *", out.ctypes.data))
+        if rc != n:
+            raise InvalidBatchError(f"could not add {n} token rows with embeddings of width {width} (rc {rc}); "
+                                    "a batch holds at most n_batch rows of the model's input width", -1)
+        return self._ptr
+
+
+__all__ = ["TokenBatch", "EmbdBatch", "TokenEmbdBatch"]

@@ -15,17 +15,27 @@ import sys
 
 
 def _drafter_specs(items) -> dict:
+    """``-d`` values → ``Generator`` drafter specs: ``NAME`` (a kind without a file, e.g. ``mtp``),
+    ``NAME=PATH`` (the file's architecture picks the kind), ``NAME=KIND:PATH`` (that kind)."""
+    from .speculative.drafters import drafter_kinds
+
     out = {}
     for item in items or []:
         name, _, spec = item.partition("=")
-        out[name] = spec or name
+        kind, sep, path = spec.partition(":")
+        if sep and kind in drafter_kinds():
+            out[name] = (kind, {"path": path})
+        else:
+            out[name] = spec or name
     return out
 
 
 def _common(ap):
     ap.add_argument("target", help="target .gguf")
-    ap.add_argument("-d", "--add-drafter", action="append", metavar="NAME[=PATH]",
-                    help="a drafter: dflash=path/to/drafter.gguf, or a kind without file such as 'ngram'")
+    ap.add_argument("-d", "--add-drafter", action="append", metavar="NAME[=[KIND:]PATH]",
+                    help="a drafter: NAME=drafter.gguf (its architecture picks the kind: draft-simple, draft-eagle3, "
+                         "draft-mtp, draft-dflash, draft-dspark), NAME=KIND:PATH to name the kind, or a kind without "
+                         "a file such as 'mtp' (the target's own MTP layers) or 'ngram'")
     ap.add_argument("-p", "--prompt", help="prompt text (default: a JavaScript coding question as chat)")
     ap.add_argument("--raw", action="store_true", help="send the prompt as plain text, not as a chat message")
     ap.add_argument("-n", "--max-tokens", type=int, default=256)

@@ -13,7 +13,7 @@ import numpy as np
 
 from . import backend
 from ._ffi import ffi, lib
-from .batch import EmbdBatch, TokenBatch
+from .batch import EmbdBatch, TokenBatch, TokenEmbdBatch
 from .errors import (ClosedError, ContextError, InvalidArgumentError, InvalidBatchError, UnsupportedError,
                      check_decode)
 from .memory import Memory
@@ -62,6 +62,9 @@ class Context:
         n_outputs_max, n_outputs_max_per_seq: caps on output rows per ubatch (0 = n_batch).
         kv_unified: one KV buffer shared by all sequences (needed to copy part of a sequence
             into another with ``Memory.seq_cp`` when ``n_seq_max > 1``).
+        ctx_type: ``"default"``, or ``"mtp"`` for a context that runs a model's next-token-prediction
+            (MTP / NextN) layers instead of its trunk (``LLAMA_CONTEXT_TYPE_MTP``; a Gemma-4
+            assistant runs in one too).
 
     Raises:
         ContextError: a parameter is out of range or llama.cpp could not create the context.
@@ -72,7 +75,7 @@ class Context:
                  offload_kqv: bool = True, n_threads: int | None = None, n_threads_batch: int | None = None,
                  embeddings: bool = False, ctx_other: "Context | None" = None, causal_attn: bool = True,
                  n_outputs_max: int = 0, n_outputs_max_per_seq: int = 0, no_perf: bool = False,
-                 kv_unified: bool = False):
+                 kv_unified: bool = False, ctx_type: str = "default"):
         backend.ensure_init()
         if model.vocab_only:
             raise ContextError("this model was loaded with vocab_only=True; load it with weights to decode")
@@ -90,6 +93,11 @@ class Context:
         if model.arch == "dflash" and ctx_other is None:
             raise ContextError("a DFlash drafter has no token embedding or output head of its own: create its "
                                "context with ctx_other=<the target's Context>")
+        if model.arch == "gemma4-assistant" and ctx_other is None:
+            raise ContextError("a Gemma-4 assistant reads its target's KV cache and token embedding: create its "
+                               "context with ctx_other=<the target's Context>")
+        if ctx_type not in CTX_TYPES:
+            raise ContextError(f"ctx_type must be one of {sorted(CTX_TYPES)}, got {ctx_type!r}")
         threads = n_threads or default_threads()
         p = lib.llama_context_default_params()
         p.n_ctx = n_ctx
@@ -108,6 +116,7 @@ class Context:
         p.embeddings = embeddings
         p.no_perf = no_perf
         p.kv_unified = kv_unified
+        p.ctx_type = CTX_TYPES[ctx_type]
         p.ctx_other = ctx_other.ptr if ctx_other is not None else ffi.NULL
         backend.recent_errors.clear()
         ptr = lib.llama_init_from_model(model.ptr, p)
@@ -137,7 +146,11 @@ class Context:
         self._n_tokens_last = 0
         self._taps: set[int] = set()
         self._taps_ready = False
+        self._tebatch: TokenEmbdBatch | None = None
+        self._nextn = (False, False)
+        self._n_embd_out = lib.llama_model_n_embd_out(model.ptr)
         self._causal = True
+        self.ctx_type = ctx_type
         self.set_causal_attn(causal_attn)
 
     # lifetime -------------------------------------------------------------------------------
@@ -177,8 +190,28 @@ class Context:
         lib.llama_set_n_threads(self.ptr, n_threads, n_threads_batch or n_threads)
 
     def set_embeddings_nextn(self, value: bool, masked: bool = True) -> None:
-        """Ask for next-n embeddings (MTP / DFlash graphs; ``masked``: only for output rows)."""
+        """Ask for next-n embeddings (MTP / DFlash graphs; ``masked``: only for output rows).
+
+        On a target these are the hidden states before the LM head (the input of MTP heads and
+        of EAGLE-3's last feature); on a drafter, whatever its graph exposes (EAGLE-3's g and
+        pre-norm state, DFlash2's selector lattice, DSpark's confidences). Read them with
+        :meth:`embeddings_nextn`."""
+        if (bool(value), bool(masked)) == self._nextn:
+            return
         lib.pyls_set_embeddings_nextn(self.ptr, value, masked)
+        self._nextn = (bool(value), bool(masked))
+
+    @property
+    def embeddings_nextn_enabled(self) -> tuple[bool, bool]:
+        """``(on, masked)`` as last set with :meth:`set_embeddings_nextn`."""
+        return self._nextn
+
+    def set_nextn_layer_offset(self, offset: int) -> None:
+        """Which NextN block an MTP context runs (``il = n_layer + offset``; models with chained heads)."""
+        n = lib.llama_model_n_layer_nextn(self.model.ptr)
+        if not 0 <= offset < max(1, n):
+            raise InvalidArgumentError(f"nextn layer offset must lie in [0, {max(1, n)}), got {offset}")
+        lib.pyls_set_nextn_layer_offset(self.ptr, int(offset))
 
     # decoding -------------------------------------------------------------------------------
     def decode(self, tokens, pos=None, *, seq_id=0, logits="last") -> int:
@@ -276,6 +309,106 @@ class Context:
             rc = lib.llama_process(self.ptr, lib.LLAMA_PROCESS_TYPE_DECODE, b)
             self._after_decode(rc, n, n if output else 0, "decode_embd")
 
+    def decode_tokens_embd(self, tokens, embd, pos, *, logits="all", seq_id: int = 0) -> int:
+        """Decode token rows that each carry an embedding too (``llama_batch_ext`` + ``llama_process``).
+
+        EAGLE-3's decoder takes ``(token, g)`` pairs, MTP heads ``(token, target hidden state)``
+        pairs (llama.cpp's ``common_batch::add`` + ``set_embd``).
+
+        Args:
+            tokens: ``(n,)`` token ids.
+            embd: ``(n, width)`` float32, ``width`` = the model's input embedding width
+                (:attr:`embd_state_width`), or None for plain tokens.
+            pos: ``(n,)`` positions.
+            logits: ``"all"``, ``"last"``, ``"none"`` or ``(n,)`` flags.
+
+        Returns:
+            The number of output rows.
+
+        Raises:
+            InvalidBatchError: bad sizes, ids, positions or width (checked before llama.cpp runs).
+            DecodeError (and subclasses): llama.cpp failed.
+        """
+        toks = np.asarray(tokens, dtype=np.int32).reshape(-1)
+        n = toks.shape[0]
+        if n == 0:
+            raise InvalidBatchError("decode_tokens_embd() needs at least one row", -1)
+        if toks.min() < 0 or toks.max() >= self._n_vocab:
+            bad = toks[(toks < 0) | (toks >= self._n_vocab)][0]
+            raise InvalidBatchError(f"token id {bad} is outside the vocabulary [0, {self._n_vocab})", -1)
+        pos = np.asarray(pos, dtype=np.int32).reshape(-1)
+        if pos.shape[0] != n:
+            raise InvalidBatchError(f"{n} tokens but {pos.shape[0]} positions", -1)
+        if embd is not None:
+            embd = np.asarray(embd, dtype=np.float32)
+            width = self.embd_state_width
+            if embd.ndim != 2 or embd.shape != (n, width):
+                raise InvalidBatchError(f"{self.model.path.name} takes ({n}, {width}) embeddings with these tokens, "
+                                        f"got shape {embd.shape}", -1)
+        if isinstance(logits, str):
+            if logits not in ("last", "all", "none"):
+                raise InvalidArgumentError(f"logits must be 'last', 'all', 'none' or an array of flags, got {logits!r}")
+            flags = np.zeros(n, dtype=np.int8)
+            if logits == "all":
+                flags[:] = 1
+            elif logits == "last":
+                flags[-1] = 1
+        else:
+            flags = np.asarray(logits, dtype=np.int8).reshape(-1)
+            if flags.shape[0] != n:
+                raise InvalidBatchError(f"{n} tokens but {flags.shape[0]} output flags", -1)
+        n_out = int(np.count_nonzero(flags))
+        self.memory._seq(seq_id)
+        self._check_batch(n, n_out)
+        if self._tebatch is None:
+            self._tebatch = TokenEmbdBatch(self.ptr)
+        b = self._tebatch.set(toks, embd, pos, seq_id, flags)
+        backend.recent_errors.clear()
+        rc = lib.llama_process(self.ptr, lib.LLAMA_PROCESS_TYPE_DECODE, b)
+        self._after_decode(rc, n, n_out, "decode_tokens_embd")
+        return n_out
+
+    def encode_embd(self, rows: np.ndarray, pos) -> np.ndarray:
+        """Run the encoder graph over embedding rows, in chunks of ``n_ubatch``, and return its
+        next-n output (``llama_process(ENCODE)`` + ``llama_get_embeddings_nextn``).
+
+        EAGLE-3's encoder is its feature-fusion layer: ``(n, 3 × n_embd_target)`` target features
+        in, ``(n, n_embd)`` rows of g out (``common_speculative_impl_draft_eagle3::process``).
+        Positions are not used by a per-token encoder but must be given.
+
+        Returns:
+            ``(n, n_embd_out)`` float32 (a copy).
+
+        Raises:
+            InvalidBatchError, DecodeError: as :meth:`decode_embd`.
+        """
+        rows = np.asarray(rows, dtype=np.float32)
+        if rows.ndim != 2:
+            raise InvalidBatchError(f"rows must be 2-D (n, width), got shape {rows.shape}", -1)
+        pos = np.asarray(pos, dtype=np.int32).reshape(-1)
+        if pos.shape[0] != rows.shape[0]:
+            raise InvalidBatchError(f"{rows.shape[0]} rows but {pos.shape[0]} positions", -1)
+        if not self._nextn[0]:
+            raise InvalidArgumentError("encode_embd() returns next-n embeddings: call set_embeddings_nextn(True) first")
+        if self._ebatch is None:
+            self._ebatch = EmbdBatch(self.ptr)
+        out = np.empty((rows.shape[0], self._n_embd_out), dtype=np.float32)
+        step = self.n_ubatch
+        for i in range(0, rows.shape[0], step):
+            n = min(step, rows.shape[0] - i)
+            self._check_batch(n, n)
+            b = self._ebatch.set(rows[i:i + n], pos[i:i + n], 0, True)
+            backend.recent_errors.clear()
+            rc = lib.llama_process(self.ptr, lib.LLAMA_PROCESS_TYPE_ENCODE, b)
+            self._after_decode(rc, n, n, "encode_embd")
+            out[i:i + n] = self.embeddings_nextn()
+        return out
+
+    @property
+    def embd_state_width(self) -> int:
+        """Width of the embedding that goes with each token in :meth:`decode_tokens_embd`."""
+        return lib.llama_model_n_embd_inp(self.model.ptr)
+
     @property
     def embd_input_width(self) -> int:
         """Width of one embedding row for :meth:`decode_embd`."""
@@ -343,6 +476,23 @@ class Context:
             raise UnsupportedError("no embeddings: create the context with embeddings=True and decode with outputs")
         return np.frombuffer(ffi.buffer(p, self._n_outputs * self._n_embd * 4),
                              dtype=np.float32).reshape(self._n_outputs, self._n_embd)
+
+    def embeddings_nextn(self) -> np.ndarray:
+        """Next-n embeddings of the last decode: ``(rows, n_embd_out)`` float32 view, one row per
+        output row (masked) or per batch row (unmasked). Valid until the next decode.
+
+        Raises:
+            InvalidArgumentError: next-n embeddings are off.
+            UnsupportedError: this model's graph produced none.
+        """
+        on, masked = self._nextn
+        if not on:
+            raise InvalidArgumentError("next-n embeddings are off: call set_embeddings_nextn(True) first")
+        n = self._n_outputs if masked else self._n_tokens_last
+        p = lib.pyls_get_embeddings_nextn(self.ptr)
+        if p == ffi.NULL or n == 0:
+            raise UnsupportedError(f"{self.model.path.name}'s last decode produced no next-n embeddings")
+        return np.frombuffer(ffi.buffer(p, n * self._n_embd_out * 4), dtype=np.float32).reshape(n, self._n_embd_out)
 
     # layer-input taps (the features DFlash and EAGLE-3 drafters read) -----------------------
     def enable_layer_inputs(self, layer_ids) -> None:
@@ -434,6 +584,9 @@ class Context:
                         "compute_bytes": r.compute, "model_mib": r.model / 2**20,
                         "context_mib": r.context / 2**20, "compute_mib": r.compute / 2**20})
         return out
+
+
+CTX_TYPES = {"default": lib.LLAMA_CONTEXT_TYPE_DEFAULT, "mtp": lib.LLAMA_CONTEXT_TYPE_MTP}
 
 
 def _tappable():

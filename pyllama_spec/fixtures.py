@@ -65,13 +65,17 @@ def _add_tiny_tokenizer(w) -> dict:
 
 def write_tiny_target(path, *, arch: str = "llama", n_layer: int = 4, n_embd: int = 64, n_head: int = 4,
                       n_head_kv: int = 2, n_ff: int = 128, n_ctx: int = 4096, seed: int = 0,
-                      dtype: str = "f32") -> dict:
+                      dtype: str = "f32", layer_scale: float = 1.0) -> dict:
     """Write a small random target model.
 
     Args:
         path: output ``.gguf``.
         arch: ``"llama"`` or ``"qwen3"`` (both record layer inputs, so both can be DFlash targets).
         dtype: ``"f32"`` or ``"f16"`` for the matrices.
+        layer_scale: factor on every block's output projections (``attn_output``, ``ffn_down``).
+            Small values make the next token mostly a function of the current one (the LM head
+            of its embedding, a "bigram" target), which echo drafters learn to predict
+            (:mod:`pyllama_spec.drafter_fixtures`).
 
     Returns:
         ``{"n_vocab", "<|im_end|>", "<|mask|>", ...}``: vocabulary size and special-token ids.
@@ -109,14 +113,15 @@ def write_tiny_target(path, *, arch: str = "llama", n_layer: int = 4, n_embd: in
         w.add_tensor(p + "attn_q.weight", mat(_rng_tensor(rng, (n_head * hd, n_embd), 1 / np.sqrt(n_embd))))
         w.add_tensor(p + "attn_k.weight", mat(_rng_tensor(rng, (n_head_kv * hd, n_embd), 1 / np.sqrt(n_embd))))
         w.add_tensor(p + "attn_v.weight", mat(_rng_tensor(rng, (n_head_kv * hd, n_embd), 1 / np.sqrt(n_embd))))
-        w.add_tensor(p + "attn_output.weight", mat(_rng_tensor(rng, (n_embd, n_head * hd), 1 / np.sqrt(n_embd))))
+        w.add_tensor(p + "attn_output.weight", mat(_rng_tensor(rng, (n_embd, n_head * hd), 1 / np.sqrt(n_embd))
+                                                   * layer_scale))
         if arch == "qwen3":
             w.add_tensor(p + "attn_q_norm.weight", np.ones(hd, np.float32))
             w.add_tensor(p + "attn_k_norm.weight", np.ones(hd, np.float32))
         w.add_tensor(p + "ffn_norm.weight", np.ones(n_embd, np.float32))
         w.add_tensor(p + "ffn_gate.weight", mat(_rng_tensor(rng, (n_ff, n_embd), 1 / np.sqrt(n_embd))))
         w.add_tensor(p + "ffn_up.weight", mat(_rng_tensor(rng, (n_ff, n_embd), 1 / np.sqrt(n_embd))))
-        w.add_tensor(p + "ffn_down.weight", mat(_rng_tensor(rng, (n_embd, n_ff), 1 / np.sqrt(n_ff))))
+        w.add_tensor(p + "ffn_down.weight", mat(_rng_tensor(rng, (n_embd, n_ff), 1 / np.sqrt(n_ff)) * layer_scale))
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
@@ -271,6 +276,15 @@ def write_dflash_drafter(path, *, target, n_layer: int = 2, block_size: int = 8,
                              head_dim=hd, n_ff=n_ff, block_size=block_size, target_layers=target_layers,
                              mask_token_id=mask_token_id, quant=dtype, causal=causal,
                              name="pyllama_spec random DFlash drafter")
+
+
+def __getattr__(name):
+    # the writers of the other drafter kinds' files live in drafter_fixtures (loaded on first use)
+    from . import drafter_fixtures
+
+    if name in drafter_fixtures.__all__:
+        return getattr(drafter_fixtures, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def main(argv=None) -> int:

@@ -12,7 +12,7 @@ from .chat import render_chat
 from .context import Context
 from .errors import InvalidArgumentError, PromptTooLongError, PyllamaSpecError, UnsupportedError
 from .model import Model
-from .speculative.drafters import Drafter, create_drafter, drafter_kinds
+from .speculative.drafters import Drafter, create_drafter, drafter_kind_of_file, drafter_kinds
 from .speculative.config import SpecConfig
 from .speculative.loop import speculative_generate
 from .speculative.report import GenerationResult
@@ -28,9 +28,10 @@ class Generator:
 
     Args:
         target: path of the target ``.gguf``.
-        drafters: ``{name: spec}``; a spec is a ``.gguf`` path (its architecture picks the kind,
-            e.g. ``"dflash"``), a drafter kind with no file (``"ngram"``), a ``(kind, kwargs)``
-            pair, or a :class:`~pyllama_spec.speculative.drafters.Drafter` instance.
+        drafters: ``{name: spec}``; a spec is a ``.gguf`` path (its architecture picks the kind:
+            ``"draft-dflash"``, ``"draft-eagle3"``, ``"draft-simple"``, ...), a drafter kind with no
+            file (``"mtp"``, ``"ngram"``; None = the name is the kind), a ``(kind, kwargs)`` pair,
+            or a :class:`~pyllama_spec.speculative.drafters.Drafter` instance (see :meth:`add_drafter`).
         n_ctx, n_batch, n_ubatch, flash_attn, type_k, type_v, n_threads: the target context
             (see :class:`~pyllama_spec.Context`).
         n_gpu_layers: layers to offload, for the target and model drafters (-1 = all).
@@ -58,12 +59,33 @@ class Generator:
         for name, spec in (drafters or {}).items():
             self.add_drafter(name, spec)
 
-    def add_drafter(self, name: str, spec) -> Drafter:
-        """Add a drafter under ``name`` (see the class docstring for ``spec``)."""
+    def add_drafter(self, name: str, spec=None) -> Drafter:
+        """Add a drafter under ``name``.
+
+        ``spec`` is one of:
+
+        * a ``.gguf`` path: its architecture picks the kind (llama.cpp's ``--spec-type`` names):
+          ``dflash`` → ``draft-dflash`` (``draft-dspark`` when it has a Markov head), ``eagle3`` →
+          ``draft-eagle3``, ``gemma4-assistant`` → ``draft-mtp`` (an assistant sharing the
+          target's KV cache), any other → ``draft-simple`` (a separate draft model);
+        * a drafter kind that needs no file (``"draft-mtp"`` / ``"mtp"``, ``"ngram"``, ...), or
+          None to use ``name`` as the kind (``drafters={"mtp": None}``);
+        * a ``(kind, kwargs)`` pair, e.g. ``("draft-simple", {"path": p, "p_min": 0.75})``;
+        * a :class:`~pyllama_spec.speculative.drafters.Drafter` instance.
+
+        Raises:
+            InvalidArgumentError: an unknown kind or a missing file.
+            DrafterMismatchError: the drafter was made for another target.
+            TypeError: ``spec`` is none of the above.
+        """
+        if spec is None:
+            spec = name
         if isinstance(spec, Drafter):
             drafter = spec
         elif isinstance(spec, tuple):
             kind, kwargs = spec
+            if kwargs.get("path") is not None:  # a model drafter: the generator's offload/repack unless given
+                kwargs = {**self._drafter_opts, **kwargs}
             drafter = create_drafter(kind, self.ctx, **kwargs)
         elif isinstance(spec, (str, os.PathLike)) and str(spec) in drafter_kinds():
             drafter = create_drafter(str(spec), self.ctx)
@@ -71,16 +93,9 @@ class Generator:
             raise InvalidArgumentError(f"drafter {name!r}: {spec!r} is neither a known drafter kind "
                                        f"({', '.join(drafter_kinds())}) nor an existing .gguf file")
         elif isinstance(spec, (str, os.PathLike)):
-            from .gguf_file import read_gguf
-
-            arch = read_gguf(spec).arch
-            if arch == "dflash":
-                drafter = create_drafter("dflash", self.ctx, path=spec, **self._drafter_opts)
-            else:
-                raise UnsupportedError(f"{os.fspath(spec)!r} is a {arch!r} model; model drafters of kind "
-                                       f"'dflash' are supported (known kinds: {', '.join(drafter_kinds())})")
+            drafter = create_drafter(drafter_kind_of_file(spec), self.ctx, path=spec, **self._drafter_opts)
         else:
-            raise TypeError(f"drafter spec must be a path, a kind, (kind, kwargs) or a Drafter, got {spec!r}")
+            raise TypeError(f"drafter spec must be a path, a kind, (kind, kwargs), None or a Drafter, got {spec!r}")
         self.drafters[name] = drafter
         return drafter
 

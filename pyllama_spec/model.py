@@ -21,6 +21,23 @@ TAPPABLE_ARCHS = frozenset({
 })
 
 
+#: architectures whose llama.cpp graph exposes the final hidden state before the LM head
+#: (``t_h_nextn``, read with ``llama_get_embeddings_nextn``): what an MTP head reads, and an
+#: EAGLE-3 feature id equal to the target's layer count (src/models/*.cpp).
+HIDDEN_STATE_ARCHS = frozenset({
+    "bailingmoe3", "cohere2moe", "deepseek2", "deepseek32", "deepseek4", "gemma4", "glm-dsa", "glm4moe",
+    "glm5-next", "gpt-oss", "hy_v3", "mimo2", "nemotron_h", "nemotron_h_moe", "qwen35", "qwen35moe", "qwen3next",
+    "step35",
+})
+
+#: architectures with a next-token-prediction graph (``LLM_GRAPH_TYPE_DECODER_MTP``): targets whose
+#: own NextN layers a ``draft-mtp`` drafter can run (src/models/*.cpp).
+MTP_ARCHS = frozenset({
+    "bailingmoe3", "cohere2moe", "deepseek2", "deepseek32", "deepseek4", "glm-dsa", "glm4moe", "glm5-next",
+    "hy_v3", "mimo2", "nemotron_h_moe", "qwen35", "qwen35moe", "qwen3next", "step35",
+})
+
+
 @ffi.def_extern()
 def _pyls_progress_callback(progress, user_data):
     bar = ffi.from_handle(user_data)
@@ -43,6 +60,8 @@ class Model:
             (SIGSEGV/SIGILL) on quantized weights; turn on only on CPUs without AMX.
         vocab_only: load the vocabulary only (no weights; no context can be made).
         progress: show a tqdm progress bar while loading.
+        load_mtp: also load the model's next-token-prediction (MTP / NextN) layers, which an
+            MTP drafter runs (llama.cpp skips them otherwise; ``--spec-type draft-mtp`` sets this).
 
     Raises:
         ModelNotFoundError, NotGGUFError, TruncatedGGUFError: the file is missing or bad.
@@ -54,7 +73,7 @@ class Model:
 
     def __init__(self, path: str | os.PathLike, *, n_gpu_layers: int = -1, main_gpu: int = 0,
                  use_mmap: bool = True, repack: bool = False, vocab_only: bool = False,
-                 progress: bool = False):
+                 progress: bool = False, load_mtp: bool = False):
         backend.ensure_init()
         self.path = Path(path)
         self.info: GGUFInfo = read_gguf(self.path)
@@ -70,6 +89,7 @@ class Model:
         params.load_mode = lib.LLAMA_LOAD_MODE_MMAP if use_mmap else lib.LLAMA_LOAD_MODE_NONE
         params.use_extra_bufts = repack
         params.vocab_only = vocab_only
+        params.load_mtp = load_mtp
         bar = handle = None
         if progress:
             from tqdm import tqdm
@@ -89,6 +109,7 @@ class Model:
         self._ptr = ffi.gc(ptr, lib.llama_model_free)
         self._contexts: weakref.WeakSet = weakref.WeakSet()
         self.vocab_only = vocab_only
+        self.load_mtp = load_mtp
         self.vocab = Vocab(self, lib.llama_model_get_vocab(ptr))
 
     # lifetime -------------------------------------------------------------------------------
@@ -151,6 +172,20 @@ class Model:
     def n_ctx_train(self) -> int:
         """Context length the model was trained with (tokens)."""
         return self._hparam("context_length", lib.llama_model_n_ctx_train)
+
+    @property
+    def n_embd_out(self) -> int:
+        """Width of the model's output hidden state (next-n embeddings; differs from ``n_embd``
+        for e.g. a Gemma-4 assistant, whose output carries its target's hidden size)."""
+        if self.vocab_only:
+            return int(self.info.get("{arch}.embedding_length_out", self.n_embd))
+        return int(lib.llama_model_n_embd_out(self.ptr))
+
+    @property
+    def n_layer_nextn(self) -> int:
+        """Next-token-prediction (MTP / NextN) layers the file declares (``nextn_predict_layers``);
+        they run only in an MTP context of a model loaded with ``load_mtp=True``."""
+        return int(self.info.get("{arch}.nextn_predict_layers", 0) or 0)
 
     @property
     def n_vocab(self) -> int:
@@ -236,4 +271,4 @@ class Model:
         return out.reshape(-1, self.n_embd)
 
 
-__all__ = ["Model", "TAPPABLE_ARCHS"]
+__all__ = ["Model", "TAPPABLE_ARCHS", "HIDDEN_STATE_ARCHS", "MTP_ARCHS"]

@@ -5,6 +5,10 @@ from ._ffi import ffi, lib
 from .errors import ClosedError, InvalidArgumentError
 
 
+# enum llama_vocab_type, in llama.h's order
+_VOCAB_KINDS = {0: "none", 1: "spm", 2: "bpe", 3: "wpm", 4: "ugm", 5: "rwkv", 6: "plamo2"}
+
+
 class Vocab:
     """The vocabulary of a :class:`~pyllama_spec.Model` (valid while the model is open).
 
@@ -55,6 +59,23 @@ class Vocab:
     def add_bos(self) -> bool:
         """Whether tokenize(add_special=True) prepends BOS."""
         return bool(lib.llama_vocab_get_add_bos(self._ptr))
+
+    @property
+    def add_eos(self) -> bool:
+        """Whether tokenize(add_special=True) appends EOS."""
+        return bool(lib.llama_vocab_get_add_eos(self._ptr))
+
+    @property
+    def kind(self) -> str:
+        """The tokenizer family: ``"spm"``, ``"bpe"``, ``"wpm"``, ``"ugm"``, ``"rwkv"``, ``"plamo2"``
+        or ``"none"`` (``llama_vocab_type``)."""
+        t = int(lib.llama_vocab_type(self._ptr))
+        return _VOCAB_KINDS.get(t, f"type {t}")
+
+    def raw_text(self, token: int) -> bytes:
+        """The vocabulary entry of ``token`` as stored, undecoded (for exact comparisons)."""
+        self._check(token)
+        return ffi.string(lib.llama_vocab_get_text(self._ptr, token))
 
     def is_eog(self, token: int) -> bool:
         """True for end-of-generation tokens (EOS, EOT, ...)."""

@@ -205,8 +205,8 @@ def test_drafter_for_another_target_is_refused(tiny, tiny_qwen3):
     gen = ps.Generator(tiny["target"], n_ctx=256)
     with pytest.raises(ps.DrafterMismatchError, match="another target"):
         gen.add_drafter("wrong", tiny_qwen3["dflash"])
-    with pytest.raises(ps.UnsupportedError, match="'qwen3' model"):
-        gen.add_drafter("notdraft", tiny_qwen3["target"])
+    # any other model with the target's vocabulary is a separate draft model (draft-simple)
+    assert gen.add_drafter("small", tiny_qwen3["target"]).kind == "draft-simple"
     assert gen.generate("still fine", max_tokens=2).finish_reason == "length"
     gen.close()
 

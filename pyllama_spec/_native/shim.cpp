@@ -112,6 +112,46 @@ int32_t pyls_batch_ext_add_tokens(llama_batch_ext * batch, llama_seq_id seq_id, 
     return n_tokens;
 }
 
+float * pyls_get_embeddings_nextn_ith(llama_context * ctx, int32_t i) {
+    // llama.cpp throws (caught inside, NULL returned) for a row without next-n embeddings
+    try {
+        return llama_get_embeddings_nextn_ith(ctx, i);
+    } catch (...) {
+        return nullptr;
+    }
+}
+
+void pyls_set_nextn_layer_offset(llama_context * ctx, int32_t offset) {
+    llama_set_nextn_layer_offset(ctx, offset);
+}
+
+// Rows that carry both a token id and an embedding (EAGLE-3's g, MTP's target hidden state), as
+// common_batch::add + set_embd build them; embd == NULL adds plain tokens. One call per batch.
+int32_t pyls_batch_ext_add_token_rows(llama_batch_ext * batch, llama_seq_id seq_id, const llama_token * tokens,
+                                      const float * embd, int32_t n_rows, int32_t n_embd, const llama_pos * pos,
+                                      const int8_t * output) {
+    for (int32_t i = 0; i < n_rows; ++i) {
+        const int32_t idx = llama_batch_ext_add_token(batch, seq_id, tokens[i]);
+        if (idx < 0) {
+            return idx;
+        }
+        llama_pos p[4] = { pos[i], 0, 0, 0 };
+        if (!llama_batch_ext_set_pos(batch, idx, p)) {
+            return -4;
+        }
+        if (embd != nullptr) {
+            llama_embd e = { embd + (size_t) i * n_embd, 1, (size_t) n_embd };
+            if (!llama_batch_ext_set_embd_token(batch, idx, e)) {
+                return -6;
+            }
+        }
+        if (output && output[i] && !llama_batch_ext_set_output_logits(batch, idx, true)) {
+            return -5;
+        }
+    }
+    return n_rows;
+}
+
 const char * pyls_llama_cpp_commit(void) {
     return PYLS_LLAMA_CPP_COMMIT;
 }

@@ -17,4 +17,9 @@ int32_t pyls_batch_ext_add_embd_rows(struct llama_batch_ext * batch, llama_seq_i
                                      bool output);
 int32_t pyls_batch_ext_add_tokens(struct llama_batch_ext * batch, llama_seq_id seq_id, const llama_token * tokens,
                                   int32_t n_tokens, const llama_pos * pos, const int8_t * output);
+float * pyls_get_embeddings_nextn_ith(struct llama_context * ctx, int32_t i);
+void pyls_set_nextn_layer_offset(struct llama_context * ctx, int32_t offset);
+int32_t pyls_batch_ext_add_token_rows(struct llama_batch_ext * batch, llama_seq_id seq_id, const llama_token * tokens,
+                                      const float * embd, int32_t n_rows, int32_t n_embd, const llama_pos * pos,
+                                      const int8_t * output);
 const char * pyls_llama_cpp_commit(void);

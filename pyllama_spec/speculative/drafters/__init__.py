@@ -67,11 +67,14 @@ class Drafter(ABC):
     Class attributes:
         kind: registry name: llama.cpp's ``--spec-type`` name where one exists (``"dflash"``,
             ``"ngram-simple"``, ...).
+        aliases: further names :func:`create_drafter` accepts (e.g. ``"draft"`` for
+            ``"draft-simple"``).
         supports_rejection: ``propose`` can return probabilities.
         n_max_limit: the longest draft block this drafter can make (tokens).
         n_max_default: the draft block used when the caller gives no ``n_max`` (tokens).
     """
     kind: ClassVar[str] = ""
+    aliases: ClassVar[tuple[str, ...]] = ()
     supports_rejection: ClassVar[bool] = False
     n_max_limit: int = 16
     n_max_default: int = 4
@@ -112,7 +115,8 @@ _REGISTRY: dict[str, type[Drafter]] = {}
 
 
 def register_drafter(cls: type[Drafter]) -> type[Drafter]:
-    """Class decorator: make ``cls`` creatable by ``create_drafter(cls.kind, ...)``.
+    """Class decorator: make ``cls`` creatable by ``create_drafter(cls.kind, ...)`` (and by each
+    of ``cls.aliases``).
 
     Raises:
         InvalidArgumentError: ``cls.kind`` is empty.
@@ -120,6 +124,8 @@ def register_drafter(cls: type[Drafter]) -> type[Drafter]:
     if not cls.kind:
         raise InvalidArgumentError("a drafter class needs a non-empty `kind`")
     _REGISTRY[cls.kind] = cls
+    for alias in cls.aliases:
+        _REGISTRY[alias] = cls
     return cls
 
 
@@ -141,6 +147,23 @@ def create_drafter(kind: str, target, **kwargs) -> Drafter:
     return cls(target, **kwargs)
 
 
-from . import dflash, ngram  # noqa: E402,F401  (registration)
+def drafter_kind_of_file(path) -> str:
+    """The drafter kind a ``.gguf`` file is for, from its header (as llama.cpp's
+    ``common_speculative_types_from_gguf`` tells DFlash from DSpark): ``dflash`` files are
+    ``"draft-dflash"`` (``"draft-dspark"`` with a Markov head), ``eagle3`` files
+    ``"draft-eagle3"``, Gemma-4 assistants ``"draft-mtp"``, any other model ``"draft-simple"``.
 
-__all__ = ["Drafter", "Draft", "register_drafter", "create_drafter", "drafter_kinds"]
+    Raises:
+        ModelNotFoundError, NotGGUFError, TruncatedGGUFError: not a readable GGUF file.
+    """
+    from ...gguf_file import read_gguf
+
+    info = read_gguf(path)
+    if info.arch == "dflash":
+        return "draft-dspark" if "markov_w1.weight" in info.tensors else "draft-dflash"
+    return {"eagle3": "draft-eagle3", "gemma4-assistant": "draft-mtp"}.get(info.arch, "draft-simple")
+
+
+from . import dflash, draft_simple, eagle3, mtp, ngram  # noqa: E402,F401  (registration)
+
+__all__ = ["Drafter", "Draft", "register_drafter", "create_drafter", "drafter_kinds", "drafter_kind_of_file"]

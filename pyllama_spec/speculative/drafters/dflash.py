@@ -95,7 +95,8 @@ class DFlashDrafter(Drafter):
     Raises:
         DrafterMismatchError: the file is not a DFlash drafter for this target.
     """
-    kind = "dflash"
+    kind = "draft-dflash"
+    aliases = ("dflash",)
     supports_rejection = True
 
     def __init__(self, target: Context, path=None, *, n_gpu_layers: int = -1, flash_attn="auto",
