@@ -164,6 +164,6 @@ def drafter_kind_of_file(path) -> str:
     return {"eagle3": "draft-eagle3", "gemma4-assistant": "draft-mtp"}.get(info.arch, "draft-simple")
 
 
-from . import dflash, draft_simple, eagle3, mtp, ngram  # noqa: E402,F401  (registration)
+from . import dflash, draft_simple, dspark, eagle3, mtp, ngram  # noqa: E402,F401  (registration)
 
 __all__ = ["Drafter", "Draft", "register_drafter", "create_drafter", "drafter_kinds", "drafter_kind_of_file"]

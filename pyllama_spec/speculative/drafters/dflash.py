@@ -16,11 +16,12 @@ import logging
 import numpy as np
 
 from ...context import Context
-from ...errors import InvalidArgumentError, DrafterMismatchError, UnsupportedError
+from ...errors import InvalidArgumentError, DrafterMismatchError
 from ...gguf_file import read_gguf
 from ...model import TAPPABLE_ARCHS, Model
-from ..sampling import SamplingParams, probs, sample
+from ..sampling import SamplingParams
 from . import Draft, Drafter, register_drafter
+from ._pick import pick
 
 log = logging.getLogger("pyllama_spec")
 
@@ -31,11 +32,12 @@ def check_dflash_pair(target_model: Model, drafter_path) -> dict:
     llama.cpp aborts the process (GGML_ASSERT) on several mismatches, so they are caught here.
 
     Returns:
-        ``{"block_size", "target_layer_ids", "mask_token_id", "causal"}`` from the drafter's metadata.
+        ``{"block_size", "target_layer_ids", "mask_token_id", "causal", "selector_top_k", "markov",
+        "confidence", "sample_from_anchor"}`` from the drafter's metadata and tensors
+        (``selector_top_k > 0``: a DFlash2 drafter; ``markov``: a DSpark drafter).
 
     Raises:
         DrafterMismatchError: not a DFlash file, or built for another target.
-        UnsupportedError: DFlash2 / DSpark drafters (not driven by this loop yet).
     """
     info = read_gguf(drafter_path)
     name = info.path.name
@@ -70,8 +72,10 @@ def check_dflash_pair(target_model: Model, drafter_path) -> dict:
     fc = info.tensors.get("fc.weight")
     if fc is None or fc[0] != len(ids) * n_embd:
         raise DrafterMismatchError(f"{name}: fc.weight has shape {fc}, expected ({len(ids) * n_embd}, {n_embd})")
-    if int(info.get("dflash.selector_top_k", 0)) > 0 or "markov_w1.weight" in info.tensors:
-        raise UnsupportedError(f"{name} is a DFlash2/DSpark drafter; this loop drives plain DFlash only")
+    top_k = int(info.get("dflash.selector_top_k", 0) or 0)
+    if top_k > 0 and n_embd < top_k * (top_k + 1):
+        raise DrafterMismatchError(f"{name}: a DFlash2 selector of top-k {top_k} needs a hidden size of at least "
+                                   f"{top_k * (top_k + 1)}, the drafter has {n_embd}")
     mask = info.get("tokenizer.ggml.mask_token_id")
     if mask is None or not 0 <= int(mask) < target_model.n_vocab:
         raise DrafterMismatchError(f"{name} has no valid tokenizer.ggml.mask_token_id (got {mask!r})")
@@ -79,7 +83,9 @@ def check_dflash_pair(target_model: Model, drafter_path) -> dict:
     if block < 2:
         raise DrafterMismatchError(f"{name}: dflash.block_size must be ≥ 2, got {block}")
     return {"block_size": block, "target_layer_ids": [int(i) for i in ids], "mask_token_id": int(mask),
-            "causal": bool(info.get("dflash.attention.causal", False))}
+            "causal": bool(info.get("dflash.attention.causal", False)), "selector_top_k": top_k,
+            "markov": "markov_w1.weight" in info.tensors, "confidence": "conf_proj.weight" in info.tensors,
+            "sample_from_anchor": bool(info.get("dflash.sample_from_anchor", True))}
 
 
 @register_drafter
@@ -88,7 +94,11 @@ class DFlashDrafter(Drafter):
 
     Args:
         target: the target :class:`~pyllama_spec.Context`.
-        path: the drafter ``.gguf`` (``general.architecture = "dflash"``).
+        path: the drafter ``.gguf`` (``general.architecture = "dflash"``). A DFlash2 file
+            (``dflash.selector_top_k > 0``) makes a :class:`~.dflash2.DFlash2Drafter`.
+        p_min: stop the draft at the first row whose top candidate (softmax over the 10 best
+            logits) is below this (``--spec-draft-p-min``; 0 = never).
+        n_min: drop drafts shorter than this.
         n_gpu_layers: layers of the drafter to offload (-1 = all).
         type_k, type_v, flash_attn: the drafter's KV cache (default: like llama.cpp's).
 
@@ -99,12 +109,23 @@ class DFlashDrafter(Drafter):
     aliases = ("dflash",)
     supports_rejection = True
 
-    def __init__(self, target: Context, path=None, *, n_gpu_layers: int = -1, flash_attn="auto",
-                 type_k: str = "f16", type_v: str = "f16", repack: bool = False):
+    def __new__(cls, target=None, path=None, **kwargs):
+        # one --spec-type for both: a DFlash2 file (a selector over the block) gets its own class
+        if cls is DFlashDrafter and path is not None and check_dflash_pair(target.model, path)["selector_top_k"] > 0:
+            from .dflash2 import DFlash2Drafter
+            cls = DFlash2Drafter
+        return super().__new__(cls)
+
+    def __init__(self, target: Context, path=None, *, p_min: float = 0.0, n_min: int = 0, n_gpu_layers: int = -1,
+                 flash_attn="auto", type_k: str = "f16", type_v: str = "f16", repack: bool = False):
         if path is None:
             raise InvalidArgumentError("a DFlash drafter needs the path of its .gguf file")
+        if not 0.0 <= p_min <= 1.0:
+            raise InvalidArgumentError(f"p_min must lie in [0, 1], got {p_min!r}")
         meta = check_dflash_pair(target.model, path)
         super().__init__(target)
+        self.meta = meta
+        self.p_min, self.n_min = float(p_min), int(n_min)
         self.block_size = meta["block_size"]
         self.target_layer_ids = meta["target_layer_ids"]
         self.mask_token = meta["mask_token_id"]
@@ -138,16 +159,29 @@ class DFlashDrafter(Drafter):
         with timer("draft", self.ctx):
             self.ctx.decode(block, np.arange(n_past, n_past + n_max + 1, dtype=np.int32), logits="all")
         with timer("draft_sample"):
-            logits = self.ctx.logits()[1:]
-            if sp.greedy:
-                draft = Draft(tokens=[int(t) for t in np.argmax(logits, axis=1)])
-            else:
-                q = np.stack([probs(row, sp) for row in logits])
-                draft = Draft(tokens=[sample(qi, rng) for qi in q], probs=q)
+            draft = self._read_block(self.ctx.logits()[1:], sp, rng)
         with timer("rollback"):
             # the noise block never stays in the drafter's cache
             self.ctx.memory.seq_rm(0, n_past)
         return draft
+
+    def _read_block(self, logits: np.ndarray, sp: SamplingParams, rng, conf: np.ndarray | None = None) -> Draft:
+        """Draft tokens from the block's rows of logits ``(n, n_vocab)``, stopping at the first row
+        whose top candidate is below ``p_min`` (or, with ``conf``, whose confidence is)."""
+        tokens: list[int] = []
+        qs: list[np.ndarray] = []
+        for i, row in enumerate(logits):
+            if conf is not None and conf[i] < self.p_min:
+                break
+            tok, q = pick(row, sp, rng, 0.0 if conf is not None else self.p_min)
+            if tok is None:
+                break
+            tokens.append(tok)
+            if q is not None:
+                qs.append(q)
+        if len(tokens) < self.n_min:
+            return Draft(tokens=[])
+        return Draft(tokens=tokens, probs=np.stack(qs).astype(np.float32) if qs else None)
 
     def rollback(self, n_past: int) -> None:
         self.ctx.memory.seq_rm(0, n_past)

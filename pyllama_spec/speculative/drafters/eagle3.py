@@ -122,6 +122,8 @@ class Eagle3Drafter(Drafter):
         # the loop turns on these layer-input taps; the final hidden state is switched on in begin()
         self.target_layer_ids = sorted({i for i in self.feature_ids if i < n_layer_t})
         self.reads_final_hidden = n_layer_t in self.feature_ids
+        #: reads the target's final hidden state (switched on in begin(), see MTPDrafter)
+        self.target_hidden_state = self.reads_final_hidden
         self.model = Model(path, n_gpu_layers=n_gpu_layers, repack=repack)
         try:
             if self.model.n_vocab != target.model.n_vocab:

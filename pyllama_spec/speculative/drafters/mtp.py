@@ -122,6 +122,9 @@ class MTPDrafter(Drafter):
     kind = "draft-mtp"
     aliases = ("mtp",)
     supports_rejection = True
+    #: reads the target's final hidden state of every decoded row (switched on in begin(); a loop
+    #: that manages it like the layer taps would also switch it off for other drafters)
+    target_hidden_state = True
     n_max_limit = 32
     n_max_default = 3  # llama.cpp's --spec-draft-n-max default
 
