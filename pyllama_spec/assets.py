@@ -82,6 +82,25 @@ def random_dflash_for_smollm2(block_size: int = 8, n_layer: int = 2, seed: int =
     return out
 
 
+def smollm2_f16_path() -> Path:
+    """SmolLM2-135M-Instruct with f16 weights (cached; ~270 MB): the Q4_1 file's weights
+    dequantized with gguf-py (``gguf.quants.dequantize``), every other key and tensor copied.
+
+    A higher-precision target for the Q4_1 file as a ``draft-simple`` drafter: an honest
+    stand-in for a real draft/target pair, not a real one — both hold the same (Q4_1-rounded)
+    values and differ only in arithmetic (Q4_1 × Q8_1 dot products vs f16), so the drafter is
+    right far more often than a smaller model of the family would be.
+    """
+    from .drafter_fixtures import copy_gguf
+
+    out = cache_dir() / "SmolLM2-135M-Instruct.F16-from-Q4_1.gguf"
+    if not out.exists():
+        tmp = out.with_suffix(".part")
+        copy_gguf(smollm2_path(), tmp, dequantize="f16", name="SmolLM2 135M Instruct (f16 from Q4_1)")
+        tmp.replace(out)
+    return out
+
+
 # The DFlash drafter for SmolLM2 trained by pyllama_spec.train and shipped in the package
 # (pyllama_spec/data/; its model card lies beside it).
 SMOLLM2_DFLASH_FILE = "smollm2-135m-instruct-dflash-q8_0.gguf"
@@ -114,4 +133,5 @@ def smollm2_dflash_path(verify: bool = True) -> Path:
     return path
 
 
-__all__ = ["smollm2_path", "random_dflash_for_smollm2", "smollm2_dflash_path", "cache_dir", "SMOLLM2_DFLASH"]
+__all__ = ["smollm2_path", "smollm2_f16_path", "random_dflash_for_smollm2", "smollm2_dflash_path", "cache_dir",
+           "SMOLLM2_DFLASH"]

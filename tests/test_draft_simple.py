@@ -96,3 +96,16 @@ def test_incompatible_vocabularies_raise(gen, pair):
         gen.add_drafter("x", bad_bos)
     assert "x" not in gen.drafters
     assert gen.generate(PROMPT, drafter="copy", max_tokens=4).stats.n_steps > 0  # still usable
+
+
+@pytest.mark.smollm2
+def test_smollm2_q4_1_drafting_for_its_f16_copy_matches_native(smollm2):
+    """The real stand-in pair: SmolLM2 Q4_1 drafts for the same weights in f16 (assets.smollm2_f16_path)."""
+    from pyllama_spec.assets import smollm2_f16_path
+
+    f16 = smollm2_f16_path()
+    with ps.Generator(f16, drafters={"q4_1": smollm2}, n_ctx=1024, n_batch=256) as g:
+        ours, nat, steps = compare_with_native(g, "q4_1", target=f16, drafter_file=smollm2, spec_type="draft-simple",
+                                               prompt="Write a JavaScript debounce function.", n_max=4,
+                                               max_tokens=32)
+        assert ours.stats.acceptance_rate > 0.6
