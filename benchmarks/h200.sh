@@ -153,6 +153,9 @@ step-big)
     (cd /tmp && timeout 300 python3 "$REPO/benchmarks/step_cost.py" --target $T --drafter $D --label "qwen3-8b-$dt" \
         --max-tokens 96 --reps 30 --profile --json "$OUT/step_$dt.json") 2>&1 | grep -v "^ \{2,\}[0-9.]* µs"
   done
+  log "ours vs llama-speculative-simple on the f16 pair (n_max 7, one prompt of random ids)"
+  (cd "$REPO" && timeout 150 python3 benchmarks/compare_native.py --target $B/target-qwen3-8b-f16.gguf \
+      --drafter $B/dflash-qwen3-8b-f16.gguf --n-max 7 --max-tokens 96 --runs 1 --json "$OUT/native_f16.json") 2>&1 | tail -3
   log "kernel-choice variants (verify rows only)"
   T=$B/target-qwen3-8b-f16.gguf; D=$B/dflash-qwen3-8b-f16.gguf
   for env in GGML_CUDA_MMVF_MAX_COLS=8 GGML_CUDA_DISABLE_MMF=1 GGML_CUDA_DISABLE_GRAPHS=1; do
@@ -177,6 +180,9 @@ step-smol)
       --sections loop --n-max 1 3 7 --json "$OUT/step_smol_random.json") 2>&1 | grep "loop\|#"
   log "T = 0.8"
   (cd /tmp && timeout 120 python3 "$REPO/benchmarks/sampling_speed.py" --json "$OUT/sampling_h200.json")
+  log "held-out τ and speed, 60 prompts, n_max 7"
+  (cd /tmp && timeout 200 python3 "$REPO/benchmarks/heldout_tau.py" "$REPO/benchmarks/data/smollm2-selfdistill-9170.jsonl.gz" \
+      --n-prompts 60 --json "$OUT/heldout_h200.json") 2>&1 | tail -2
   log "ours vs llama-speculative-simple, 16 held-out prompts"
   timeout 200 python3 benchmarks/compare_native.py --drafter "$(cd /tmp && python3 -c 'from pyllama_spec.assets import smollm2_dflash_path; print(smollm2_dflash_path())')" \
       --max-tokens 256 --runs 1 --n-max 3 7 --prompts benchmarks/data/smollm2-selfdistill-9170.jsonl.gz --n-prompts 16 \

@@ -303,10 +303,10 @@ class _TensorPool:
         self.rng = np.random.default_rng(seed)
         self.cache: dict = {}
 
-    def get(self, shape, scale: float, dtype: str):
+    def get(self, shape, scale: float, dtype: str, distinct_rows: bool = False):
         import gguf
 
-        key = (tuple(shape), scale, dtype)
+        key = (tuple(shape), scale, dtype, distinct_rows)
         if key not in self.cache:
             rows, cols = shape
             # a big matrix repeats a block of rows: drawing 600 M normals would take longer than writing them
@@ -317,11 +317,26 @@ class _TensorPool:
             else:
                 qt = {"q4_0": gguf.GGMLQuantizationType.Q4_0, "q8_0": gguf.GGMLQuantizationType.Q8_0}[dtype]
                 arr = gguf.quants.quantize(a, qt)  # (block, bytes per row): whole rows, so rows tile
-            self.cache[key] = (np.tile(arr, (rows // block, 1)) if block != rows else arr, qt)
+            if block != rows:
+                arr = np.tile(arr, (rows // block, 1))
+                if distinct_rows:
+                    # scale each copy of the block by its own factor, so that no two rows are equal (an
+                    # output head of equal rows makes argmax ties); Q4_0/Q8_0: the f16 scale opening
+                    # every 32-value block (2 bytes, then 16 / 32 bytes of quants)
+                    tiles = rows // block
+                    f = (1.0 + np.arange(tiles, dtype=np.float32) / 1024).astype(np.float16)
+                    if qt is None:
+                        arr.reshape(tiles, block, cols)[...] *= f[:, None, None]
+                    else:
+                        bs = 18 if dtype == "q4_0" else 34
+                        blocks = arr.reshape(tiles, block, -1, bs)
+                        d = blocks[..., :2].copy().view(np.float16)
+                        blocks[..., :2] = (d * f[:, None, None, None]).view(np.uint8)
+            self.cache[key] = (arr, qt)
         return self.cache[key]
 
-    def add(self, w, name: str, shape, scale: float, dtype: str) -> None:
-        arr, qt = self.get(shape, scale, dtype)
+    def add(self, w, name: str, shape, scale: float, dtype: str, distinct_rows: bool = False) -> None:
+        arr, qt = self.get(shape, scale, dtype, distinct_rows)
         if qt is None:
             w.add_tensor(name, arr)
         else:
@@ -381,7 +396,7 @@ def write_big_pair(out_dir, *, preset: str = "qwen3-8b", dtype: str = "f16", dra
     ones = {n: np.ones(n, np.float32) for n in (E, D)}
     pool.add(w, "token_embd.weight", (V, E), 1.0, dtype)
     w.add_tensor("output_norm.weight", ones[E])
-    pool.add(w, "output.weight", (V, E), 4 / np.sqrt(E), dtype)
+    pool.add(w, "output.weight", (V, E), 4 / np.sqrt(E), dtype, distinct_rows=True)
     for i in range(L):
         p = f"blk.{i}."
         w.add_tensor(p + "attn_norm.weight", ones[E])
