@@ -223,3 +223,16 @@ def test_replay_native_follows_speculative_simple():
     assert r == {"n_drafted": 1 + 4 + 4, "n_accept": 0, "n_predict": 3, "anchors": [2, 3, 4]}
     r = replay_native(lambda a, n: 1, n_prompt=1, n_predict=100, n_max=3, eog_at=4)
     assert r["anchors"] == [0, 2] and r["n_predict"] == 4  # the end-of-generation token at 4 stops it
+
+
+def test_eagle3_draft_vocabulary_has_the_size_asked():
+    """Answer tokens by frequency first, then prompt tokens, then ids: exactly n ids even when the
+    answers hold fewer distinct tokens (llama.cpp's d2t must be duplicate-free)."""
+    from pyllama_spec.train.objectives import draft_vocab_ids
+
+    seqs = [{"split": "train", "tokens": [9, 9, 8, 5, 5, 5, 7], "n_prompt": 3},
+            {"split": "heldout", "tokens": [1, 2, 3, 4], "n_prompt": 1}]
+    assert draft_vocab_ids(seqs, 2, 12) == [5, 7]          # answers: 5 ×3, 7 ×1
+    assert draft_vocab_ids(seqs, 4, 12) == [5, 7, 8, 9]    # then the prompt's 9 ×2, 8 ×1
+    assert draft_vocab_ids(seqs, 6, 12) == [0, 1, 5, 7, 8, 9]  # then by id (held-out tokens do not count)
+    assert draft_vocab_ids(seqs, 50, 12) == list(range(12))

@@ -237,16 +237,18 @@ class Eagle3Objective(Objective):
         return out
 
 
-def draft_vocab_ids(seqs, n: int) -> list:
-    """The ``n`` most frequent answer tokens of the training split (EAGLE-3's draft vocabulary),
-    sorted by id."""
-    counts: dict = {}
+def draft_vocab_ids(seqs, n: int, n_vocab: int) -> list:
+    """EAGLE-3's draft vocabulary: the ``min(n, n_vocab)`` target tokens most frequent in the
+    training split's answers (then in its prompts, then by id), sorted by id."""
+    answer: dict = {}
+    prompt: dict = {}
     for s in seqs:
         if s["split"] == "train":
-            for t in s["tokens"][s["n_prompt"]:]:
-                counts[t] = counts.get(t, 0) + 1
-    top = sorted(counts, key=lambda t: (-counts[t], t))[:n]
-    return sorted(top)
+            for i, t in enumerate(s["tokens"]):
+                d = answer if i >= s["n_prompt"] else prompt
+                d[t] = d.get(t, 0) + 1
+    order = sorted(range(n_vocab), key=lambda t: (-answer.get(t, 0), -prompt.get(t, 0), t))
+    return sorted(order[:min(n, n_vocab)])
 
 
 # ------------------------------------------------------------------------------------- draft model
@@ -342,7 +344,7 @@ def build_objective(tc, info, seqs, tok_embd, head, *, mask_token: int | None = 
     if tc.kind == "eagle3":
         from .eagle3 import Eagle3Config
 
-        d2t = draft_vocab_ids(seqs, tc.draft_vocab) if tc.draft_vocab else []
+        d2t = draft_vocab_ids(seqs, tc.draft_vocab, n_vocab) if tc.draft_vocab else []
         c = Eagle3Config.for_target(info, n_vocab, target_layer_ids=layers, draft_vocab=len(d2t), d2t=d2t,
                                     n_steps=tc.draft_length)
         return Eagle3Objective(c, tok_embd, head)
