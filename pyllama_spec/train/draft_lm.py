@@ -64,7 +64,8 @@ class DraftConfig:
             n_head, n_kv, n_ff = t_head, t_kv, t_ff
             t_layers = int(info.get(f"{a}.block_count"))
             init = sorted({int(round(x)) for x in np.linspace(0, t_layers - 1, n_layer)})
-            init = init if len(init) == n_layer else None
+            # copy layers only from a target of the same graph (another RoPE layout or biases would not fit)
+            init = init if len(init) == n_layer and a in ARCHS else None
         else:
             n_head = max(1, n_embd // hd)
             n_kv = max(1, n_head // max(1, t_head // t_kv))
