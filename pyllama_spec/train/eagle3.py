@@ -58,7 +58,7 @@ class Eagle3Config:
 
     def to_dict(self) -> dict:
         d = asdict(self)
-        d["d2t"] = f"{len(self.d2t)} ids" if self.d2t else []  # the map itself is in the checkpoint
+        d["d2t"] = f"{len(self.d2t)} ids" if self.d2t else []  # the map itself: the model's d2t buffer
         return d
 
     @classmethod
@@ -118,7 +118,7 @@ class Eagle3Model(nn.Module):
                 raise ValueError(f"d2t has {len(c.d2t)} ids for draft_vocab={c.draft_vocab}")
             d2t = torch.as_tensor(c.d2t, dtype=torch.long)
             self.lm_head = nn.Parameter(head[d2t.to(head.device)].clone().float())
-            self.register_buffer("d2t", d2t, persistent=False)
+            self.register_buffer("d2t", d2t)  # in the state dict: a checkpoint carries its vocabulary
         else:
             self.lm_head = None
             self.register_buffer("head", head, persistent=False)
