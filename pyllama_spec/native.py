@@ -85,10 +85,19 @@ def run_speculative_simple(target, drafter, prompt: str, *, n_max: int, n_predic
            "--spec-type", spec_type, "--spec-draft-n-max", str(n_max), "-n", str(n_predict), "-p", prompt,
            "--temp", "0", "-c", str(n_ctx), "-nr", "-ngl", str(n_gpu_layers), "-ngld", str(n_gpu_layers),
            "--seed", "0", *(["-v"] if verbose else []), *extra]
-    r = subprocess.run(cmd, capture_output=True, timeout=timeout)
-    err = r.stderr.decode("utf-8", "replace")
-    if r.returncode != 0:
-        raise RuntimeError(f"llama-speculative-simple failed (rc {r.returncode}): {err[-2000:]}")
+    for _ in range(3):
+        r = subprocess.run(cmd, capture_output=True, timeout=timeout)
+        err = r.stderr.decode("utf-8", "replace")
+        if r.returncode != 0:
+            raise RuntimeError(f"llama-speculative-simple failed (rc {r.returncode}): {err[-2000:]}")
+        # llama.cpp's log worker is not joined at exit (common_log_main() is never freed): on a busy
+        # machine the tail of the log — the counters, even generated text — can be lost. The run is
+        # deterministic (T = 0, seed 0): run it again.
+        if re.search(r"n_accept\s*=", err):
+            break
+    else:
+        raise RuntimeError("llama-speculative-simple's log was cut short three times (no n_accept line): "
+                           f"{err[-2000:]}")
     drafts, accepted = _parse_drafts(err) if verbose else (None, None)
     return NativeRun(stdout=r.stdout, stderr=err, n_drafted=_num(r"n_drafted\s*=\s*(\d+)", err),
                      n_accept=_num(r"n_accept\s*=\s*(\d+)", err), n_predict=_num(r"n_predict\s*=\s*(\d+)", err),

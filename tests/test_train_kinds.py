@@ -69,7 +69,7 @@ def test_eagle3_head_drafts_like_llama_cpp(tiny, tmp_path, draft_vocab):
     assert dm.arch == "eagle3" and dm.target_layer_ids == [1, 2, 3]
     r = ps.native.run_speculative_simple(tiny["target"], path, PROMPT, n_max=4, n_predict=16, spec_type="draft-eagle3",
                                          verbose=True, extra=("-t", "2"))
-    assert r.drafts and len(r.drafts) == len(r.accepted), (r.drafts, r.accepted, r.stderr[-3000:])
+    assert r.drafts and len(r.drafts) == len(r.accepted), (r.drafts, r.accepted)
     p, seq = _greedy_sequence(tiny["target"], 40)
     feats = _features(tiny, seq)
     a = len(p) - 1  # the newest committed token; features exist for positions < a
@@ -206,9 +206,8 @@ def test_draft_model_objective_replays_llama_cpp_counters(tiny, tmp_path):
         assert (rep["n_drafted"], rep["n_accept"], rep["n_predict"]) == (r.n_drafted, r.n_accept, r.n_predict)
         vocab = ps.Model(tiny["target"], vocab_only=True).vocab
         text = b"".join(vocab.token_to_piece(t, special=True) for t in seq[len(p):])
-        out = r.stdout.split(PROMPT.encode(), 1)[-1]
-        assert out.endswith(b"\n\n\n\n")  # the program's two closing LOG("\n\n")
-        assert len(out) > 4 and text.startswith(out[:-4])
+        out = r.stdout.split(PROMPT.encode(), 1)[-1].rstrip(b"\n")  # the program ends with LOG("\n\n")s
+        assert len(out) > 8 and text.startswith(out)
 
 
 def test_replay_native_follows_speculative_simple():
