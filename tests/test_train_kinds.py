@@ -9,6 +9,9 @@ import pyllama_spec as ps
 from .conftest import EXACT, native_or_skip
 
 torch = pytest.importorskip("torch")
+# the tiny models gain nothing from intra-op threads, and on a busy 2-core machine torch's threads
+# spin against llama.cpp's (a 4-step training run: 46 s wall with 2 threads, 11 s with 1)
+torch.set_num_threads(1)
 
 PROMPT = "hello world"
 
