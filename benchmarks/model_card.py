@@ -48,7 +48,7 @@ def main() -> None:
         where = "H200 (CUDA)" if any(d["type"] == "gpu" for d in t["devices"]) and t["n_gpu_layers"] else "CPU"
         tau_rows.append(f"| {where} | {t['n_prompts']} | {t['tau']:.2f} | {100 * t['acceptance_rate']:.1f}% | "
                         + " ".join(f"{p:.2f}" for p in t["accepted_per_position"])
-                        + f" | {t['plain_tok_s']:.0f} | {t['dflash_tok_s']:.0f} |")
+                        + f" | {t['plain_tok_s']:.0f} | {t.get('spec_tok_s', t.get('dflash_tok_s')):.0f} |")  # older files: dflash_tok_s
     tau_text = ("\nMeasured again with `benchmarks/heldout_tau.py` (same prompts, 256 tokens, n_max 7):\n\n"
                 "| machine | prompts | τ | acceptance | accepted at 1..7 | plain tok/s | DFlash tok/s |\n"
                 "|---|---|---|---|---|---|---|\n" + "\n".join(tau_rows) + "\n") if tau_rows else ""

@@ -29,13 +29,20 @@ def find_program(name: str) -> Path:
 
 @dataclass
 class NativeRun:
-    """Output of one native run: ``stdout`` bytes, counters parsed from its log, seconds."""
+    """Output of one native run: ``stdout`` bytes, counters parsed from its log, seconds.
+
+    With ``verbose=True`` also, from llama.cpp's debug log: ``drafts`` — per draft call, the
+    top candidate ``(token, p)`` at each draft position (``p`` after the drafter's top-10
+    sampler, printed with 3 decimals) — and ``accepted``: the accepted count of each verify step.
+    """
     stdout: bytes
     stderr: str
     n_drafted: int | None = None
     n_accept: int | None = None
     n_predict: int | None = None
     decode_tokens_per_s: float | None = None
+    drafts: list | None = None
+    accepted: list | None = None
 
 
 def _num(pattern: str, text: str, cast=int):
@@ -43,26 +50,59 @@ def _num(pattern: str, text: str, cast=int):
     return cast(m.group(1)) if m else None
 
 
+_CANDIDATE = re.compile(r"draft candidate\s+0, pos\s+(\d+):\s+(-?\d+) \(\s*([-\d.]+)\)")
+_ACCEPTED = re.compile(r"accepted (\d+)/(\d+) draft tokens")
+
+
+def _parse_drafts(err: str) -> tuple[list, list]:
+    drafts, accepted = [], []
+    for line in err.splitlines():
+        m = _CANDIDATE.search(line)
+        if m:
+            if int(m.group(1)) == 0:
+                drafts.append([])
+            drafts[-1].append((int(m.group(2)), float(m.group(3))))
+            continue
+        m = _ACCEPTED.search(line)
+        if m:
+            accepted.append(int(m.group(1)))
+    return drafts, accepted
+
+
 def run_speculative_simple(target, drafter, prompt: str, *, n_max: int, n_predict: int, n_ctx: int = 4096,
                            n_gpu_layers: int = 99, spec_type: str = "draft-dflash", extra=(),
-                           timeout: float = 600) -> NativeRun:
+                           verbose: bool = False, timeout: float = 600) -> NativeRun:
     """Run ``llama-speculative-simple`` greedily (``--temp 0``, no repacking) and parse its counters.
 
     The program prints the prompt then the generated pieces (special tokens rendered) on stdout
     and may generate up to one block past ``n_predict``: compare outputs as prefixes.
+
+    Args:
+        spec_type: llama.cpp's ``--spec-type``: ``draft-dflash``, ``draft-eagle3``, ``draft-simple``, ...
+        verbose: run with ``-v`` and parse each draft call's candidates (``NativeRun.drafts``).
     """
     cmd = [str(find_program("llama-speculative-simple")), "-m", str(target), "-md", str(drafter),
            "--spec-type", spec_type, "--spec-draft-n-max", str(n_max), "-n", str(n_predict), "-p", prompt,
            "--temp", "0", "-c", str(n_ctx), "-nr", "-ngl", str(n_gpu_layers), "-ngld", str(n_gpu_layers),
-           "--seed", "0", *extra]
-    r = subprocess.run(cmd, capture_output=True, timeout=timeout)
-    err = r.stderr.decode("utf-8", "replace")
-    if r.returncode != 0:
-        raise RuntimeError(f"llama-speculative-simple failed (rc {r.returncode}): {err[-2000:]}")
+           "--seed", "0", *(["-v"] if verbose else []), *extra]
+    for _ in range(3):
+        r = subprocess.run(cmd, capture_output=True, timeout=timeout)
+        err = r.stderr.decode("utf-8", "replace")
+        if r.returncode != 0:
+            raise RuntimeError(f"llama-speculative-simple failed (rc {r.returncode}): {err[-2000:]}")
+        # llama.cpp's log worker is not joined at exit (common_log_main() is never freed): on a busy
+        # machine the tail of the log — the counters, even generated text — can be lost. The run is
+        # deterministic (T = 0, seed 0): run it again.
+        if re.search(r"n_accept\s*=", err):
+            break
+    else:
+        raise RuntimeError("llama-speculative-simple's log was cut short three times (no n_accept line): "
+                           f"{err[-2000:]}")
+    drafts, accepted = _parse_drafts(err) if verbose else (None, None)
     return NativeRun(stdout=r.stdout, stderr=err, n_drafted=_num(r"n_drafted\s*=\s*(\d+)", err),
                      n_accept=_num(r"n_accept\s*=\s*(\d+)", err), n_predict=_num(r"n_predict\s*=\s*(\d+)", err),
                      decode_tokens_per_s=_num(r"decoded\s+\d+ tokens in\s+[\d.]+ seconds, speed:\s+([\d.]+)", err,
-                                              float))
+                                              float), drafts=drafts, accepted=accepted)
 
 
 def run_completion(model, prompt: str, *, n_predict: int, n_ctx: int = 4096, n_gpu_layers: int = 99,

@@ -67,14 +67,29 @@ class RMSNorm(nn.Module):
         return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)).to(x.dtype) * self.weight
 
 
-def rope(x, pos, base: float):
-    """NeoX RoPE. x: (B, H, T, D), pos: (B, T) int."""
+def _angles(x, pos, base: float):
     d = x.shape[-1]
     inv = 1.0 / (base ** (torch.arange(0, d, 2, device=x.device, dtype=torch.float32) / d))
     ang = pos.float()[:, None, :, None] * inv  # (B, 1, T, D/2)
-    cos, sin = ang.cos().to(x.dtype), ang.sin().to(x.dtype)
+    return ang.cos().to(x.dtype), ang.sin().to(x.dtype)
+
+
+def rope(x, pos, base: float):
+    """NeoX RoPE (llama.cpp ``LLAMA_ROPE_TYPE_NEOX``: dimension i pairs with i + D/2).
+    x: (B, H, T, D), pos: (B, T) int."""
+    d = x.shape[-1]
+    cos, sin = _angles(x, pos, base)
     x1, x2 = x[..., : d // 2], x[..., d // 2:]
     return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
+
+
+def rope_norm(x, pos, base: float):
+    """Normal RoPE (llama.cpp ``LLAMA_ROPE_TYPE_NORM``, used by llama and EAGLE-3 GGUFs: dimension
+    2i pairs with 2i + 1; HF checkpoints reach this layout through the converter's q/k permutation).
+    x: (B, H, T, D), pos: (B, T) int."""
+    cos, sin = _angles(x, pos, base)
+    x1, x2 = x[..., 0::2], x[..., 1::2]
+    return torch.stack([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1).flatten(-2)
 
 
 class Layer(nn.Module):
@@ -120,7 +135,7 @@ class Layer(nn.Module):
         return h + self.down(F.silu(self.gate(x)) * self.up(x))
 
 
-class DFlashDrafter(nn.Module):
+class DFlashModel(nn.Module):
     """The trainable part of a DFlash drafter; the target's token embedding and output head
     are frozen buffers passed in (``tok_embd``, ``head``: ``(n_vocab, n_embd)``)."""
 
@@ -163,4 +178,4 @@ class DFlashDrafter(nn.Module):
         return h @ self.head.to(h.dtype).T
 
 
-__all__ = ["DFlashConfig", "DFlashDrafter"]
+__all__ = ["DFlashConfig", "DFlashModel", "RMSNorm", "rope", "rope_norm"]
