@@ -5,10 +5,12 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from .errors import UnsupportedError
+from .errors import PyllamaSpecError, UnsupportedError
 
 
 def find_program(name: str) -> Path:
@@ -38,13 +40,14 @@ class NativeRun:
     decode_tokens_per_s: float | None = None
 
 
-def _num(pattern: str, text: str, cast=int):
+def _num(pattern: str, text: str, cast: Callable[[str], Any] = int) -> Any:
     m = re.search(pattern, text)
     return cast(m.group(1)) if m else None
 
 
-def run_speculative_simple(target, drafter, prompt: str, *, n_max: int, n_predict: int, n_ctx: int = 4096,
-                           n_gpu_layers: int = 99, spec_type: str = "draft-dflash", extra=(),
+def run_speculative_simple(target: str | os.PathLike, drafter: str | os.PathLike, prompt: str, *, n_max: int,
+                           n_predict: int, n_ctx: int = 4096, n_gpu_layers: int = 99,
+                           spec_type: str = "draft-dflash", extra: Sequence[str] = (),
                            timeout: float = 600) -> NativeRun:
     """Run ``llama-speculative-simple`` greedily (``--temp 0``, no repacking) and parse its counters.
 
@@ -58,15 +61,15 @@ def run_speculative_simple(target, drafter, prompt: str, *, n_max: int, n_predic
     r = subprocess.run(cmd, capture_output=True, timeout=timeout)
     err = r.stderr.decode("utf-8", "replace")
     if r.returncode != 0:
-        raise RuntimeError(f"llama-speculative-simple failed (rc {r.returncode}): {err[-2000:]}")
+        raise PyllamaSpecError(f"llama-speculative-simple failed (rc {r.returncode}): {err[-2000:]}")
     return NativeRun(stdout=r.stdout, stderr=err, n_drafted=_num(r"n_drafted\s*=\s*(\d+)", err),
                      n_accept=_num(r"n_accept\s*=\s*(\d+)", err), n_predict=_num(r"n_predict\s*=\s*(\d+)", err),
                      decode_tokens_per_s=_num(r"decoded\s+\d+ tokens in\s+[\d.]+ seconds, speed:\s+([\d.]+)", err,
                                               float))
 
 
-def run_completion(model, prompt: str, *, n_predict: int, n_ctx: int = 4096, n_gpu_layers: int = 99,
-                   extra=(), timeout: float = 600) -> NativeRun:
+def run_completion(model: str | os.PathLike, prompt: str, *, n_predict: int, n_ctx: int = 4096,
+                   n_gpu_layers: int = 99, extra: Sequence[str] = (), timeout: float = 600) -> NativeRun:
     """Run ``llama-completion`` greedily without chat mode; ``stdout`` holds only the generated text."""
     cmd = [str(find_program("llama-completion")), "-m", str(model), "-p", prompt, "-n", str(n_predict),
            "--temp", "0", "-nr", "-no-cnv", "--no-display-prompt", "-c", str(n_ctx), "-ngl", str(n_gpu_layers),
@@ -74,7 +77,7 @@ def run_completion(model, prompt: str, *, n_predict: int, n_ctx: int = 4096, n_g
     r = subprocess.run(cmd, capture_output=True, timeout=timeout)
     err = r.stderr.decode("utf-8", "replace")
     if r.returncode != 0:
-        raise RuntimeError(f"llama-completion failed (rc {r.returncode}): {err[-2000:]}")
+        raise PyllamaSpecError(f"llama-completion failed (rc {r.returncode}): {err[-2000:]}")
     return NativeRun(stdout=r.stdout, stderr=err,
                      decode_tokens_per_s=_num(r"print:\s+eval time =.*?([\d.]+) tokens per second", err, float))
 
