@@ -16,7 +16,7 @@ def test_torch_drafter_matches_llama_cpp(tiny, tmp_path):
     """Same weights, same features, same block: the logits of our PyTorch DFlash model and of
     llama.cpp's DFlash graph (exported GGUF, f32) agree."""
     from pyllama_spec.train.export import export_gguf
-    from pyllama_spec.train.model import DFlashConfig, DFlashDrafter
+    from pyllama_spec.train.model import DFlashConfig, DFlashModel
 
     target = ps.Model(tiny["target"])
     emb = target.token_embeddings()
@@ -28,7 +28,7 @@ def test_torch_drafter_matches_llama_cpp(tiny, tmp_path):
 
     head = output_head(tiny["target"], emb)
     assert head.shape == emb.shape
-    m = DFlashDrafter(c, torch.tensor(emb), torch.tensor(head))
+    m = DFlashModel(c, torch.tensor(emb), torch.tensor(head))
     with torch.no_grad():  # norms away from 1 so that a mix-up of norm weights would show
         for name, p in m.named_parameters():
             p.normal_(1.0 if "norm" in name else 0.0, 0.3 if "norm" in name else 0.08)

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from ..fixtures import write_dflash_gguf
-from .model import DFlashConfig, DFlashDrafter
+from .model import DFlashConfig, DFlashModel
 
 # ours -> (GGUF name, HF name), per layer where {i} appears
 _NAMES = {
@@ -35,7 +35,7 @@ _NAMES = {
 }
 
 
-def _arrays(model: DFlashDrafter) -> dict:
+def _arrays(model: DFlashModel) -> dict:
     out = {}
     sd = {k: v.detach().float().cpu().numpy() for k, v in model.state_dict().items()}
     for ours, arr in sd.items():
@@ -47,7 +47,7 @@ def _arrays(model: DFlashDrafter) -> dict:
     return out
 
 
-def export_hf(model: DFlashDrafter, out_dir, *, extra: dict | None = None) -> Path:
+def export_hf(model: DFlashModel, out_dir, *, extra: dict | None = None) -> Path:
     """Write ``config.json`` + ``model.safetensors`` (z-lab names) into ``out_dir``."""
     from safetensors.numpy import save_file
 
@@ -70,7 +70,7 @@ def export_hf(model: DFlashDrafter, out_dir, *, extra: dict | None = None) -> Pa
     return d
 
 
-def export_gguf(model: DFlashDrafter, path, *, target, quant: str = "q8_0", name: str = "DFlash drafter") -> dict:
+def export_gguf(model: DFlashModel, path, *, target, quant: str = "q8_0", name: str = "DFlash drafter") -> dict:
     """Write the drafter as a GGUF for the pinned llama.cpp (``quant``: f32, f16 or q8_0)."""
     c: DFlashConfig = model.c
     weights = {gg: a for gg, _, a in _arrays(model).values()}

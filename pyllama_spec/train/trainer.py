@@ -20,7 +20,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .model import DFlashConfig, DFlashDrafter
+from .model import DFlashConfig, DFlashModel
 
 GAMMA = {16: 7.0, 10: 5.0, 8: 4.0}
 
@@ -95,7 +95,7 @@ def loop_tau(accepted_at_anchor: np.ndarray, start: int, end: int) -> tuple[int,
 
 
 @torch.no_grad()
-def evaluate(model: DFlashDrafter, seqs, feats, idx, c: DFlashConfig, device, *, max_anchors: int = 256,
+def evaluate(model: DFlashModel, seqs, feats, idx, c: DFlashConfig, device, *, max_anchors: int = 256,
              batch: int = 4, dtype=torch.bfloat16):
     """Greedy acceptance on held-out sequences with every answer position as an anchor.
 
@@ -159,7 +159,7 @@ def train(seqs, feats, tok_embd: np.ndarray, head: np.ndarray, c: DFlashConfig, 
     torch.manual_seed(seed)
     dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
-    model = DFlashDrafter(c, torch.tensor(np.asarray(tok_embd, np.float32), device=dev),
+    model = DFlashModel(c, torch.tensor(np.asarray(tok_embd, np.float32), device=dev),
                           torch.tensor(np.asarray(head, np.float32), device=dev)).to(dev)
     train_idx = [i for i, s in enumerate(seqs) if s["split"] == "train"]
     held_idx = [i for i, s in enumerate(seqs) if s["split"] == "heldout"][:max_eval_seqs]
