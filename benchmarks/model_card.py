@@ -84,7 +84,8 @@ the projected target features before the anchor and non-causally to themselves, 
 next {row['block'] - 1} tokens weighted by exp(−(k−1)/γ). {row['steps']} steps of {row['batch']} sequences × 32
 blocks, AdamW lr {row['lr']}, cosine, bf16, {row['train_seconds']:.0f} s on one {row['gpu']} (alongside the
 other configurations of the same run, on the same GPU); the checkpoint with the best held-out τ
-(step {row['best_step']}) was kept. Validation τ (PyTorch, loop replay on 160 held-out answers, every 500 steps and near the end):
+(step {row['best_step']}) was kept. Validation τ (PyTorch, loop replay on 160 held-out answers, every 500 steps and \
+near the end):
 {hist}.
 Configuration picked by measurement among those trained side by side: see
 `benchmarks/RESULTS.md` ("Drafter training").

@@ -37,7 +37,6 @@ CONFIGS = {
 
 
 def features(a):
-    import pyllama_spec as ps
     from pyllama_spec.train.features import extract, load_sequences, output_head
     from pyllama_spec.train.pipeline import pick_mask_token
 
