@@ -201,6 +201,7 @@ class Context:
         self.n_batch: int = lib.llama_n_batch(ptr)
         self.n_ubatch: int = lib.llama_n_ubatch(ptr)
         self.n_seq_max: int = lib.llama_n_seq_max(ptr)
+        self.n_threads, self.n_threads_batch = threads, n_threads_batch or threads
         self.kv_unified = kv_unified
         self.n_outputs_max = n_outputs_max or self.n_batch
         self.n_outputs_max_per_seq = min(n_outputs_max_per_seq or self.n_outputs_max, self.n_outputs_max)
@@ -280,6 +281,7 @@ class Context:
         n_threads = check_int("n_threads", n_threads, min=1)
         n_threads_batch = check_int("n_threads_batch", n_threads_batch, min=1, none_ok=True)
         lib.llama_set_n_threads(self.ptr, n_threads, n_threads_batch or n_threads)
+        self.n_threads, self.n_threads_batch = n_threads, n_threads_batch or n_threads
 
     @locked
     def set_embeddings_nextn(self, value: bool, masked: bool = True) -> None:

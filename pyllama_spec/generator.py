@@ -39,7 +39,7 @@ class Generator:
             e.g. ``"dflash"``), a drafter kind with no file (``"ngram"``), a ``(kind, kwargs)``
             pair, or a :class:`~pyllama_spec.speculative.drafters.Drafter` instance.
         n_ctx, n_batch, n_ubatch, flash_attn, type_k, type_v, n_threads: the target context
-            (see :class:`~pyllama_spec.Context`).
+            (see :class:`~pyllama_spec.Context`); model drafters use the same CPU threads.
         n_gpu_layers: layers to offload, for the target and model drafters (-1 = all).
         repack: llama.cpp's CPU weight repacking (off by default; refused on AMX CPUs, where it crashes).
 

@@ -326,6 +326,10 @@ def test_n_ctx_rounding_is_said(tiny_model, caplog):
     caplog.clear()
     ps.Context(tiny_model, n_ctx=512, n_batch=32)
     assert "rounded" not in caplog.text
+    gen = ps.Generator(tiny_model.path, n_ctx=64, n_batch=32)
+    with pytest.raises(ps.PromptTooLongError, match=r"n_ctx is 256 \(n_ctx=64 was rounded up to 256"):
+        gen.generate("y" * 300)
+    gen.close()
 
 
 def test_repack_is_refused_on_amx_cpus(tiny):

@@ -435,3 +435,9 @@ def test_special_tokens_render_and_stop(tiny_gen):
         s = tiny_gen.generate(PROMPTS[0], **kw, **extra)
         assert s.finish_reason == "stop" and s.tokens == r.tokens[:hit], extra
         assert name not in s.text and _counted(s) == hit + 1
+
+
+def test_model_drafters_use_the_generators_threads(tiny):
+    gen = ps.Generator(tiny["target"], drafters={"dflash": tiny["dflash"]}, n_ctx=256, n_threads=1)
+    assert gen.ctx.n_threads == gen.drafters["dflash"].ctx.n_threads == 1
+    gen.close()

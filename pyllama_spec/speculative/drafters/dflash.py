@@ -63,7 +63,8 @@ class DFlashDrafter(Drafter):
         self.ctx = Context(self.model, n_ctx=target.n_ctx, n_batch=max(target.n_batch, n_ubatch),
                            n_ubatch=n_ubatch, ctx_other=target, causal_attn=meta["causal"],
                            flash_attn=flash_attn, type_k=type_k, type_v=type_v,
-                           n_outputs_max=self.block_size, n_outputs_max_per_seq=self.block_size)
+                           n_outputs_max=self.block_size, n_outputs_max_per_seq=self.block_size,
+                           n_threads=target.n_threads, n_threads_batch=target.n_threads_batch)
         self.ctx.set_embeddings_nextn(True, True)
         #: draw the greedy draft in the decode graph (False: read logits, argmax on the host)
         self.backend_sampling = True
