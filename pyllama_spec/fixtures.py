@@ -296,7 +296,7 @@ def write_dflash_drafter(path: str | os.PathLike, *, target: str | os.PathLike, 
 #: A Qwen3-8B-shaped pair: the target's shape (36 layers, hidden 4096, 32/8 heads of 128, FFN 12288,
 #: vocabulary 151 936) and a z-lab-shaped DFlash drafter (5 layers of the same width, block 16,
 #: target layers 1, 9, 17, 25, 33 as z-lab's Qwen3-8B drafter reads them).
-BIG_PRESETS = {
+BIG_PRESETS: dict[str, dict[str, Any]] = {
     "qwen3-8b": dict(n_layer=36, n_embd=4096, n_head=32, n_head_kv=8, head_dim=128, n_ff=12288, n_vocab=151936,
                      drafter_layers=5, block_size=16, target_layers=[1, 9, 17, 25, 33]),
     # the same shape at 1/8 of the layers: a few-GB pair for a quick run
@@ -313,7 +313,8 @@ class _TensorPool:
         self.rng = np.random.default_rng(seed)
         self.cache: dict = {}
 
-    def get(self, shape, scale: float, dtype: str, distinct_rows: bool = False):
+    def get(self, shape: tuple[int, int], scale: float, dtype: str,
+            distinct_rows: bool = False) -> tuple[np.ndarray, Any]:
         import gguf
 
         key = (tuple(shape), scale, dtype, distinct_rows)
@@ -345,7 +346,8 @@ class _TensorPool:
             self.cache[key] = (arr, qt)
         return self.cache[key]
 
-    def add(self, w, name: str, shape, scale: float, dtype: str, distinct_rows: bool = False) -> None:
+    def add(self, w: Any, name: str, shape: tuple[int, int], scale: float, dtype: str,
+            distinct_rows: bool = False) -> None:
         arr, qt = self.get(shape, scale, dtype, distinct_rows)
         if qt is None:
             w.add_tensor(name, arr)
@@ -353,8 +355,8 @@ class _TensorPool:
             w.add_tensor(name, arr, raw_shape=arr.shape, raw_dtype=qt)
 
 
-def write_big_pair(out_dir, *, preset: str = "qwen3-8b", dtype: str = "f16", drafter_dtype: str | None = None,
-                   seed: int = 0) -> dict:
+def write_big_pair(out_dir: str | os.PathLike, *, preset: str = "qwen3-8b", dtype: str = "f16",
+                   drafter_dtype: str | None = None, seed: int = 0) -> dict[str, Any]:
     """Write a large random target (qwen3 architecture) and a random DFlash drafter for it, fast.
 
     For measuring step costs at a real model's shapes where no such model can be downloaded

@@ -69,7 +69,8 @@ def test_fast_rows_equal_the_reference(kw):
         np.testing.assert_allclose(dense[i], ref, rtol=2e-4, atol=2e-7)
 
 
-@pytest.mark.parametrize("kw", [dict(temperature=0.9, top_k=6), dict(temperature=1.1), dict(temperature=1.0, top_p=0.8)])
+@pytest.mark.parametrize("kw", [dict(temperature=0.9, top_k=6), dict(temperature=1.1),
+                                dict(temperature=1.0, top_p=0.8)])
 def test_fast_rows_draw_from_their_distribution(kw):
     from scipy import stats
 

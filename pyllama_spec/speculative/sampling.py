@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .._check import check_float, check_int
+from ..errors import InvalidArgumentError
 
 
 @dataclass(frozen=True)

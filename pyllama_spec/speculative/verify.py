@@ -26,7 +26,7 @@ import numpy as np
 from .sampling import SamplingParams, densify, filtered_rows, sample, sample_rows
 
 
-def accept_prefix(target_tokens, draft) -> tuple[int, int]:
+def accept_prefix(target_tokens: Sequence[int] | np.ndarray, draft: Sequence[int]) -> tuple[int, int]:
     """The match rule on tokens already drawn per row: ``target_tokens`` ``(n+1,)`` (one per verify
     row), ``draft`` ``n`` ids → ``(k, target_tokens[k])`` with k the length of the agreeing prefix."""
     n = len(draft)
