@@ -23,9 +23,9 @@ import statistics
 import time
 
 import pyllama_spec as ps
-from pyllama_spec.speculative.stats import SpecStats
 from pyllama_spec.assets import random_dflash_for_smollm2, smollm2_path
 from pyllama_spec.native import run_completion, run_speculative_simple
+from pyllama_spec.speculative.stats import SpecStats
 
 CHAT = [{"role": "user", "content": "Write a JavaScript debounce function."}]
 

@@ -152,7 +152,8 @@ class Bench:
                    "inject_varying_propose_ms": _ms(lambda: step(next(it)), self.a.reps)}
             self.ctx.memory.seq_rm(0, P)
             out.append(row)
-            print(f"drafter n_max={n_max:<3} propose {row['propose_ms']:7.3f} ms   inject 1 row {row['inject_1_ms']:7.3f}"
+            print(f"drafter n_max={n_max:<3} propose {row['propose_ms']:7.3f} ms   "
+                  f"inject 1 row {row['inject_1_ms']:7.3f}"
                   f"   inject {n_max + 1} rows {row['inject_all_ms']:7.3f}   inject 1 + propose "
                   f"{row['inject_1_propose_ms']:7.3f}   inject 1..{n_max + 1} (cycling) + propose "
                   f"{row['inject_varying_propose_ms']:7.3f} ms", flush=True)
@@ -186,7 +187,8 @@ class Bench:
             stages = "  ".join(f"{k} {v:.3f}" for k, v in r["stages_ms_per_step"].items() if v > 0.005)
             print(f"loop {'sync' if r['sync'] else 'free'} {r['drafter'] or 'plain':<7} n_max={r['n_max']:<3} "
                   f"{r['tok_s']:8.1f} tok/s  {r['ms_per_step']:7.3f} ms/step  step/plain {r['step_vs_plain']:5.2f}  "
-                  f"τ {r['tau']:.2f}  speed/plain {r['speed_vs_plain']:.2f}" + (f"\n      [{stages}]" if r["sync"] else ""),
+                  f"τ {r['tau']:.2f}  speed/plain {r['speed_vs_plain']:.2f}"
+                  + (f"\n      [{stages}]" if r["sync"] else ""),
                   flush=True)
         return out
 
@@ -269,7 +271,8 @@ def main() -> None:
            "target_desc": b.gen.model.description, "n_vocab": b.gen.model.n_vocab,
            "settings": {k: getattr(a, k) for k in ("n_max", "rows", "depth", "reps", "runs", "max_tokens", "n_ctx")},
            "env": {k: os.environ[k] for k in ENV_KNOBS if k in os.environ}}
-    print(f"# step cost: {b.gen.model.description} + {b.dft.model.description} ({a.label}) env={res['env']}", flush=True)
+    print(f"# step cost: {b.gen.model.description} + {b.dft.model.description} ({a.label}) env={res['env']}",
+          flush=True)
     sections = a.sections.split(",")
     if "verify" in sections:
         res["verify"] = b.verify_rows()

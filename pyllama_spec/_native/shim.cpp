@@ -33,6 +33,14 @@ llama_context * pyls_get_ctx_other(llama_context * ctx) {
     return llama_get_ctx_other(ctx);
 }
 
+uint32_t pyls_output_buffer_reallocs(const llama_context * ctx) {
+    return llama_output_buffer_reallocs(ctx);
+}
+
+void pyls_release_replaced_outputs(llama_context * ctx) {
+    llama_release_replaced_outputs(ctx);
+}
+
 int32_t pyls_model_dflash_selector_top_k(const llama_model * model) {
     return llama_model_dflash_selector_top_k(model);
 }

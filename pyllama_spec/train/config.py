@@ -90,7 +90,8 @@ class TrainConfig:
         if self.block_size < 2:
             raise InvalidArgumentError(f"block_size must be ≥ 2 (anchor + at least one draft), got {self.block_size}")
         if not isinstance(self.draft_vocab, int) or self.draft_vocab < 0:
-            raise InvalidArgumentError(f"draft_vocab must be an int ≥ 0 (0: the target's head), got {self.draft_vocab!r}")
+            raise InvalidArgumentError(
+                f"draft_vocab must be an int ≥ 0 (0: the target's head), got {self.draft_vocab!r}")
         if not (isinstance(self.lr, (int, float)) and self.lr > 0):
             raise InvalidArgumentError(f"lr must be > 0, got {self.lr!r}")
         if self.max_seconds is not None and not self.max_seconds > 0:
@@ -122,7 +123,7 @@ class TrainConfig:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict) -> "TrainConfig":
+    def from_dict(cls, d: dict) -> TrainConfig:
         """Rebuild from :meth:`to_dict` (unknown keys raise, so a misspelt setting is not ignored)."""
         names = {f.name for f in fields(cls)}
         unknown = sorted(set(d) - names)

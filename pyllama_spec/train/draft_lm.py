@@ -49,7 +49,7 @@ class DraftConfig:
         return asdict(self)
 
     @classmethod
-    def for_target(cls, info, n_vocab: int, *, n_layer: int = 4, n_embd: int | None = None) -> "DraftConfig":
+    def for_target(cls, info, n_vocab: int, *, n_layer: int = 4, n_embd: int | None = None) -> DraftConfig:
         """A draft for the target whose GGUF header is ``info``: the target's architecture (a
         ``llama`` graph for other architectures), head size, RoPE base and norm eps; ``n_embd``
         (default: the target's) sets the width, with heads and FFN scaled to it."""
@@ -63,9 +63,9 @@ class DraftConfig:
         if n_embd == t_embd:
             n_head, n_kv, n_ff = t_head, t_kv, t_ff
             t_layers = int(info.get(f"{a}.block_count"))
-            init = sorted({int(round(x)) for x in np.linspace(0, t_layers - 1, n_layer)})
+            layers = sorted({int(round(x)) for x in np.linspace(0, t_layers - 1, n_layer)})
             # copy layers only from a target of the same graph (another RoPE layout or biases would not fit)
-            init = init if len(init) == n_layer and a in ARCHS else None
+            init: list[int] | None = layers if len(layers) == n_layer and a in ARCHS else None
         else:
             n_head = max(1, n_embd // hd)
             n_kv = max(1, n_head // max(1, t_head // t_kv))
@@ -159,7 +159,7 @@ class DraftLM(nn.Module):
         self.out_norm.weight.copy_(torch.as_tensor(tw["output_norm.weight"]))
         if self.head is not None:
             self.head.copy_(torch.as_tensor(tw.get("output.weight", tw["token_embd.weight"])))
-        for i, src in enumerate(self.c.init_layers):
+        for i, src in enumerate(self.c.init_layers or []):
             for ours, gg in _LAYER_NAMES.items():
                 t = tw.get(f"blk.{src}.{gg}.weight")
                 if t is not None and hasattr(self.layers[i], ours.split(".")[0]):

@@ -62,7 +62,7 @@ class Eagle3Config:
         return d
 
     @classmethod
-    def for_target(cls, info, n_vocab: int, **kwargs) -> "Eagle3Config":
+    def for_target(cls, info, n_vocab: int, **kwargs) -> Eagle3Config:
         """A head shaped like the target whose GGUF header is ``info``: the target's hidden size
         (the borrowed token embedding fixes it), heads, FFN width, RoPE base, norm eps, context."""
         a = info.arch
@@ -91,6 +91,11 @@ class Eagle3Model(nn.Module):
         c: the shape; with ``c.draft_vocab > 0`` a trainable head over ``c.d2t`` (target token ids,
             its rows initialised from ``head``).
     """
+
+    tok_embd: torch.Tensor
+    d2t: torch.Tensor
+    head: torch.Tensor
+    lm_head: nn.Parameter | None
 
     def __init__(self, c: Eagle3Config, tok_embd: torch.Tensor, head: torch.Tensor):
         super().__init__()
@@ -210,7 +215,9 @@ class Eagle3Model(nn.Module):
         T = f.shape[1]
         pos = torch.arange(T).expand(1, T)
         mask = torch.ones(T, T, dtype=torch.bool).tril()
-        hid, cache, out = self.encode(f), [], []
+        hid = self.encode(f)
+        cache: list = []
+        out: list = []
         step_toks = toks[1:T + 1][None].clone()
         for k in range(n):
             hid = self.step(step_toks, hid, pos + k, cache, mask)

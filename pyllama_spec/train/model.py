@@ -14,6 +14,7 @@ Reference: Chen et al. 2026, arXiv 2602.06036; z-lab ``dflash/model.py``. RoPE i
 from __future__ import annotations
 
 import math
+import typing
 from dataclasses import asdict, dataclass
 
 import torch
@@ -42,7 +43,7 @@ class DFlashConfig:
         return asdict(self)
 
     @classmethod
-    def for_target(cls, info, n_vocab: int, **kwargs) -> "DFlashConfig":
+    def for_target(cls, info, n_vocab: int, **kwargs) -> DFlashConfig:
         """A drafter shaped like the target whose GGUF header is ``info`` (:class:`GGUFInfo`): same
         hidden size (llama.cpp's DFlash graph requires it), heads, FFN width, RoPE base and context."""
         a = info.arch
@@ -136,8 +137,10 @@ class Layer(nn.Module):
 
 
 class DFlashModel(nn.Module):
-    """The trainable part of a DFlash drafter; the target's token embedding and output head
-    are frozen buffers passed in (``tok_embd``, ``head``: ``(n_vocab, n_embd)``)."""
+    """The DFlash drafter network in PyTorch, for training (the inference-time drafter is
+    :class:`pyllama_spec.speculative.drafters.dflash.DFlashDrafter`, which runs the exported GGUF
+    in llama.cpp). The trainable part; the target's token embedding and output head are frozen
+    buffers passed in (``tok_embd``, ``head``: ``(n_vocab, n_embd)``)."""
 
     def __init__(self, c: DFlashConfig, tok_embd: torch.Tensor, head: torch.Tensor):
         super().__init__()
@@ -147,6 +150,8 @@ class DFlashModel(nn.Module):
         self.enc_norm = RMSNorm(c.n_embd, c.rms_eps)
         self.layers = nn.ModuleList(Layer(c) for _ in range(c.n_layer))
         self.out_norm = RMSNorm(c.n_embd, c.rms_eps)
+        self.tok_embd: torch.Tensor
+        self.head: torch.Tensor
         self.register_buffer("tok_embd", tok_embd, persistent=False)
         self.register_buffer("head", head, persistent=False)
         self.reset_parameters()
@@ -169,7 +174,7 @@ class DFlashModel(nn.Module):
         """
         g = self.enc_norm(self.fc(feats))
         h = F.embedding(block_tokens, self.tok_embd).to(g.dtype)
-        for layer in self.layers:
+        for layer in typing.cast("list[Layer]", self.layers):
             k_ctx, v_ctx = layer.ctx_kv(g, ctx_pos)
             h = layer(h, block_pos, k_ctx, v_ctx, mask)
         return self.out_norm(h)

@@ -22,6 +22,7 @@ first wrong token. :func:`.trainer.evaluate` replays the loop over them.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 import torch
@@ -53,6 +54,8 @@ class Objective:
     """
     kind = ""
     needs_features = True
+    config: Any
+    n_max: int
     eval_batch = 4
 
     def build(self) -> torch.nn.Module:
@@ -205,7 +208,8 @@ class Eagle3Objective(Objective):
     def loss(self, model, b, dtype):
         f, tok, tgt = b
         hs = model.unroll(f.to(dtype), tok, self.config.n_steps)
-        total, wsum = 0.0, 0.0
+        total: torch.Tensor | float = 0.0
+        wsum = 0.0
         for k, h in enumerate(hs):
             y = self._map(model, tgt[:, k])
             sel = y >= 0
@@ -345,16 +349,16 @@ def build_objective(tc, info, seqs, tok_embd, head, *, mask_token: int | None = 
         from .eagle3 import Eagle3Config
 
         d2t = draft_vocab_ids(seqs, tc.draft_vocab, n_vocab) if tc.draft_vocab else []
-        c = Eagle3Config.for_target(info, n_vocab, target_layer_ids=layers, draft_vocab=len(d2t), d2t=d2t,
+        ce = Eagle3Config.for_target(info, n_vocab, target_layer_ids=layers, draft_vocab=len(d2t), d2t=d2t,
                                     n_steps=tc.draft_length)
-        return Eagle3Objective(c, tok_embd, head)
+        return Eagle3Objective(ce, tok_embd, head)
     from .draft_lm import DraftConfig, target_weights
 
-    c = DraftConfig.for_target(info, n_vocab, n_layer=tc.drafter_layers or 4, n_embd=tc.draft_embd)
-    tw = target_weights(target) if c.init_layers and target is not None else None
-    if c.init_layers and tw is None:
-        c.init_layers = None
-    return DraftObjective(c, tok_embd, n_max=tc.draft_length, target_weights=tw)
+    cd = DraftConfig.for_target(info, n_vocab, n_layer=tc.drafter_layers or 4, n_embd=tc.draft_embd)
+    tw = target_weights(target) if cd.init_layers and target is not None else None
+    if cd.init_layers and tw is None:
+        cd.init_layers = None
+    return DraftObjective(cd, tok_embd, n_max=tc.draft_length, target_weights=tw)
 
 
 __all__ = ["build_objective", "target_layers", "default_layers", "Objective", "DFlashObjective", "Eagle3Objective",

@@ -171,7 +171,7 @@ def run(target, out_dir, tc: TrainConfig | None = None, *, progress: bool = True
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
-    data = tc.data
+    data: str | Path | None = tc.data
     if data is None:
         data = out / "data.jsonl"
         data_mod.generate(target, data, n_gpu_layers=tc.n_gpu_layers, progress=progress)

@@ -12,75 +12,20 @@ K/V entries are removed right after.
 from __future__ import annotations
 
 import logging
+import os
 
 import numpy as np
 
 from ...context import Context
-from ...errors import InvalidArgumentError, DrafterMismatchError, UnsupportedError
-from ...gguf_file import read_gguf
-from ...model import TAPPABLE_ARCHS, Model
+from ...errors import InvalidArgumentError
+from ...model import Model
+from ...pairing import check_dflash_pair
 from ...sampler import SamplerChain
 from ..sampling import SamplingParams, densify, filtered_rows, sample_rows
+from ..timing import StageTimer
 from . import Draft, Drafter, register_drafter
 
 log = logging.getLogger("pyllama_spec")
-
-
-def check_dflash_pair(target_model: Model, drafter_path) -> dict:
-    """Check a DFlash drafter file against a loaded target before llama.cpp loads it.
-
-    llama.cpp aborts the process (GGML_ASSERT) on several mismatches, so they are caught here.
-
-    Returns:
-        ``{"block_size", "target_layer_ids", "mask_token_id", "causal"}`` from the drafter's metadata.
-
-    Raises:
-        DrafterMismatchError: not a DFlash file, or built for another target.
-        UnsupportedError: DFlash2 / DSpark drafters (not driven by this loop yet).
-    """
-    info = read_gguf(drafter_path)
-    name = info.path.name
-    if info.arch != "dflash":
-        raise DrafterMismatchError(f"{name} is a {info.arch!r} model, not a DFlash drafter "
-                                   "(general.architecture must be 'dflash')")
-    if target_model.arch not in TAPPABLE_ARCHS:
-        raise DrafterMismatchError(f"target architecture {target_model.arch!r} does not expose layer inputs in "
-                                   f"llama.cpp, so no DFlash drafter can run on it; supported: "
-                                   f"{', '.join(sorted(TAPPABLE_ARCHS))}")
-    ids = info.get("dflash.target_layers")
-    if not ids:
-        raise DrafterMismatchError(f"{name} has no dflash.target_layers metadata")
-    n_layer = target_model.n_layer
-    bad = [i for i in ids if not 0 <= int(i) < n_layer]
-    if bad:
-        raise DrafterMismatchError(f"{name} reads target layers {ids}, but {target_model.path.name} has "
-                                   f"{n_layer} layers (ids {bad} out of range): it was made for another target")
-    n_embd = int(info.get("dflash.embedding_length", 0))
-    if n_embd != target_model.n_embd:
-        raise DrafterMismatchError(f"{name} has hidden size {n_embd} but the target {target_model.path.name} has "
-                                   f"{target_model.n_embd}: it was made for another target")
-    tokens = info.tensors.get("token_embd.weight")
-    n_vocab_dft = tokens[1] if tokens else None
-    out = info.tensors.get("output.weight")
-    if out is not None and out[1] != target_model.n_vocab:
-        raise DrafterMismatchError(f"{name} has an output head of {out[1]} tokens but the target's vocabulary has "
-                                   f"{target_model.n_vocab}")
-    if n_vocab_dft is not None and n_vocab_dft != target_model.n_vocab:
-        raise DrafterMismatchError(f"{name} has {n_vocab_dft} token embeddings but the target has "
-                                   f"{target_model.n_vocab}")
-    fc = info.tensors.get("fc.weight")
-    if fc is None or fc[0] != len(ids) * n_embd:
-        raise DrafterMismatchError(f"{name}: fc.weight has shape {fc}, expected ({len(ids) * n_embd}, {n_embd})")
-    if int(info.get("dflash.selector_top_k", 0)) > 0 or "markov_w1.weight" in info.tensors:
-        raise UnsupportedError(f"{name} is a DFlash2/DSpark drafter; this loop drives plain DFlash only")
-    mask = info.get("tokenizer.ggml.mask_token_id")
-    if mask is None or not 0 <= int(mask) < target_model.n_vocab:
-        raise DrafterMismatchError(f"{name} has no valid tokenizer.ggml.mask_token_id (got {mask!r})")
-    block = int(info.get("dflash.block_size", 16))
-    if block < 2:
-        raise DrafterMismatchError(f"{name}: dflash.block_size must be ≥ 2, got {block}")
-    return {"block_size": block, "target_layer_ids": [int(i) for i in ids], "mask_token_id": int(mask),
-            "causal": bool(info.get("dflash.attention.causal", False))}
 
 
 @register_drafter
@@ -99,8 +44,8 @@ class DFlashDrafter(Drafter):
     kind = "dflash"
     supports_rejection = True
 
-    def __init__(self, target: Context, path=None, *, n_gpu_layers: int = -1, flash_attn="auto",
-                 type_k: str = "f16", type_v: str = "f16", repack: bool = False):
+    def __init__(self, target: Context, path: str | os.PathLike | None = None, *, n_gpu_layers: int = -1,
+                 flash_attn: bool | str = "auto", type_k: str = "f16", type_v: str = "f16", repack: bool = False):
         if path is None:
             raise InvalidArgumentError("a DFlash drafter needs the path of its .gguf file")
         meta = check_dflash_pair(target.model, path)
@@ -118,22 +63,24 @@ class DFlashDrafter(Drafter):
         self.ctx = Context(self.model, n_ctx=target.n_ctx, n_batch=max(target.n_batch, n_ubatch),
                            n_ubatch=n_ubatch, ctx_other=target, causal_attn=meta["causal"],
                            flash_attn=flash_attn, type_k=type_k, type_v=type_v,
-                           n_outputs_max=self.block_size, n_outputs_max_per_seq=self.block_size)
+                           n_outputs_max=self.block_size, n_outputs_max_per_seq=self.block_size,
+                           n_threads=target.n_threads, n_threads_batch=target.n_threads_batch)
         self.ctx.set_embeddings_nextn(True, True)
         #: draw the greedy draft in the decode graph (False: read logits, argmax on the host)
         self.backend_sampling = True
 
-    def begin(self, prompt) -> None:
+    def begin(self, prompt: list[int]) -> None:
         self.ctx.memory.clear()
 
-    def observe(self, tokens, positions, n_commit, timer) -> None:
+    def observe(self, tokens: list[int], positions: np.ndarray, n_commit: int, timer: StageTimer) -> None:
         # only the committed rows: the same cache as llama.cpp's inject-all-then-remove, less work
         with timer("extract"):
             feats = np.concatenate([self.target.layer_input(i)[:n_commit] for i in self.target_layer_ids], axis=1)
         with timer("inject", self.ctx):
             self.ctx.decode_embd(feats, positions[:n_commit])
 
-    def propose(self, last_token, n_past, n_max, sp: SamplingParams, rng, timer) -> Draft:
+    def propose(self, last_token: int, n_past: int, n_max: int, sp: SamplingParams, rng: np.random.Generator,
+                timer: StageTimer) -> Draft:
         n_max = min(n_max, self.n_max_limit)
         if n_max <= 0:
             return Draft(tokens=[])
@@ -165,7 +112,7 @@ class DFlashDrafter(Drafter):
     def rollback(self, n_past: int) -> None:
         self.ctx.memory.seq_rm(0, n_past)
 
-    def memory_report(self) -> dict:
+    def memory_report(self) -> dict[str, float]:
         return self.ctx.memory_summary()
 
     def close(self) -> None:

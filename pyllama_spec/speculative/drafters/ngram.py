@@ -3,11 +3,18 @@ suffix in the context (Saxena 2023, "prompt lookup decoding"; llama.cpp's
 ``ngram-simple`` in common/speculative.cpp). No model, no KV cache."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
+from ..._check import check_int
 from ...errors import InvalidArgumentError
 from ..sampling import SamplingParams
+from ..timing import StageTimer
 from . import Draft, Drafter, register_drafter
+
+if TYPE_CHECKING:
+    from ...context import Context
 
 
 @register_drafter
@@ -20,17 +27,18 @@ class NgramDrafter(Drafter):
     n_max_limit = 64
     n_max_default = 8
 
-    def __init__(self, target=None, *, n_min: int = 2, n_max_ngram: int = 4):
-        super().__init__(target)
+    def __init__(self, target: Context | None = None, *, n_min: int = 2, n_max_ngram: int = 4) -> None:
+        super().__init__(target)  # type: ignore[arg-type]  # (n-gram drafting reads no target)
+        n_min, n_max_ngram = check_int("n_min", n_min, min=1), check_int("n_max_ngram", n_max_ngram, min=1)
         if not 1 <= n_min <= n_max_ngram:
             raise InvalidArgumentError(f"need 1 ≤ n_min ≤ n_max_ngram, got {n_min}, {n_max_ngram}")
         self.n_min, self.n_max_ngram = n_min, n_max_ngram
         self.history: list = []
 
-    def begin(self, prompt: list) -> None:
+    def begin(self, prompt: list[int]) -> None:
         self.history = list(prompt)
 
-    def observe(self, tokens, positions, n_commit, timer) -> None:
+    def observe(self, tokens: list[int], positions: np.ndarray, n_commit: int, timer: StageTimer) -> None:
         # the committed tokens, in order; positions start where the history ends
         p0 = int(positions[0]) if len(positions) else len(self.history)
         del self.history[p0:]
@@ -39,7 +47,8 @@ class NgramDrafter(Drafter):
     def rollback(self, n_past: int) -> None:
         del self.history[n_past:]
 
-    def propose(self, last_token, n_past, n_max, sp: SamplingParams, rng, timer) -> Draft:
+    def propose(self, last_token: int, n_past: int, n_max: int, sp: SamplingParams, rng: np.random.Generator,
+                timer: StageTimer) -> Draft:
         with timer("draft"):
             seq = self.history[:n_past] + [int(last_token)]
             arr = np.asarray(seq, dtype=np.int64)
