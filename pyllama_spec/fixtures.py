@@ -1,7 +1,9 @@
 """Deterministic GGUF files for tests, examples and benchmarks, written with ``gguf`` (llama.cpp's gguf-py).
 
-* :func:`write_tiny_target` - a small llama- or qwen3-architecture target with random but
-  sensibly scaled weights and a byte-level BPE vocabulary of its own (259 tokens, chat template).
+* :func:`write_tiny_target` - a small llama-, qwen3-, qwen2- or gemma3-architecture target with
+  random but sensibly scaled weights and a byte-level BPE vocabulary of its own (264 tokens, chat
+  template). qwen2 has q/k/v biases; gemma3 has q/k norms, post-attention and post-FFN norms, a
+  sliding window on 5 layers of 6 (the real models' pattern) and a tied output head.
 * :func:`write_big_pair` - a large target (e.g. Qwen3-8B-shaped, f16 or Q4_0) and a DFlash drafter for
   it, written in about the time its bytes take (one random buffer per tensor shape).
 * :func:`write_dflash_drafter` - a DFlash drafter (``general.architecture = "dflash"``) for any
@@ -10,7 +12,7 @@
 
 Command line::
 
-    python -m pyllama_spec.fixtures target OUT.gguf [--arch llama|qwen3] [--layers 4] [--embd 64]
+    python -m pyllama_spec.fixtures target OUT.gguf [--arch llama|qwen3|qwen2|gemma3] [--layers 4] [--embd 64]
     python -m pyllama_spec.fixtures dflash OUT.gguf --target TARGET.gguf [--layers 2] [--block-size 8]
     python -m pyllama_spec.fixtures big OUT_DIR [--preset qwen3-8b] [--dtype f16|q4_0]
 """
@@ -78,15 +80,32 @@ def _add_tiny_tokenizer(w: Any, n_vocab: int | None = None, extra_tokens: Sequen
     return {"n_vocab": len(tokens), **ids}
 
 
+TINY_ARCHS = ("llama", "qwen3", "qwen2", "gemma3")
+
+
 def write_tiny_target(path: str | os.PathLike, *, arch: str = "llama", n_layer: int = 4, n_embd: int = 64,
                       n_head: int = 4, n_head_kv: int = 2, n_ff: int = 128, n_ctx: int = 4096, seed: int = 0,
-                      dtype: str = "f32", extra_tokens: Sequence[str] = ()) -> dict[str, int]:
-    """Write a small random target model.
+                      dtype: str = "f32", head_dim: int | None = None, sliding_window: int = 8,
+                      extra_tokens: Sequence[str] = ()) -> dict[str, int]:
+    """Write a small random target model in the tensor layout the pinned llama.cpp loads
+    (``src/models/{llama,qwen3,qwen2,gemma3}.cpp``: ``load_arch_hparams`` / ``load_arch_tensors``).
+
+    Weights are drawn in a fixed order (embedding, output head, then layer by layer), so two files
+    written with the same seed and different ``n_layer`` share their first layers: a model cut
+    after layer k computes exactly the hidden state that the longer one feeds into layer k.
 
     Args:
         path: output ``.gguf``.
-        arch: ``"llama"`` or ``"qwen3"`` (both record layer inputs, so both can be DFlash targets).
+        arch: ``"llama"``, ``"qwen3"``, ``"qwen2"`` or ``"gemma3"`` (all record layer inputs, so all
+            can be DFlash targets). qwen2 adds q/k/v biases; gemma3 adds q/k norms, post-attention
+            and post-FFN norms, Gemma's embedding scale (sqrt(n_embd), applied by llama.cpp), a tied
+            output head, GELU and a sliding window on layers ``il % 6 < 5`` (llama.cpp's default
+            pattern for gemma3; RoPE base 10000 there, ``rope.freq_base`` = 1e6 on the others).
+            qwen2 and gemma3 also get non-unit norm weights, so a forward that skips one differs.
         dtype: ``"f32"`` or ``"f16"`` for the matrices.
+        head_dim: per-head width (default ``n_embd // n_head``; gemma3 default ``2 * n_embd // n_head``,
+            so that ``n_head * head_dim != n_embd`` as in Gemma-3-270M).
+        sliding_window: gemma3's window in tokens (keep it below the test prompts' length).
         extra_tokens: token texts appended to the 264-token vocabulary (a target with another
             vocabulary for mismatch tests).
 
@@ -95,11 +114,12 @@ def write_tiny_target(path: str | os.PathLike, *, arch: str = "llama", n_layer: 
     """
     import gguf
 
-    if arch not in ("llama", "qwen3"):
+    if arch not in TINY_ARCHS:
         from .errors import InvalidArgumentError
-        raise InvalidArgumentError(f"arch must be 'llama' or 'qwen3', got {arch!r}")
+        raise InvalidArgumentError(f"arch must be one of {', '.join(TINY_ARCHS)}, got {arch!r}")
     rng = np.random.default_rng(seed)
-    hd = n_embd // n_head
+    gemma = arch == "gemma3"
+    hd = head_dim or (2 * n_embd // n_head if gemma else n_embd // n_head)
     w = gguf.GGUFWriter(str(path), arch)
     w.add_name(f"pyllama_spec tiny {arch} target")
     w.add_context_length(n_ctx)
@@ -111,27 +131,48 @@ def write_tiny_target(path: str | os.PathLike, *, arch: str = "llama", n_layer: 
     w.add_key_length(hd)
     w.add_value_length(hd)
     w.add_rope_dimension_count(hd)
-    w.add_rope_freq_base(10000.0)
-    w.add_layer_norm_rms_eps(1e-5)
+    if gemma:
+        w.add_rope_freq_base(1e6)  # global layers; sliding-window layers keep llama.cpp's 10000 (no key)
+        w.add_sliding_window(sliding_window)
+        w.add_layer_norm_rms_eps(1e-6)
+    else:
+        w.add_rope_freq_base(10000.0)
+        w.add_layer_norm_rms_eps(1e-5)
     w.add_file_type(gguf.LlamaFileType.ALL_F32 if dtype == "f32" else gguf.LlamaFileType.MOSTLY_F16)
     info = _add_tiny_tokenizer(w, extra_tokens=extra_tokens)
     n_vocab = info["n_vocab"]
     w.add_vocab_size(n_vocab)
     mat = (lambda a: a) if dtype == "f32" else (lambda a: a.astype(np.float16))
-    w.add_tensor("token_embd.weight", mat(_rng_tensor(rng, (n_vocab, n_embd), 1.0)))
-    w.add_tensor("output_norm.weight", np.ones(n_embd, np.float32))
-    w.add_tensor("output.weight", mat(_rng_tensor(rng, (n_vocab, n_embd), 1.0 / np.sqrt(n_embd) * 4)))
+    if arch in ("qwen2", "gemma3"):
+        def norm(n):  # around 1, so that a skipped or misplaced norm shows
+            return (1.0 + 0.2 * rng.standard_normal(n)).astype(np.float32)
+    else:
+        def norm(n):
+            return np.ones(n, np.float32)
+    # gemma3: the graph scales inputs by sqrt(n_embd) (so rows of RMS 1 here), and the head is tied
+    # (Gemma-3 has no output.weight)
+    w.add_tensor("token_embd.weight", mat(_rng_tensor(rng, (n_vocab, n_embd), 1 / np.sqrt(n_embd) if gemma else 1.0)))
+    w.add_tensor("output_norm.weight", norm(n_embd))
+    if not gemma:
+        w.add_tensor("output.weight", mat(_rng_tensor(rng, (n_vocab, n_embd), 1.0 / np.sqrt(n_embd) * 4)))
     for i in range(n_layer):
         p = f"blk.{i}."
-        w.add_tensor(p + "attn_norm.weight", np.ones(n_embd, np.float32))
+        w.add_tensor(p + "attn_norm.weight", norm(n_embd))
         w.add_tensor(p + "attn_q.weight", mat(_rng_tensor(rng, (n_head * hd, n_embd), 1 / np.sqrt(n_embd))))
         w.add_tensor(p + "attn_k.weight", mat(_rng_tensor(rng, (n_head_kv * hd, n_embd), 1 / np.sqrt(n_embd))))
         w.add_tensor(p + "attn_v.weight", mat(_rng_tensor(rng, (n_head_kv * hd, n_embd), 1 / np.sqrt(n_embd))))
-        w.add_tensor(p + "attn_output.weight", mat(_rng_tensor(rng, (n_embd, n_head * hd), 1 / np.sqrt(n_embd))))
-        if arch == "qwen3":
-            w.add_tensor(p + "attn_q_norm.weight", np.ones(hd, np.float32))
-            w.add_tensor(p + "attn_k_norm.weight", np.ones(hd, np.float32))
-        w.add_tensor(p + "ffn_norm.weight", np.ones(n_embd, np.float32))
+        w.add_tensor(p + "attn_output.weight", mat(_rng_tensor(rng, (n_embd, n_head * hd), 1 / np.sqrt(n_head * hd))))
+        if arch == "qwen2":
+            w.add_tensor(p + "attn_q.bias", _rng_tensor(rng, (n_head * hd,), 0.1))
+            w.add_tensor(p + "attn_k.bias", _rng_tensor(rng, (n_head_kv * hd,), 0.1))
+            w.add_tensor(p + "attn_v.bias", _rng_tensor(rng, (n_head_kv * hd,), 0.1))
+        if arch in ("qwen3", "gemma3"):
+            w.add_tensor(p + "attn_q_norm.weight", norm(hd))
+            w.add_tensor(p + "attn_k_norm.weight", norm(hd))
+        if gemma:  # ~3: each layer outweighs the embedding, else a tied head repeats the last token
+            w.add_tensor(p + "post_attention_norm.weight", 3 * norm(n_embd))
+            w.add_tensor(p + "post_ffw_norm.weight", 3 * norm(n_embd))
+        w.add_tensor(p + "ffn_norm.weight", norm(n_embd))
         w.add_tensor(p + "ffn_gate.weight", mat(_rng_tensor(rng, (n_ff, n_embd), 1 / np.sqrt(n_embd))))
         w.add_tensor(p + "ffn_up.weight", mat(_rng_tensor(rng, (n_ff, n_embd), 1 / np.sqrt(n_embd))))
         w.add_tensor(p + "ffn_down.weight", mat(_rng_tensor(rng, (n_embd, n_ff), 1 / np.sqrt(n_ff))))
@@ -475,7 +516,7 @@ def main(argv: list[str] | None = None) -> int:
     sub = ap.add_subparsers(dest="cmd", required=True)
     t = sub.add_parser("target", help="a tiny random target")
     t.add_argument("out", type=Path)
-    t.add_argument("--arch", default="llama", choices=["llama", "qwen3"])
+    t.add_argument("--arch", default="llama", choices=list(TINY_ARCHS))
     t.add_argument("--layers", type=int, default=4)
     t.add_argument("--embd", type=int, default=64)
     t.add_argument("--seed", type=int, default=0)

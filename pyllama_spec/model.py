@@ -21,9 +21,10 @@ if TYPE_CHECKING:
 
 #: architectures whose llama.cpp graph records layer inputs (``t_layer_inp``), i.e. that can be a
 #: DFlash / EAGLE-3 target; enabling a tap on any other makes llama.cpp abort (src/models/*.cpp).
+#: ``qwen2`` and ``gemma3`` record them through our patches (vendor/patches/0002, 0003).
 TAPPABLE_ARCHS = frozenset({
-    "llama", "qwen3", "qwen3moe", "qwen3next", "qwen35", "qwen35moe", "gemma4", "gpt-oss", "lfm2",
-    "minimax-m2", "deepseek4", "nemotron_h",
+    "llama", "qwen2", "qwen3", "qwen3moe", "qwen3next", "qwen35", "qwen35moe", "gemma3", "gemma4", "gpt-oss",
+    "lfm2", "minimax-m2", "deepseek4", "nemotron_h",
 })
 
 

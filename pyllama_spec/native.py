@@ -73,6 +73,25 @@ def _parse_drafts(err: str) -> tuple[list, list]:
     return drafts, accepted
 
 
+def _run(cmd: list[str], name: str, done: str, timeout: float, attempts: int = 3) -> subprocess.CompletedProcess:
+    """Run a program whose log must contain ``done`` (a regex of its last summary lines).
+
+    llama.cpp's programs log through a worker thread that is never joined at exit (common/log.cpp,
+    ``common_log_main``; llama.cpp issue 22142), so on a loaded machine the tail of stdout and of
+    the log can be lost even with exit status 0. Such a cut run is run again (the runs are
+    deterministic: greedy, seed 0).
+    """
+    for _ in range(attempts):
+        r = subprocess.run(cmd, capture_output=True, timeout=timeout)
+        err = r.stderr.decode("utf-8", "replace")
+        if r.returncode != 0:
+            raise PyllamaSpecError(f"{name} failed (rc {r.returncode}): {err[-2000:]}")
+        if re.search(done, err):
+            return r
+    raise PyllamaSpecError(f"{name} exited without its final log lines {attempts} times (its log thread was "
+                       f"cut at exit): {err[-2000:]}")
+
+
 def run_speculative_simple(target: str | os.PathLike, drafter: str | os.PathLike, prompt: str, *, n_max: int,
                            n_predict: int, n_ctx: int = 4096, n_gpu_layers: int = 99,
                            spec_type: str = "draft-dflash", extra: Sequence[str] = (),
@@ -90,19 +109,8 @@ def run_speculative_simple(target: str | os.PathLike, drafter: str | os.PathLike
            "--spec-type", spec_type, "--spec-draft-n-max", str(n_max), "-n", str(n_predict), "-p", prompt,
            "--temp", "0", "-c", str(n_ctx), "-nr", "-ngl", str(n_gpu_layers), "-ngld", str(n_gpu_layers),
            "--seed", "0", *(["-v"] if verbose else []), *extra]
-    for _ in range(3):
-        r = subprocess.run(cmd, capture_output=True, timeout=timeout)
-        err = r.stderr.decode("utf-8", "replace")
-        if r.returncode != 0:
-            raise PyllamaSpecError(f"llama-speculative-simple failed (rc {r.returncode}): {err[-2000:]}")
-        # llama.cpp's log worker is not joined at exit (common_log_main() is never freed): on a busy
-        # machine the tail of the log — the counters, even generated text — can be lost. The run is
-        # deterministic (T = 0, seed 0): run it again.
-        if re.search(r"n_accept\s*=", err):
-            break
-    else:
-        raise PyllamaSpecError("llama-speculative-simple's log was cut short three times (no n_accept line): "
-                           f"{err[-2000:]}")
+    r = _run(cmd, "llama-speculative-simple", r"total time\s*=", timeout)
+    err = r.stderr.decode("utf-8", "replace")
     drafts, accepted = _parse_drafts(err) if verbose else (None, None)
     return NativeRun(stdout=r.stdout, stderr=err, n_drafted=_num(r"n_drafted\s*=\s*(\d+)", err),
                      n_accept=_num(r"n_accept\s*=\s*(\d+)", err), n_predict=_num(r"n_predict\s*=\s*(\d+)", err),
@@ -116,10 +124,8 @@ def run_completion(model: str | os.PathLike, prompt: str, *, n_predict: int, n_c
     cmd = [str(find_program("llama-completion")), "-m", str(model), "-p", prompt, "-n", str(n_predict),
            "--temp", "0", "-nr", "-no-cnv", "--no-display-prompt", "-c", str(n_ctx), "-ngl", str(n_gpu_layers),
            "--seed", "0", *extra]
-    r = subprocess.run(cmd, capture_output=True, timeout=timeout)
+    r = _run(cmd, "llama-completion", r"total time\s*=", timeout)
     err = r.stderr.decode("utf-8", "replace")
-    if r.returncode != 0:
-        raise PyllamaSpecError(f"llama-completion failed (rc {r.returncode}): {err[-2000:]}")
     return NativeRun(stdout=r.stdout, stderr=err,
                      decode_tokens_per_s=_num(r"print:\s+eval time =.*?([\d.]+) tokens per second", err, float))
 
