@@ -268,6 +268,7 @@ def test_static_cache_file(tmp_path):
     d = begun("ngram-cache", [0, 0, 4], lookup_cache_static=path)
     assert propose(d, 5) == [6, 8]  # (6, 8) has 1 sample only
     assert d.native_args() == ["--lookup-cache-static", str(path)]
+    assert d.memory_report()["kv_cache_mib"] == 0 and d.memory_report()["host_mib"] > 0
     (tmp_path / "bad.bin").write_bytes(b"\x01\x00\x00")
     with pytest.raises(InvalidArgumentError, match="lookup_cache_static"):
         create_drafter("ngram-cache", None, lookup_cache_static=tmp_path / "bad.bin")

@@ -10,7 +10,9 @@ native ``accept``) and ``_on_append``/``_on_truncate`` (to keep incremental indi
 """
 from __future__ import annotations
 
+import sys
 from bisect import bisect_right
+from collections import deque
 from typing import ClassVar
 
 from ...errors import InvalidArgumentError, PyllamaSpecError
@@ -184,10 +186,37 @@ class HistoryDrafter(Drafter):
         self._on_truncate(n)
         del self.history[n:]
 
+    def memory_report(self) -> dict:
+        """No weights, KV cache or compute buffers; ``host_mib``: the Python objects holding the
+        history and the indices (measured with ``sys.getsizeof``, shared small ints excepted)."""
+        return {"weights_mib": 0.0, "kv_cache_mib": 0.0, "compute_mib": 0.0,
+                "host_mib": _deep_size(vars(self), skip={id(self.target)}) / 2**20}
+
     def native_args(self) -> list[str]:
         """llama.cpp command-line options that give a native program (``--spec-type
         native_type``) this drafter's settings."""
         return []
+
+
+def _deep_size(root, skip=()) -> int:
+    """Bytes of ``root`` and of the containers and objects it reaches (each counted once)."""
+    seen, stack, total = set(skip), [root], 0
+    while stack:
+        o = stack.pop()
+        if id(o) in seen or (isinstance(o, int) and -5 <= o <= 256):
+            continue
+        seen.add(id(o))
+        total += sys.getsizeof(o)
+        if isinstance(o, dict):
+            stack.extend(o.keys())
+            stack.extend(o.values())
+        elif isinstance(o, (list, tuple, set, deque)):
+            stack.extend(o)
+        elif hasattr(o, "__slots__"):
+            stack.extend(getattr(o, a) for a in o.__slots__ if hasattr(o, a))
+        elif hasattr(o, "__dict__") and not isinstance(o, type):
+            stack.append(vars(o))
+    return total
 
 
 __all__ = ["HistoryDrafter", "NgramIndex", "check_int"]

@@ -167,7 +167,8 @@ class NgramCacheDrafter(HistoryDrafter):
             ``n_max_limit``.
         lookup_cache_static: a static cache file (``--lookup-cache-static``), or None.
         lookup_cache_dynamic: a dynamic cache file (``--lookup-cache-dynamic``; read, not
-            written back, as in llama.cpp's speculative driver), or None.
+            written back, as in llama.cpp's speculative driver), or None. llama-server and
+            llama-lookup take these two options, llama-speculative-simple does not.
 
     Raises:
         InvalidArgumentError: a parameter out of range, or an unreadable cache file.
