@@ -19,6 +19,7 @@ PATCHES = (
     "0002-keep-replaced-output-buffers",
     "0003-qwen2-layer-input-taps",
     "0004-gemma3-layer-input-taps",
+    "0005-speculative-simple-flush-log",
 )
 
 

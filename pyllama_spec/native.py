@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import PyllamaSpecError, UnsupportedError
+from .speculative.drafters import Drafter
 
 
 def find_program(name: str) -> Path:
@@ -92,23 +93,35 @@ def _run(cmd: list[str], name: str, done: str, timeout: float, attempts: int = 3
                        f"cut at exit): {err[-2000:]}")
 
 
-def run_speculative_simple(target: str | os.PathLike, drafter: str | os.PathLike, prompt: str, *, n_max: int,
-                           n_predict: int, n_ctx: int = 4096, n_gpu_layers: int = 99,
-                           spec_type: str = "draft-dflash", extra: Sequence[str] = (),
+def run_speculative_simple(target: str | os.PathLike, drafter: str | os.PathLike | None, prompt: str, *,
+                           n_max: int | None = None, n_predict: int, n_ctx: int = 4096, n_gpu_layers: int = 99,
+                           spec_type: str = "draft-dflash", extra: Sequence[object] = (),
                            verbose: bool = False, timeout: float = 600) -> NativeRun:
     """Run ``llama-speculative-simple`` greedily (``--temp 0``, no repacking) and parse its counters.
 
     The program prints the prompt then the generated pieces (special tokens rendered) on stdout
-    and may generate up to one block past ``n_predict``: compare outputs as prefixes.
+    and may generate up to one block past ``n_predict``: compare outputs as prefixes, or run ours
+    under :class:`NativeLoopRules`.
 
     Args:
-        spec_type: llama.cpp's ``--spec-type``: ``draft-dflash``, ``draft-eagle3``, ``draft-simple``, ...
+        target: the target ``.gguf``.
+        drafter: the draft ``.gguf`` (``-md``), or None for kinds without a model (the n-gram
+            family: pass ``spec_type=d.native_type, extra=d.native_args()``).
+        n_max: ``--spec-draft-n-max`` (model drafters), or None to leave llama.cpp's default.
+        spec_type: llama.cpp's ``--spec-type``: ``draft-dflash``, ``draft-eagle3``, ``ngram-simple``, ...
+        extra: more command-line options.
         verbose: run with ``-v`` and parse each draft call's candidates (``NativeRun.drafts``).
     """
-    cmd = [str(find_program("llama-speculative-simple")), "-m", str(target), "-md", str(drafter),
-           "--spec-type", spec_type, "--spec-draft-n-max", str(n_max), "-n", str(n_predict), "-p", prompt,
-           "--temp", "0", "-c", str(n_ctx), "-nr", "-ngl", str(n_gpu_layers), "-ngld", str(n_gpu_layers),
-           "--seed", "0", *(["-v"] if verbose else []), *extra]
+    cmd = [str(find_program("llama-speculative-simple")), "-m", str(target), "--spec-type", spec_type,
+           "-n", str(n_predict), "-p", prompt, "--temp", "0", "-c", str(n_ctx), "-nr", "-ngl", str(n_gpu_layers),
+           "--seed", "0"]
+    if drafter is not None:
+        cmd += ["-md", str(drafter), "-ngld", str(n_gpu_layers)]
+    if n_max is not None:
+        cmd += ["--spec-draft-n-max", str(n_max)]
+    cmd += [*(["-v"] if verbose else []), *(str(x) for x in extra)]
+    # our build flushes the program's log before it exits (vendor/patches/0005-speculative-simple-flush-log);
+    # _run still reruns a cut run, for builds without it
     r = _run(cmd, "llama-speculative-simple", r"total time\s*=", timeout)
     err = r.stderr.decode("utf-8", "replace")
     drafts, accepted = _parse_drafts(err) if verbose else (None, None)
@@ -116,6 +129,84 @@ def run_speculative_simple(target: str | os.PathLike, drafter: str | os.PathLike
                      n_accept=_num(r"n_accept\s*=\s*(\d+)", err), n_predict=_num(r"n_predict\s*=\s*(\d+)", err),
                      decode_tokens_per_s=_num(r"decoded\s+\d+ tokens in\s+[\d.]+ seconds, speed:\s+([\d.]+)", err,
                                               float), drafts=drafts, accepted=accepted)
+
+
+class NativeLoopRules(Drafter):
+    """Wraps a drafter so that our loop drafts as ``llama-speculative-simple`` does near the end
+    of a generation, and reports the counters that program would print.
+
+    The native program cuts a draft to ``min(n_ctx - n_past - 2, n_predict - n_generated - 1)``
+    tokens but not at all when that is ≤ 0 (``common_speculative_draft`` cuts only for
+    ``n_max > 0``), and stops only once more than ``n_predict`` tokens are generated (or at an
+    EOS), so its last steps verify whole drafts. Run ours with this wrapper, ``n_max`` ≥ the
+    drafter's longest draft and ``max_tokens ≥ n_predict + 1 + n_max``; :meth:`counters` then
+    gives the native ``n_predict``, ``n_drafted`` and ``n_accept`` from our steps.
+
+    Args:
+        inner: the drafter (its ``kind`` and capabilities are forwarded).
+        n_prompt: prompt tokens (the native program's ``inp.size()``).
+        n_predict: the native ``-n``.
+        n_ctx: the native ``-c``.
+    """
+
+    def __init__(self, inner: Drafter, *, n_prompt: int, n_predict: int, n_ctx: int):
+        super().__init__(inner.target)
+        self.inner = inner
+        self.kind = inner.kind  # type: ignore[misc]  # the wrapper answers as the drafter it wraps
+        self.target_layer_ids = inner.target_layer_ids
+        self.supports_rejection = inner.supports_rejection  # type: ignore[misc]
+        self.n_max_limit = self.n_max_default = inner.n_max_limit
+        self.n_prompt, self.n_predict, self.n_ctx = n_prompt, n_predict, n_ctx
+        self.steps: list[tuple[int, int]] = []  # (drafted, accepted) per verify step
+
+    def begin(self, prompt):
+        self.steps = []
+        self.inner.begin(prompt)
+
+    def observe(self, tokens, positions, n_commit, timer):
+        self.inner.observe(tokens, positions, n_commit, timer)
+
+    def propose(self, last_token, n_past, n_max, sp, rng, timer):
+        d = self.inner.propose(last_token, n_past, n_max, sp, rng, timer)
+        n_generated = n_past - (self.n_prompt - 1)
+        limit = min(self.n_ctx - n_past - 2, self.n_predict - n_generated - 1)
+        if limit > 0 and len(d.tokens) > limit:
+            d = type(d)(tokens=d.tokens[:limit], probs=None if d.probs is None else d.probs[:limit])
+        return d
+
+    def on_accept(self, n_drafted, n_accepted):
+        self.steps.append((n_drafted, n_accepted))
+        self.inner.on_accept(n_drafted, n_accepted)
+
+    def rollback(self, n_past):
+        self.inner.rollback(n_past)
+
+    def memory_report(self):
+        return self.inner.memory_report()
+
+    def counters(self, n_committed: int, eos: bool) -> dict:
+        """The native counters for our run that committed ``n_committed`` tokens
+        (``GenerationResult.n_committed``; ``eos``: it ended at an EOS, the last of them):
+        ``{"n_predict", "n_drafted", "n_accept"}``.
+
+        One rule differs at an EOS: when the target agrees with a draft token that is an EOS and
+        more draft tokens follow, llama.cpp stops accepting there and counts the EOS as the
+        target's own token (``common_sampler_sample_and_accept_n``), while our loop's stats count
+        every matching draft token of the block (it cuts the output at the EOS all the same).
+        The native count is applied to that last step here.
+        """
+        n_pred = n_drafted = n_acc = 0
+        for d, a in self.steps:
+            if eos and n_pred + a + 1 >= n_committed:  # the step that committed the EOS
+                j = n_committed - n_pred - 1           # its index in the step's tokens
+                if j < a and j + 1 < d:                # an accepted draft token, not the last draft
+                    a = j
+            n_pred += a + 1
+            n_drafted += d
+            n_acc += a
+            if n_pred > self.n_predict or (eos and n_pred >= n_committed):
+                break
+        return {"n_predict": n_pred, "n_drafted": n_drafted, "n_accept": n_acc}
 
 
 def run_completion(model: str | os.PathLike, prompt: str, *, n_predict: int, n_ctx: int = 4096,
@@ -130,4 +221,4 @@ def run_completion(model: str | os.PathLike, prompt: str, *, n_predict: int, n_c
                      decode_tokens_per_s=_num(r"print:\s+eval time =.*?([\d.]+) tokens per second", err, float))
 
 
-__all__ = ["find_program", "run_speculative_simple", "run_completion", "NativeRun"]
+__all__ = ["find_program", "run_speculative_simple", "run_completion", "NativeRun", "NativeLoopRules"]

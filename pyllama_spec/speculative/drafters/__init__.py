@@ -152,6 +152,6 @@ def create_drafter(kind: str, target: Context, **kwargs: Any) -> Drafter:
     return cls(target, **kwargs)
 
 
-from . import dflash, ngram  # noqa: E402,F401  (registration)
+from . import dflash, ngram, ngram_cache, ngram_map, ngram_mod  # noqa: E402,F401  (registration)
 
 __all__ = ["Drafter", "Draft", "register_drafter", "create_drafter", "drafter_kinds"]
