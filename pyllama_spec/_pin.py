@@ -20,6 +20,7 @@ PATCHES = (
     "0003-qwen2-layer-input-taps",
     "0004-gemma3-layer-input-taps",
     "0005-speculative-simple-flush-log",
+    "0006-dflash-fused-inject",
 )
 
 

@@ -468,6 +468,28 @@ class Context:
             rc = lib.llama_process(self.ptr, lib.LLAMA_PROCESS_TYPE_DECODE, b)
             self._after_decode(rc, n, n if output else 0, "decode_embd")
 
+    def stage_dflash_inject(self, rows: np.ndarray) -> None:
+        """Stage target-feature rows that this DFlash drafter context's next :meth:`decode` injects
+        (vendor/patches/0006-dflash-fused-inject): that decode's first ``len(rows)`` tokens must be
+        placeholders at the rows' positions with no outputs, followed by the draft block. One
+        decode then writes the rows' K/V and drafts the block (instead of :meth:`decode_embd`
+        followed by :meth:`decode`).
+
+        Args:
+            rows: ``(n, embd_input_width)`` float32 (copied by llama.cpp), ``1 ≤ n ≤ n_ubatch``.
+
+        Raises:
+            InvalidBatchError: wrong shape.
+            UnsupportedError: not a plain DFlash drafter context (DFlash2 / DSpark, other models).
+        """
+        rows = np.ascontiguousarray(rows, dtype=np.float32)
+        if rows.ndim != 2 or rows.shape[1] != self.embd_input_width or not 1 <= rows.shape[0] <= self.n_ubatch:
+            raise InvalidBatchError(f"staged rows must be (1..{self.n_ubatch}, {self.embd_input_width}), got {rows.shape}", -1)
+        backend.recent_errors.clear()
+        if not lib.pyls_dflash_set_inject(self.ptr, ffi.cast("float *", rows.ctypes.data), rows.shape[0]):
+            raise UnsupportedError(f"{self.model.path.name} takes no fused injection: "
+                                   f"{backend.last_llama_error('only plain DFlash drafters do')}")
+
     @property
     def embd_input_width(self) -> int:
         """Width of one embedding row for :meth:`decode_embd`."""

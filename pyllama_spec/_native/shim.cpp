@@ -120,6 +120,15 @@ int32_t pyls_batch_ext_add_tokens(llama_batch_ext * batch, llama_seq_id seq_id, 
     return n_tokens;
 }
 
+// vendor/patches/0002-dflash-fused-inject: stage target features for the next (fused) draft decode
+bool pyls_dflash_set_inject(llama_context * ctx, const float * rows, int32_t n_rows) {
+    try {
+        return llama_dflash_set_inject(ctx, rows, n_rows);
+    } catch (...) {
+        return false;
+    }
+}
+
 const char * pyls_llama_cpp_commit(void) {
     return PYLS_LLAMA_CPP_COMMIT;
 }

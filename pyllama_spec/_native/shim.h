@@ -24,6 +24,7 @@ int32_t pyls_batch_ext_add_embd_rows(struct llama_batch_ext * batch, llama_seq_i
                                      bool output);
 int32_t pyls_batch_ext_add_tokens(struct llama_batch_ext * batch, llama_seq_id seq_id, const llama_token * tokens,
                                   int32_t n_tokens, const llama_pos * pos, const int8_t * output);
+bool pyls_dflash_set_inject(struct llama_context * ctx, const float * rows, int32_t n_rows);
 const char * pyls_llama_cpp_commit(void);
 
 #ifdef __cplusplus

@@ -16,6 +16,7 @@ import os
 
 import numpy as np
 
+from ...backend import supports_gpu_offload
 from ...context import Context
 from ...errors import InvalidArgumentError
 from ...model import Model
@@ -45,7 +46,8 @@ class DFlashDrafter(Drafter):
     supports_rejection = True
 
     def __init__(self, target: Context, path: str | os.PathLike | None = None, *, n_gpu_layers: int = -1,
-                 flash_attn: bool | str = "auto", type_k: str = "f16", type_v: str = "f16", repack: bool = False):
+                 flash_attn: bool | str = "auto", type_k: str = "f16", type_v: str = "f16", repack: bool = False,
+                 fused_inject: bool | None = None):
         if path is None:
             raise InvalidArgumentError("a DFlash drafter needs the path of its .gguf file")
         meta = check_dflash_pair(target.model, path)
@@ -68,16 +70,42 @@ class DFlashDrafter(Drafter):
         self.ctx.set_embeddings_nextn(True, True)
         #: draw the greedy draft in the decode graph (False: read logits, argmax on the host)
         self.backend_sampling = True
+        #: inject a step's committed features in the same decode as the next draft block
+        #: (vendor/patches/0006-dflash-fused-inject: one drafter call per step instead of two). Default:
+        #: when the drafter runs on a GPU; on the CPU the placeholder rows' extra layer compute costs
+        #: more than the call it saves
+        self.fused_inject = ((supports_gpu_offload() and n_gpu_layers != 0) if fused_inject is None
+                             else bool(fused_inject))
+        self._pending: tuple[np.ndarray, np.ndarray] | None = None  # staged (features, positions)
 
     def begin(self, prompt: list[int]) -> None:
+        self._pending = None
         self.ctx.memory.clear()
 
     def observe(self, tokens: list[int], positions: np.ndarray, n_commit: int, timer: StageTimer) -> None:
         # only the committed rows: the same cache as llama.cpp's inject-all-then-remove, less work
         with timer("extract"):
             feats = np.concatenate([self.target.layer_input(i)[:n_commit] for i in self.target_layer_ids], axis=1)
+        self.flush(timer)
+        if self.fused_inject and n_commit <= self.block_size:
+            # a verify step's rows: staged for the next propose(), which decodes them with its block
+            self._pending = (feats, np.asarray(positions[:n_commit], dtype=np.int32).copy())
+            return
         with timer("inject", self.ctx):
             self.ctx.decode_embd(feats, positions[:n_commit])
+
+    def flush(self, timer: StageTimer | None = None) -> None:
+        """Inject staged features now (a separate decode), so that the drafter's cache holds every
+        committed position; ``propose`` does it in its own decode otherwise."""
+        if self._pending is None:
+            return
+        feats, pos = self._pending
+        self._pending = None
+        if timer is None:
+            self.ctx.decode_embd(feats, pos)
+            return
+        with timer("inject", self.ctx):
+            self.ctx.decode_embd(feats, pos)
 
     def propose(self, last_token: int, n_past: int, n_max: int, sp: SamplingParams, rng: np.random.Generator,
                 timer: StageTimer) -> Draft:
@@ -93,8 +121,21 @@ class DFlashDrafter(Drafter):
             self.ctx.set_sampler(None)
         block = np.full(n_max + 1, self.mask_token, dtype=np.int32)
         block[0] = last_token
-        with timer("draft", self.ctx):
-            self.ctx.decode(block, np.arange(n_past, n_past + n_max + 1, dtype=np.int32), logits="all")
+        pos = np.arange(n_past, n_past + n_max + 1, dtype=np.int32)
+        if self._pending is not None:
+            # fused: placeholders at the staged rows' positions, then the block (patch 0006)
+            feats, pos_inj = self._pending
+            self._pending = None
+            n_inj = len(pos_inj)
+            block = np.concatenate([np.full(n_inj, self.mask_token, dtype=np.int32), block])
+            pos = np.concatenate([pos_inj, pos])
+            flags = np.concatenate([np.zeros(n_inj, dtype=np.int8), np.ones(n_max + 1, dtype=np.int8)])
+            with timer("draft", self.ctx):
+                self.ctx.stage_dflash_inject(feats)
+                self.ctx.decode(block, pos, logits=flags)
+        else:
+            with timer("draft", self.ctx):
+                self.ctx.decode(block, pos, logits="all")
         with timer("draft_sample"):
             if self.ctx.samplers:
                 draft = Draft(tokens=self.ctx.sampled_tokens()[1:])
@@ -110,6 +151,10 @@ class DFlashDrafter(Drafter):
         return draft
 
     def rollback(self, n_past: int) -> None:
+        if self._pending is not None:
+            feats, pos = self._pending
+            keep = pos < n_past
+            self._pending = (feats[keep], pos[keep]) if keep.any() else None
         self.ctx.memory.seq_rm(0, n_past)
 
     def memory_report(self) -> dict[str, float]:
