@@ -213,6 +213,7 @@ class Context:
         ids = model.target_layer_ids
         self._embd_input_width = len(ids) * self._n_embd if ids else int(lib.llama_model_n_embd_inp(model.ptr))
         self._n_outputs = 0
+        self._out_index: np.ndarray | None = None  # batch indices of the last decode's output rows (None: all)
         self._n_tokens_last = 0
         self._last_raw_logits = True
         self._taps: set[int] = set()
@@ -349,7 +350,8 @@ class Context:
         n = self._n_outputs if n is None else check_int("n", n, min=0)
         if not 0 <= n <= self._n_outputs:
             raise InvalidArgumentError(f"the last decode has {self._n_outputs} output rows, asked for {n}")
-        out = [int(lib.llama_get_sampled_token_ith(self.ptr, i)) for i in range(n)]
+        idx = range(n) if self._out_index is None else self._out_index[:n]
+        out = [int(lib.llama_get_sampled_token_ith(self.ptr, int(i))) for i in idx]
         if any(t < 0 for t in out):
             raise UnsupportedError(f"llama.cpp sampled no token for some output rows ({out}): their sequence has "
                                    "no backend sampler")
@@ -422,6 +424,8 @@ class Context:
         backend.recent_errors.clear()
         rc = lib.llama_decode(self.ptr, self._batch.as_c())
         self._after_decode(rc, n, n_out, "decode")
+        # llama_get_sampled_token_ith() takes the batch index of an output row, not its rank
+        self._out_index = None if n_out == n else np.flatnonzero(flags)
         return n_out
 
     @locked
@@ -521,6 +525,7 @@ class Context:
             self._taps_ready = False
             check_decode(rc, f"{self.model.path.name}: {what} of {n} tokens")
         self._n_outputs = n_out
+        self._out_index = None  # decode() narrows it when only some rows are outputs
         self._n_tokens_last = n
         self._taps_ready = bool(self._taps)
         self._last_raw_logits = not self._samplers
