@@ -488,7 +488,8 @@ class Context:
         """
         rows = np.ascontiguousarray(rows, dtype=np.float32)
         if rows.ndim != 2 or rows.shape[1] != self.embd_input_width or not 1 <= rows.shape[0] <= self.n_ubatch:
-            raise InvalidBatchError(f"staged rows must be (1..{self.n_ubatch}, {self.embd_input_width}), got {rows.shape}", -1)
+            raise InvalidBatchError(f"staged rows must be (1..{self.n_ubatch}, {self.embd_input_width}), "
+                                    f"got {rows.shape}", -1)
         backend.recent_errors.clear()
         if not lib.pyls_dflash_set_inject(self.ptr, ffi.cast("float *", rows.ctypes.data), rows.shape[0]):
             raise UnsupportedError(f"{self.model.path.name} takes no fused injection: "
