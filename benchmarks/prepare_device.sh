@@ -22,5 +22,5 @@ tar -C vendor -cJf .dev/gpu/llama.cpp.tar.xz "${skip[@]}" --exclude=llama.cpp/te
     --exclude=llama.cpp/conversion --exclude=llama.cpp/tools/server --exclude=llama.cpp/requirements \
     --exclude=llama.cpp/examples/llama.android --exclude=llama.cpp/examples/llama.swiftui llama.cpp
 gguf=$(cd / && python3 -c "from pyllama_spec.assets import smollm2_path; print(smollm2_path())")  # not from the source tree
-split -b 50000000 -d "$gguf" .dev/smol.part
+split -n 2 -d "$gguf" .dev/smol.part  # two halves: each travels with the ~16 MiB checkout under 64 MiB
 ls -la .dev .dev/gpu

@@ -7,10 +7,13 @@ C call per token.
 """
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
+from ._check import check_int
 from ._ffi import ffi, lib
-from .errors import InvalidBatchError
+from .errors import ContextError, InvalidBatchError
 
 
 class TokenBatch:
@@ -21,9 +24,8 @@ class TokenBatch:
         logits: int8 output flags (1 = compute logits/embeddings for this row).
     """
 
-    def __init__(self, capacity: int):
-        if capacity <= 0:
-            raise ValueError(f"batch capacity must be positive, got {capacity}")
+    def __init__(self, capacity: int) -> None:
+        capacity = check_int("capacity", capacity, min=1)
         self.capacity = capacity
         self.token = np.zeros(capacity, dtype=np.int32)
         self.pos = np.zeros(capacity, dtype=np.int32)
@@ -45,7 +47,7 @@ class TokenBatch:
         self._c.logits = ffi.cast("int8_t *", self.logits.ctypes.data)
         self.n_tokens = 0
 
-    def set(self, tokens, pos, seq_id: int = 0, logits=None) -> None:
+    def set(self, tokens: Any, pos: Any, seq_id: Any = 0, logits: Any = None) -> None:
         """Fill the batch.
 
         Args:
@@ -79,7 +81,7 @@ class TokenBatch:
             self.logits[:n] = lg
         self.n_tokens = n
 
-    def as_c(self):
+    def as_c(self) -> Any:
         """The ``struct llama_batch`` value (valid while this object lives)."""
         self._c.n_tokens = self.n_tokens
         return self._c[0]
@@ -92,14 +94,15 @@ class EmbdBatch:
     drafter turns into K/V entries (``common_speculative_impl_draft_dflash::process``).
     """
 
-    def __init__(self, ctx_ptr):
+    def __init__(self, ctx_ptr: Any) -> None:
         ptr = lib.llama_batch_ext_init(ctx_ptr)
         if ptr == ffi.NULL:
-            raise MemoryError("llama_batch_ext_init failed")
+            raise ContextError("llama.cpp could not allocate an embedding batch (llama_batch_ext_init) for this "
+                               "context")
         self._ptr = ffi.gc(ptr, lib.llama_batch_ext_free)
-        self._keep = None
+        self._keep: tuple[np.ndarray, np.ndarray] | None = None
 
-    def set(self, rows: np.ndarray, pos: np.ndarray, seq_id: int = 0, output: bool = False):
+    def set(self, rows: np.ndarray, pos: np.ndarray, seq_id: int = 0, output: bool = False) -> Any:
         """Fill with ``rows`` ``(n, width)`` float32 at positions ``pos`` ``(n,)``.
 
         The 4-slot position form ``{p, p, p, 0}`` is used so M-RoPE drafters work too.
@@ -135,7 +138,8 @@ class TokenEmbdBatch:
             raise MemoryError("llama_batch_ext_init failed")
         self._ptr = ffi.gc(ptr, lib.llama_batch_ext_free)
 
-    def set(self, tokens: np.ndarray, embd: np.ndarray | None, pos: np.ndarray, seq_id: int, output: np.ndarray):
+    def set(self, tokens: np.ndarray, embd: np.ndarray | None, pos: np.ndarray, seq_id: int,
+            output: np.ndarray) -> Any:
         """Fill with ``tokens`` ``(n,)`` at ``pos`` ``(n,)``, ``embd`` ``(n, width)`` float32 or None,
         and ``output`` ``(n,)`` flags. llama.cpp copies the embeddings into the batch.
 

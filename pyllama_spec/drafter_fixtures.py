@@ -17,7 +17,10 @@ acceptance 1, larger ``s`` partial acceptance.
 """
 from __future__ import annotations
 
+import os
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -40,7 +43,7 @@ def _field_value(f):
     return f.parts[f.data[0]].tolist()[0], vtype, None
 
 
-def _add_value(w, key: str, value) -> None:
+def _add_value(w: Any, key: str, value: Any) -> None:
     """Add a Python value with the GGUF type llama.cpp expects for metadata of that shape."""
     if isinstance(value, bool):
         w.add_bool(key, value)
@@ -56,15 +59,16 @@ def _add_value(w, key: str, value) -> None:
         raise TypeError(f"cannot write {key}={value!r}")
 
 
-def _write(w) -> None:
+def _write(w: Any) -> None:
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
 
 
-def copy_gguf(src, dst, *, transform=None, set_kv: dict | None = None, drop_kv=(), dequantize: str | None = None,
-              name: str | None = None) -> None:
+def copy_gguf(src: str | os.PathLike, dst: str | os.PathLike, *,
+              transform: Callable[[str, np.ndarray], np.ndarray | None] | None = None, set_kv: dict | None = None,
+              drop_kv: Iterable[str] = (), dequantize: str | None = None, name: str | None = None) -> None:
     """Copy a GGUF file, optionally changing tensors and metadata.
 
     Args:
@@ -106,16 +110,17 @@ def copy_gguf(src, dst, *, transform=None, set_kv: dict | None = None, drop_kv=(
         arr = gguf.quants.dequantize(np.asarray(t.data), qtype) if qtype not in float_types \
             else np.asarray(t.data, dtype=np.float32)
         if transform is not None:
-            arr = transform(t.name, arr)
-            if arr is None:
+            changed = transform(t.name, arr)
+            if changed is None:
                 continue
+            arr = changed
         keep_f32 = arr.ndim == 1 or (qtype == gguf.GGMLQuantizationType.F32 and dequantize is None)
         w.add_tensor(t.name, np.ascontiguousarray(arr, dtype=np.float32 if keep_f32 or dequantize == "f32"
                                                   else np.float16))
     _write(w)
 
 
-def write_draft_model(path, *, target, noise: float = 0.0, seed: int = 0) -> None:
+def write_draft_model(path: str | os.PathLike, *, target: str | os.PathLike, noise: float = 0.0, seed: int = 0) -> None:
     """A ``draft-simple`` model for ``target``: a copy of it with Gaussian noise of ``noise`` × each
     matrix's standard deviation added (0 = an exact copy, whose drafts the target always accepts;
     about 0.3 gives partial acceptance on the tiny targets).
@@ -130,7 +135,8 @@ def write_draft_model(path, *, target, noise: float = 0.0, seed: int = 0) -> Non
     copy_gguf(target, path, transform=perturb, name=f"pyllama_spec draft model (noise {noise})")
 
 
-def write_eagle3_drafter(path, *, target, target_layers=None, n_embd: int | None = None, n_head: int = 4,
+def write_eagle3_drafter(path: str | os.PathLike, *, target: str | os.PathLike,
+                         target_layers: Sequence[int] | None = None, n_embd: int | None = None, n_head: int = 4,
                          n_ff: int | None = None, echo: bool = False, seed: int = 0,
                          target_hidden_size: int | None = None) -> dict:
     """An EAGLE-3 head (``general.architecture = "eagle3"``, one decoder layer) for ``target``.
@@ -231,8 +237,8 @@ def write_eagle3_drafter(path, *, target, target_layers=None, n_embd: int | None
     return {"target_layers": target_layers, "n_embd": n_embd}
 
 
-def _base_writer(path, arch: str, *, name: str, n_ctx: int, n_embd: int, n_layer: int, n_head: int, n_head_kv: int,
-                 hd: int, n_ff: int, rms_eps: float = 1e-6, rope_base: float = 10000.0):
+def _base_writer(path: str | os.PathLike, arch: str, *, name: str, n_ctx: int, n_embd: int, n_layer: int, n_head: int,
+                 n_head_kv: int, hd: int, n_ff: int, rms_eps: float = 1e-6, rope_base: float = 10000.0) -> Any:
     import gguf
 
     w = gguf.GGUFWriter(str(path), arch)
@@ -251,7 +257,8 @@ def _base_writer(path, arch: str, *, name: str, n_ctx: int, n_embd: int, n_layer
     return w
 
 
-def write_mtp_target(path, *, n_layer: int = 3, n_embd: int = 64, n_head: int = 4, n_head_kv: int = 2,
+def write_mtp_target(path: str | os.PathLike, *, n_layer: int = 3, n_embd: int = 64, n_head: int = 4,
+                     n_head_kv: int = 2,
                      n_ff: int = 128, n_expert: int = 4, n_ctx: int = 4096, layer_scale: float = 1.0,
                      echo_mtp: bool = False, seed: int = 0) -> dict:
     """A tiny target with one next-token-prediction (MTP / NextN) layer: GLM-4.5's architecture
@@ -268,7 +275,6 @@ def write_mtp_target(path, *, n_layer: int = 3, n_embd: int = 64, n_head: int = 
     Returns:
         like :func:`~pyllama_spec.fixtures.write_tiny_target`.
     """
-    import gguf
 
     from .fixtures import _add_tiny_tokenizer
 
@@ -329,7 +335,8 @@ def write_mtp_target(path, *, n_layer: int = 3, n_embd: int = 64, n_head: int = 
     return info
 
 
-def write_gemma4_target(path, *, n_layer: int = 4, n_embd: int = 64, n_head: int = 4, n_head_kv: int = 2,
+def write_gemma4_target(path: str | os.PathLike, *, n_layer: int = 4, n_embd: int = 64, n_head: int = 4,
+                        n_head_kv: int = 2,
                         hd: int = 16, n_ff: int = 128, n_ctx: int = 4096, n_swa: int = 256,
                         layer_scale: float = 1.0, seed: int = 0) -> dict:
     """A tiny Gemma-4 target (``gemma4``): sliding-window layers with a full-attention last layer
@@ -385,7 +392,8 @@ def write_gemma4_target(path, *, n_layer: int = 4, n_embd: int = 64, n_head: int
     return {**info, "swa_pattern": pattern}
 
 
-def write_gemma4_assistant(path, *, target, n_embd: int = 128, n_layer: int = 2, n_ff: int = 256,
+def write_gemma4_assistant(path: str | os.PathLike, *, target: str | os.PathLike, n_embd: int = 128, n_layer: int = 2,
+                           n_ff: int = 256,
                            echo: bool = False, seed: int = 0, n_embd_out: int | None = None) -> dict:
     """A Gemma-4 assistant (``gemma4-assistant``) for a Gemma-4 ``target``: a few layers of its own
     (queries only: keys and values come from the target's KV cache, the last SWA and the last
@@ -465,7 +473,7 @@ def write_gemma4_assistant(path, *, target, n_embd: int = 128, n_layer: int = 2,
     return {"n_embd": n_embd, "n_embd_out": int(n_embd_out or n_bb)}
 
 
-def _bigram_table(target) -> np.ndarray:
+def _bigram_table(target: str | os.PathLike) -> np.ndarray:
     """For a llama/qwen3 ``target``: the token each token's own embedding predicts,
     ``argmax(W_out · rmsnorm(e_t))`` for every ``t`` — the bigram target's next token."""
     import gguf
@@ -478,8 +486,10 @@ def _bigram_table(target) -> np.ndarray:
     return np.argmax(e @ t["output.weight"].T, axis=1)
 
 
-def write_dflash2_drafter(path, *, target, n_layer: int = 1, block_size: int = 8, top_k: int = 4, rank: int = 16,
-                          conv_kernel: int = 3, conv_group: int = 16, target_layers=None, seed: int = 0) -> dict:
+def write_dflash2_drafter(path: str | os.PathLike, *, target: str | os.PathLike, n_layer: int = 1,
+                          block_size: int = 8, top_k: int = 4, rank: int = 16,
+                          conv_kernel: int = 3, conv_group: int = 16, target_layers: Sequence[int] | None = None,
+                          seed: int = 0) -> dict:
     """A random DFlash2 drafter (DFlash plus the selector: ``selector_*`` tensors, per-layer
     dynamic convolutions ``attn_conv_*`` / ``ffn_conv_*``, ``dflash.selector_top_k`` and friends).
 
@@ -510,9 +520,10 @@ def write_dflash2_drafter(path, *, target, n_layer: int = 1, block_size: int = 8
     return {**meta, "selector_top_k": top_k}
 
 
-def write_dspark_drafter(path, *, target, n_layer: int = 1, block_size: int = 8, rank: int | None = None,
+def write_dspark_drafter(path: str | os.PathLike, *, target: str | os.PathLike, n_layer: int = 1, block_size: int = 8,
+                         rank: int | None = None,
                          echo: bool = False, confidence: bool = True, sample_from_anchor: bool = True,
-                         target_layers=None, seed: int = 0) -> dict:
+                         target_layers: Sequence[int] | None = None, seed: int = 0) -> dict:
     """A DSpark drafter: DFlash plus a Markov head (``markov_w1``, ``markov_w2``) and optionally a
     confidence head (``conf_proj``).
 
@@ -555,7 +566,8 @@ def write_dspark_drafter(path, *, target, n_layer: int = 1, block_size: int = 8,
     return {**meta, "rank": rank}
 
 
-def _extend(src, dst, tensors: dict, kv: dict, zero=None) -> None:
+def _extend(src: str | os.PathLike, dst: str | os.PathLike, tensors: dict, kv: dict,
+            zero: Iterable[str] | None = None) -> None:
     """Copy ``src`` with ``tensors`` and ``kv`` added (and the tensors named in ``zero`` zeroed)."""
     import gguf
 

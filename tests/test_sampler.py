@@ -32,7 +32,8 @@ def test_numpy_probs_filters():
                                np.array([0.5, 0.25, 0.15, 0, 0]) / 0.9)
     np.testing.assert_allclose(probs(logits, SamplingParams(temperature=1.0, min_p=0.35)), [2 / 3, 1 / 3, 0, 0, 0])
     hot = probs(logits, SamplingParams(temperature=2.0))
-    np.testing.assert_allclose(hot, np.sqrt([0.5, 0.25, 0.15, 0.07, 0.03]) / np.sqrt([0.5, 0.25, 0.15, 0.07, 0.03]).sum())
+    root = np.sqrt([0.5, 0.25, 0.15, 0.07, 0.03])
+    np.testing.assert_allclose(hot, root / root.sum())
     assert probs(logits, SamplingParams()).tolist() == [1, 0, 0, 0, 0]
     rng = np.random.default_rng(0)
     draws = np.bincount([sample(p, rng) for _ in range(20000)], minlength=5) / 20000
@@ -44,3 +45,48 @@ def test_numpy_probs_filters():
 def test_bad_sampling_values(kwargs):
     with pytest.raises(ValueError, match=next(iter(kwargs))):
         SamplingParams(**kwargs)
+
+
+SETTINGS = [dict(temperature=0.8), dict(temperature=1.0, top_k=5), dict(temperature=0.7, top_p=0.9),
+            dict(temperature=1.3, min_p=0.05), dict(temperature=0.6, top_k=40, top_p=0.95, min_p=0.02),
+            dict(temperature=1.0, top_p=0.999), dict(temperature=0.9, top_k=1), dict()]
+
+
+@pytest.mark.parametrize("kw", SETTINGS)
+def test_fast_rows_equal_the_reference(kw):
+    """The loop's vectorised float32 path (filtered_rows) gives probs()'s distribution row by row."""
+    from pyllama_spec.speculative.sampling import densify, filtered_rows
+
+    rng = np.random.default_rng(7)
+    V = 3000
+    logits = (rng.standard_normal((6, V)) * 3).astype(np.float32)
+    logits[2, :] = rng.standard_normal(V) * 1e-3  # nearly flat: top-p/min-p keep almost everything
+    logits[3, 17] = 40.0  # a peaked row
+    sp = SamplingParams(**kw)
+    dense = densify(*filtered_rows(logits, sp), V)
+    for i in range(len(logits)):
+        ref = probs(logits[i], sp)
+        np.testing.assert_allclose(dense[i], ref, rtol=2e-4, atol=2e-7)
+
+
+@pytest.mark.parametrize("kw", [dict(temperature=0.9, top_k=6), dict(temperature=1.1),
+                                dict(temperature=1.0, top_p=0.8)])
+def test_fast_rows_draw_from_their_distribution(kw):
+    from scipy import stats
+
+    from pyllama_spec.speculative.sampling import filtered_rows, sample_rows
+
+    rng = np.random.default_rng(1)
+    V = 12
+    logits = rng.standard_normal((3, V)).astype(np.float32)
+    sp = SamplingParams(**kw)
+    rows = filtered_rows(logits, sp)
+    n = 6000
+    counts = np.zeros((3, V))
+    for _ in range(n):
+        counts[np.arange(3), sample_rows(*rows, rng)] += 1
+    for i in range(3):
+        p = probs(logits[i], sp)
+        keep = p > 0
+        assert counts[i, ~keep].sum() == 0
+        assert stats.chisquare(counts[i, keep], p[keep] * n).pvalue > 1e-3

@@ -54,7 +54,7 @@ def test_lossless_with_the_shipped_drafter(shipped_gen, n_max):
     ref = shipped_gen.generate(messages=CHAT, max_tokens=64)
     r = shipped_gen.generate(messages=CHAT, drafter="dflash", n_max=n_max, max_tokens=64)
     assert_same_tokens(r.tokens, ref.tokens)
-    assert r.stats.n_steps + r.stats.n_accepted == r.extra["n_committed"]
+    assert r.stats.n_steps + r.stats.n_accepted == r.n_committed
     # a trained drafter is right often enough to show: a random one accepts nothing
     assert r.stats.n_accepted > 0 and r.stats.mean_accepted_length > 1.3
 

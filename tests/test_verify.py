@@ -66,3 +66,29 @@ def test_stats_conventions():
     assert s.mean_accepted_length == pytest.approx((5 + 3) / 3)
     assert s.accepted_per_position == [2 / 3, 1 / 3, 1 / 2, 1 / 2]  # drafted 3, 3, 2, 2 times
     assert s.acceptance_lengths == [4, 1, 0]
+
+
+def test_rejection_with_a_deterministic_drafter_follows_the_target():
+    """q one-hot (an n-gram drafter: Draft.probs is None) keeps the target's distribution, and
+    accepts exactly as often as the match rule: P(accept d) = p(d)."""
+    rng = np.random.default_rng(3)
+    p0 = np.array([0.35, 0.25, 0.2, 0.1, 0.07, 0.03])
+    sp = SamplingParams(temperature=1.0)
+    logits = np.log(np.stack([p0, p0]))
+    n = 20000
+    counts = np.zeros(V)
+    accepted = 0
+    for _ in range(n):
+        k, bonus = verify_rejection(logits, [1], None, sp, rng)
+        accepted += k
+        counts[1 if k == 1 else bonus] += 1
+    assert stats.chisquare(counts, p0 * n).pvalue > 1e-3
+    assert accepted / n == pytest.approx(p0[1], abs=0.01)
+
+
+def test_accept_prefix():
+    from pyllama_spec.speculative.verify import accept_prefix
+
+    assert accept_prefix([4, 5, 6, 7], [4, 5, 6]) == (3, 7)
+    assert accept_prefix([4, 9, 6, 7], [4, 5, 6]) == (1, 9)
+    assert accept_prefix([2], []) == (0, 2)

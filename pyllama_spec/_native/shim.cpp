@@ -33,6 +33,14 @@ llama_context * pyls_get_ctx_other(llama_context * ctx) {
     return llama_get_ctx_other(ctx);
 }
 
+uint32_t pyls_output_buffer_reallocs(const llama_context * ctx) {
+    return llama_output_buffer_reallocs(ctx);
+}
+
+void pyls_release_replaced_outputs(llama_context * ctx) {
+    llama_release_replaced_outputs(ctx);
+}
+
 int32_t pyls_model_dflash_selector_top_k(const llama_model * model) {
     return llama_model_dflash_selector_top_k(model);
 }
@@ -150,6 +158,15 @@ int32_t pyls_batch_ext_add_token_rows(llama_batch_ext * batch, llama_seq_id seq_
         }
     }
     return n_rows;
+}
+
+// vendor/patches/0002-dflash-fused-inject: stage target features for the next (fused) draft decode
+bool pyls_dflash_set_inject(llama_context * ctx, const float * rows, int32_t n_rows) {
+    try {
+        return llama_dflash_set_inject(ctx, rows, n_rows);
+    } catch (...) {
+        return false;
+    }
 }
 
 const char * pyls_llama_cpp_commit(void) {

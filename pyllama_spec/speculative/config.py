@@ -7,8 +7,9 @@ Frozen and validated on construction, like :class:`~pyllama_spec.SamplingParams`
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Any
 
-from ..errors import InvalidArgumentError
+from .._check import check_bool, check_choice, check_int, check_str
 
 #: verification rules: llama.cpp's (sample the target, accept while equal) and speculative sampling
 VERIFY_MODES = ("match", "rejection")
@@ -28,6 +29,10 @@ class SpecConfig:
         sync_stages: synchronize the backend at stage boundaries, so each stage's clock holds the
             GPU work it queued; False lets the loop run free (fastest; GPU time then lands in the
             stage that next reads a result).
+        backend_sampling: let llama.cpp draw the target's and the drafter's tokens inside the
+            decode graph where the rule allows it (greedy, match, plain decoding): no logits are
+            copied to the host. False reads logits and samples with numpy (the reference path;
+            rejection sampling always does, as it needs both distributions).
 
     Raises:
         InvalidArgumentError: a value of the wrong type or out of range (the message names it).
@@ -36,19 +41,17 @@ class SpecConfig:
     n_max: int | None = None
     verify: str = "match"
     sync_stages: bool = True
+    backend_sampling: bool = True
 
-    def __post_init__(self):
-        if self.drafter is not None and not isinstance(self.drafter, str):
-            raise InvalidArgumentError(f"drafter must be a drafter's name (str) or None, got {self.drafter!r}")
-        if self.n_max is not None and (not isinstance(self.n_max, int) or isinstance(self.n_max, bool)
-                                       or self.n_max < 0):
-            raise InvalidArgumentError(f"n_max must be an int ≥ 0 or None (the drafter's default), got {self.n_max!r}")
-        if self.verify not in VERIFY_MODES:
-            raise InvalidArgumentError(f"verify must be one of {VERIFY_MODES}, got {self.verify!r}")
-        if not isinstance(self.sync_stages, bool):
-            raise InvalidArgumentError(f"sync_stages must be True or False, got {self.sync_stages!r}")
+    def __post_init__(self) -> None:
+        check_str("drafter", self.drafter, none_ok=True)
+        object.__setattr__(self, "n_max", check_int("n_max", self.n_max, min=0, none_ok=True,
+                                                    what="an int ≥ 0 or None (the drafter's default)"))
+        check_choice("verify", self.verify, VERIFY_MODES)
+        check_bool("sync_stages", self.sync_stages)
+        check_bool("backend_sampling", self.backend_sampling)
 
-    def replace(self, **changes) -> "SpecConfig":
+    def replace(self, **changes: Any) -> SpecConfig:
         """A copy with ``changes`` applied (validated again)."""
         return replace(self, **changes)
 

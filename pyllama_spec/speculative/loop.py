@@ -4,7 +4,7 @@
     repeat:
         draft   = drafter.propose(last, n_past, n_max)            # DFlash: one non-causal pass
         verify  = target.decode([last] + draft)                   # one batch, every row an output
-        k, bonus = accept(verify logits, draft)                   # greedy / match / rejection
+        k, bonus = accept(verify rows, draft)                     # greedy / match / rejection
         drafter.observe([last] + draft, n_commit=k + 1)           # DFlash: inject committed features
         drafter.on_accept(len(draft), k)
         rollback both caches to n_past + 1 + k
@@ -15,6 +15,12 @@ committed token, at position ``n_past``) has not been decoded by the target yet.
 loop of llama.cpp's ``examples/speculative-simple`` with ``common_speculative_impl_draft_dflash``,
 except that the drafter receives only the committed rows' features instead of every verified
 row followed by a removal (same cache contents, less work).
+
+How verify rows become tokens (``backend_sampling``): for the greedy and match rules a sampler
+chain attached to the target (:meth:`Context.set_sampler`) draws one token per row inside the
+decode graph — on a GPU no logits cross to the host, as llama.cpp's own speculative drivers do
+with backend sampling; rejection sampling needs p and q, so its target logits come back and
+numpy (``verify.py``) works on all rows at once.
 """
 from __future__ import annotations
 
@@ -25,12 +31,13 @@ import numpy as np
 
 from ..context import Context
 from ..errors import PyllamaSpecError
+from ..sampler import SamplerChain
 from .config import VERIFY_MODES
 from .drafters import Draft, Drafter
 from .sampling import SamplingParams
 from .stats import SpecStats
 from .timing import StageTimer
-from .verify import verify_greedy, verify_match, verify_rejection
+from .verify import accept_prefix, verify_greedy, verify_match, verify_rejection
 
 
 @dataclass
@@ -42,7 +49,7 @@ class StepOutput:
 
 def speculative_generate(target: Context, drafter: Drafter | None, prompt: list, *, max_tokens: int,
                          n_max: int, sp: SamplingParams, verify: str, stats: SpecStats, timer: StageTimer,
-                         rng: np.random.Generator) -> Iterator[StepOutput]:
+                         rng: np.random.Generator, backend_sampling: bool = True) -> Iterator[StepOutput]:
     """Run the loop; yields the tokens each step commits (EOS included, then stops).
 
     Args:
@@ -53,19 +60,34 @@ def speculative_generate(target: Context, drafter: Drafter | None, prompt: list,
         n_max: most draft tokens per step.
         sp: sampling settings of the target (and of the drafter with ``verify="rejection"``).
         verify: ``"match"`` (llama.cpp's rule) or ``"rejection"`` (speculative sampling).
+        backend_sampling: let llama.cpp draw the target's tokens in the decode graph when the rule
+            allows it (greedy, match, plain decoding); False reads logits and samples with numpy.
 
     The caller (``Generator``) validates sizes; this function assumes ``len(prompt) < n_ctx``.
     """
+    if verify not in VERIFY_MODES:
+        raise PyllamaSpecError(f"verify must be one of {VERIFY_MODES}, got {verify!r}")
     vocab = target.model.vocab
     mem = target.memory
     mem.clear()
     # the target records exactly the layer inputs the active drafter reads (none without one)
     target.set_layer_inputs(drafter.target_layer_ids if drafter is not None else [])
+    host_rule = verify == "rejection" and not sp.greedy and drafter is not None
+    fits = n_max + 1 <= target.n_outputs_max_per_seq  # llama.cpp's sampling graph is sized for that many rows
+    chain = SamplerChain.from_params(sp) if backend_sampling and fits and not host_rule else None
+    target.set_sampler(chain)
     if drafter is not None:
         drafter.begin(prompt[:-1])
     # with the match rule the drafter proposes its argmax, as llama.cpp's drafters do
     dsp = sp if verify == "rejection" else SamplingParams()
+    try:
+        yield from _run(target, drafter, prompt, vocab, mem, chain, max_tokens=max_tokens, n_max=n_max, sp=sp,
+                        dsp=dsp, verify=verify, stats=stats, timer=timer, rng=rng)
+    finally:
+        target.set_sampler(None)  # the user's own decodes get logits again
 
+
+def _run(target, drafter, prompt, vocab, mem, chain, *, max_tokens, n_max, sp, dsp, verify, stats, timer, rng):
     # prefill: everything but the last prompt token, chunked by n_batch
     timer.mark("prefill_start")
     n_prefill = len(prompt) - 1
@@ -96,16 +118,22 @@ def speculative_generate(target: Context, drafter: Drafter | None, prompt: list,
             batch = [last] + draft.tokens
             target.decode(batch, np.arange(n_past, n_past + n_d + 1, dtype=np.int32), logits="all")
         with timer("accept"):
-            logits = target.logits()
-            if sp.greedy:
-                k, bonus = verify_greedy(logits, draft.tokens)
-            elif verify == "rejection":  # a drafter without probabilities is deterministic (q one-hot)
-                k, bonus = verify_rejection(logits, draft.tokens, draft.probs, sp, rng)
+            if chain is not None:
+                k, bonus = accept_prefix(target.sampled_tokens(n_d + 1), draft.tokens)
             else:
-                k, bonus = verify_match(logits, draft.tokens, sp, rng)
+                logits = target.logits()
+                if sp.greedy:
+                    k, bonus = verify_greedy(logits, draft.tokens)
+                elif verify == "rejection":  # a drafter without probabilities is deterministic (q one-hot)
+                    k, bonus = verify_rejection(logits, draft.tokens, draft.probs, sp, rng)
+                else:
+                    k, bonus = verify_match(logits, draft.tokens, sp, rng)
         stats.record(n_d, k)
 
         committed = draft.tokens[:k] + [bonus]
+        if chain is not None:
+            for t in committed:  # llama.cpp's seeded draw advances only over accepted rows
+                chain.accept(t)
         if drafter is not None:
             drafter.observe(batch, np.arange(n_past, n_past + n_d + 1, dtype=np.int32), k + 1, timer)
             drafter.on_accept(n_d, k)
@@ -120,6 +148,7 @@ def speculative_generate(target: Context, drafter: Drafter | None, prompt: list,
         for j, t in enumerate(committed):
             if vocab.is_eog(t):
                 committed = committed[:j + 1]
+                stats.truncate_last(j + 1)  # tokens after the EOS were accepted but are not delivered
                 finish = "eos"
                 # nothing at or after the EOS stays cached
                 eos_pos = n_past - (k + 1) + j + 1

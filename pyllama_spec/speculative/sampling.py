@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .._check import check_float, check_int
 from ..errors import InvalidArgumentError
 
 
@@ -31,19 +32,13 @@ class SamplingParams:
     min_p: float = 0.0
     seed: int | None = None
 
-    def __post_init__(self):
-        def bad(name, value, allowed):
-            raise InvalidArgumentError(f"{name} must be {allowed}, got {value!r}")
-        if not isinstance(self.temperature, (int, float)) or not np.isfinite(self.temperature) or self.temperature < 0:
-            bad("temperature", self.temperature, "a finite number ≥ 0 (0 = greedy)")
-        if not isinstance(self.top_k, (int, np.integer)) or self.top_k < 0:
-            bad("top_k", self.top_k, "an int ≥ 0 (0 = off)")
-        if not isinstance(self.top_p, (int, float)) or not 0.0 < self.top_p <= 1.0:
-            bad("top_p", self.top_p, "in (0, 1] (1 = off)")
-        if not isinstance(self.min_p, (int, float)) or not 0.0 <= self.min_p < 1.0:
-            bad("min_p", self.min_p, "in [0, 1) (0 = off)")
-        if self.seed is not None and (not isinstance(self.seed, (int, np.integer)) or self.seed < 0):
-            bad("seed", self.seed, "None or an int ≥ 0")
+    def __post_init__(self) -> None:
+        # wrong types raise InvalidTypeError (a bool is not a number here), wrong values InvalidArgumentError
+        check_float("temperature", self.temperature, min=0.0, what="a finite number ≥ 0 (0 = greedy)")
+        check_int("top_k", self.top_k, min=0, what="an int ≥ 0 (0 = off)")
+        check_float("top_p", self.top_p, min=0.0, max=1.0, min_open=True, what="in (0, 1] (1 = off)")
+        check_float("min_p", self.min_p, min=0.0, max=1.0, max_open=True, what="in [0, 1) (0 = off)")
+        check_int("seed", self.seed, min=0, none_ok=True, what="None or an int ≥ 0")
 
     @property
     def greedy(self) -> bool:
@@ -92,4 +87,107 @@ def sample(p: np.ndarray, rng: np.random.Generator) -> int:
     return int(min(np.searchsorted(c, rng.random() * c[-1], side="right"), len(p) - 1))
 
 
-__all__ = ["SamplingParams", "probs", "sample"]
+# -- the loop's fast path: every row of a verify batch at once, float32 ------------------------------
+#
+# ``probs`` above is the reference (float64, one row, a full sort). The loop calls the functions
+# below on ``(n_rows, n_vocab)`` blocks: one pass over the logits for the max and the normalizer,
+# filters applied to a small candidate set found with ``argpartition`` (top-k; the few tokens that
+# can pass top-p / min-p), never a sort of the whole vocabulary (vLLM's rejection sampler works on
+# rows the same way). float32 exponentials; sums and the draw's cumulative sum over the kept set in
+# float64. tests/test_sampler.py checks them against ``probs`` and with χ² tests.
+
+_CAND0 = 64  # first candidate-set size for top-p / min-p; grows ×8 until it provably suffices
+
+
+def _candidates(x: np.ndarray, m: int) -> np.ndarray:
+    """Indices of the ``m`` largest entries of each row of ``x`` ``(n, V)``, unordered: ``(n, m)``."""
+    if m >= x.shape[1]:
+        return np.broadcast_to(np.arange(x.shape[1]), x.shape).copy()
+    return np.argpartition(x, x.shape[1] - m, axis=1)[:, x.shape[1] - m:]
+
+
+def filtered_rows(logits: np.ndarray, sp: SamplingParams) -> tuple[np.ndarray | None, np.ndarray]:
+    """The sampling distributions of a block of logits rows, in sparse or dense form.
+
+    Args:
+        logits: ``(n, n_vocab)`` float32 (e.g. a verify batch's rows).
+
+    Returns:
+        ``(idx, p)``: with a filter (top-k / top-p / min-p / greedy), ``idx`` ``(n, m)`` int64 token
+        ids and ``p`` ``(n, m)`` float64 probabilities over them (zeros pad rows that keep fewer
+        than ``m``); without one, ``idx`` is None and ``p`` is ``(n, n_vocab)`` float32. Either way
+        the distribution equals :func:`probs` row by row (to float32 rounding).
+    """
+    x = np.asarray(logits, dtype=np.float32)
+    if x.ndim != 2:
+        raise InvalidArgumentError(f"logits must be 2-D (n_rows, n_vocab), got shape {x.shape}")
+    n, V = x.shape
+    rows = np.arange(n)[:, None]
+    if sp.greedy:
+        return np.argmax(x, axis=1)[:, None], np.ones((n, 1))
+    filtered = (sp.top_k and sp.top_k < V) or sp.top_p < 1.0 or sp.min_p > 0.0
+    mx = x.max(axis=1, keepdims=True)
+    if not filtered:
+        p = np.exp((x - mx) * np.float32(1.0 / sp.temperature))
+        p /= p.sum(axis=1, keepdims=True, dtype=np.float64).astype(np.float32)
+        return None, p
+    if sp.top_k and sp.top_k < V:
+        idx = _candidates(x, sp.top_k)
+        lv = x[rows, idx].astype(np.float64)
+        z = np.exp(lv - mx).sum(axis=1, keepdims=True)  # top-p / min-p see the top-k set only
+    else:
+        # untempered normalizer over the whole row: top-p's mass is measured against it
+        z = np.exp(x - mx).sum(axis=1, keepdims=True, dtype=np.float64)
+        m = _CAND0
+        while True:
+            idx = _candidates(x, min(m, V))
+            lv = x[rows, idx].astype(np.float64)
+            pv = np.exp(lv - mx) / z
+            enough = m >= V
+            if not enough:
+                # the smallest candidate of each row bounds everything left out
+                low = pv.min(axis=1)
+                ok = np.ones(n, dtype=bool)
+                if sp.top_p < 1.0:
+                    ok &= pv.sum(axis=1) >= sp.top_p + 1e-6
+                if sp.min_p > 0.0:
+                    ok &= low < sp.min_p * pv.max(axis=1)
+                enough = bool(ok.all())
+            if enough:
+                break
+            m *= 8
+    order = np.argsort(-lv, axis=1, kind="stable")
+    idx, lv = np.take_along_axis(idx, order, 1), np.take_along_axis(lv, order, 1)
+    p0 = np.exp(lv - mx) / z  # untempered probabilities, sorted
+    keep = np.ones_like(lv, dtype=bool)
+    if sp.top_p < 1.0:
+        # keep the smallest prefix whose mass reaches top_p (searchsorted + 1, as probs())
+        c = np.cumsum(p0, axis=1)
+        n_keep = (c < sp.top_p).sum(axis=1) + 1
+        keep &= np.arange(lv.shape[1])[None, :] < n_keep[:, None]
+    if sp.min_p > 0.0:
+        keep &= p0 >= sp.min_p * p0[:, :1]
+        keep[:, 0] = True
+    pt = np.where(keep, np.exp((lv - lv[:, :1]) / sp.temperature), 0.0)
+    return idx, pt / pt.sum(axis=1, keepdims=True)
+
+
+def densify(idx: np.ndarray | None, p: np.ndarray, n_vocab: int) -> np.ndarray:
+    """``filtered_rows`` output as dense ``(n, n_vocab)`` float32 rows."""
+    if idx is None:
+        return p
+    out = np.zeros((p.shape[0], n_vocab), dtype=np.float32)
+    np.put_along_axis(out, idx, p.astype(np.float32), 1)
+    return out
+
+
+def sample_rows(idx: np.ndarray | None, p: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """One draw per row from ``filtered_rows`` output: ``(n,)`` int64 token ids (inverse CDF,
+    one uniform per row)."""
+    c = np.cumsum(p, axis=1, dtype=np.float64)
+    u = rng.random(p.shape[0]) * c[:, -1]
+    j = np.minimum((c <= u[:, None]).sum(axis=1), p.shape[1] - 1)
+    return j if idx is None else idx[np.arange(p.shape[0]), j]
+
+
+__all__ = ["SamplingParams", "probs", "sample", "filtered_rows", "densify", "sample_rows"]

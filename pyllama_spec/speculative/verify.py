@@ -11,57 +11,68 @@ disagreement, or after the last draft token when all were accepted):
   Chen et al. 2023, arXiv 2302.01318): accept draft token d with probability
   min(1, p(d)/q(d)); on rejection draw from norm(max(p − q, 0)).
 
-All three leave the output distributed exactly as the target's.
+All three leave the output distributed exactly as the target's. They work on all rows of a
+verify batch at once (``sampling.filtered_rows``): one uniform per row, drawn up front, which
+is the same distribution as drawing row by row. With backend sampling the loop applies the
+greedy and match rules to the tokens llama.cpp drew (:func:`accept_prefix`) and never reads
+logits; these functions are the host path (and rejection sampling, which needs p and q).
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
-from .sampling import SamplingParams, probs, sample
+from .sampling import SamplingParams, densify, filtered_rows, sample, sample_rows
 
 
-def verify_greedy(target_logits: np.ndarray, draft) -> tuple[int, int]:
-    """Args: target_logits ``(n+1, n_vocab)``; draft: ``n`` token ids."""
-    best = np.argmax(target_logits, axis=1)
+def accept_prefix(target_tokens: Sequence[int] | np.ndarray, draft: Sequence[int]) -> tuple[int, int]:
+    """The match rule on tokens already drawn per row: ``target_tokens`` ``(n+1,)`` (one per verify
+    row), ``draft`` ``n`` ids → ``(k, target_tokens[k])`` with k the length of the agreeing prefix."""
     n = len(draft)
     k = 0
-    while k < n and int(best[k]) == int(draft[k]):
+    while k < n and int(target_tokens[k]) == int(draft[k]):
         k += 1
-    return k, int(best[k])
+    return k, int(target_tokens[k])
 
 
-def verify_match(target_logits: np.ndarray, draft, sp: SamplingParams, rng: np.random.Generator) -> tuple[int, int]:
+def verify_greedy(target_logits: np.ndarray, draft: Sequence[int]) -> tuple[int, int]:
+    """Args: target_logits ``(n+1, n_vocab)``; draft: ``n`` token ids."""
+    return accept_prefix(np.argmax(target_logits, axis=1), draft)
+
+
+def verify_match(target_logits: np.ndarray, draft: Sequence[int], sp: SamplingParams,
+                 rng: np.random.Generator) -> tuple[int, int]:
     """Args: target_logits ``(n+1, n_vocab)``; draft: ``n`` token ids; one independent draw per row."""
-    n = len(draft)
-    for k in range(n + 1):
-        tok = sample(probs(target_logits[k], sp), rng)
-        if k == n or tok != int(draft[k]):
-            return k, tok
-    raise AssertionError("unreachable")
+    return accept_prefix(sample_rows(*filtered_rows(target_logits, sp), rng), draft)
 
 
-def verify_rejection(target_logits: np.ndarray, draft, draft_probs: np.ndarray | None, sp: SamplingParams,
-                     rng: np.random.Generator) -> tuple[int, int]:
+def verify_rejection(target_logits: np.ndarray, draft: Sequence[int], draft_probs: np.ndarray | None,
+                     sp: SamplingParams, rng: np.random.Generator) -> tuple[int, int]:
     """Args: target_logits ``(n+1, n_vocab)``; draft: ``n`` ids drawn from ``draft_probs`` ``(n, n_vocab)``,
     or None for a deterministic drafter (q one-hot at each draft token: accept with p(d), else
     draw from p without d — as likely to accept as :func:`verify_match`)."""
     n = len(draft)
-    for k in range(n):
-        p = probs(target_logits[k], sp)
-        d = int(draft[k])
-        if draft_probs is None:
-            q = np.zeros_like(p)
-            q[d] = 1.0
-        else:
-            q = draft_probs[k]
-        if q[d] <= 0.0:  # the drafter could not have drawn it: treat as a rejection
-            return k, sample(p, rng)
-        if rng.random() < min(1.0, p[d] / q[d]):
-            continue
-        resid = np.maximum(p - q, 0.0)
-        total = resid.sum()
-        return k, sample(resid / total if total > 0 else p, rng)
-    return n, sample(probs(target_logits[n], sp), rng)
+    p = densify(*filtered_rows(target_logits, sp), target_logits.shape[1])  # (n+1, V) float32
+    d = np.asarray(draft, dtype=np.int64)
+    rows = np.arange(n)
+    pd = p[rows, d].astype(np.float64)
+    qd = np.ones(n) if draft_probs is None else np.asarray(draft_probs[rows, d], dtype=np.float64)
+    u = rng.random(n)
+    ok = (qd > 0.0) & (u * qd < pd)  # u < min(1, p/q), without dividing
+    k = int(np.argmin(ok)) if n and not ok.all() else n
+    if k == n:
+        return n, sample(p[n], rng)
+    if qd[k] <= 0.0:  # the drafter could not have drawn it: treat as a rejection
+        return k, sample(p[k], rng)
+    pk = p[k].astype(np.float64)
+    if draft_probs is None:
+        resid = pk.copy()
+        resid[d[k]] = 0.0
+    else:
+        resid = np.maximum(pk - draft_probs[k], 0.0)
+    total = resid.sum()
+    return k, sample(resid / total if total > 0 else pk, rng)
 
 
-__all__ = ["verify_greedy", "verify_match", "verify_rejection"]
+__all__ = ["accept_prefix", "verify_greedy", "verify_match", "verify_rejection"]

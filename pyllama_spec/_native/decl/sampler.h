@@ -15,3 +15,8 @@ void llama_sampler_accept(struct llama_sampler * smpl, llama_token token);
 void llama_sampler_reset(struct llama_sampler * smpl);
 void llama_sampler_free(struct llama_sampler * smpl);
 llama_token llama_sampler_sample(struct llama_sampler * smpl, struct llama_context * ctx, int32_t idx);
+
+/* Backend sampling [EXPERIMENTAL in llama.cpp]: a sampler chain attached to a context's sequence
+   runs inside the decode graph; only the sampled token (and optionally probabilities) comes back. */
+bool llama_set_sampler(struct llama_context * ctx, llama_seq_id seq_id, struct llama_sampler * smpl);
+llama_token llama_get_sampled_token_ith(struct llama_context * ctx, int32_t i);

@@ -34,14 +34,19 @@ Register new kinds with :func:`register_drafter`; :func:`create_drafter` builds 
 """
 from __future__ import annotations
 
+import os
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from ...errors import InvalidArgumentError
+from ...errors import InvalidArgumentError, InvalidTypeError
 from ..sampling import SamplingParams
+from ..timing import StageTimer
+
+if TYPE_CHECKING:
+    from ...context import Context
 
 
 @dataclass
@@ -79,7 +84,7 @@ class Drafter(ABC):
     n_max_limit: int = 16
     n_max_default: int = 4
 
-    def __init__(self, target) -> None:
+    def __init__(self, target: Context) -> None:
         self.target = target
         #: target layers whose inputs ``observe`` reads (empty: no taps needed)
         self.target_layer_ids: list[int] = []
@@ -87,13 +92,13 @@ class Drafter(ABC):
     def begin(self, prompt: list[int]) -> None:
         """A new generation over ``prompt`` starts (the target's cache is empty)."""
 
-    def observe(self, tokens: list[int], positions: np.ndarray, n_commit: int, timer) -> None:
+    def observe(self, tokens: list[int], positions: np.ndarray, n_commit: int, timer: StageTimer) -> None:
         """The target decoded ``tokens`` at ``positions`` (its last decode's rows, in order);
         the first ``n_commit`` of them are committed, the others were rejected drafts."""
 
     @abstractmethod
     def propose(self, last_token: int, n_past: int, n_max: int, sp: SamplingParams,
-                rng: np.random.Generator, timer) -> Draft:
+                rng: np.random.Generator, timer: StageTimer) -> Draft:
         """Propose at most ``n_max`` tokens to follow ``last_token`` (at position ``n_past``)."""
 
     def on_accept(self, n_drafted: int, n_accepted: int) -> None:
@@ -103,7 +108,7 @@ class Drafter(ABC):
     def rollback(self, n_past: int) -> None:
         """Forget positions ≥ ``n_past``."""
 
-    def memory_report(self) -> dict:
+    def memory_report(self) -> dict[str, float]:
         """Weights / KV cache / compute buffers in MiB (empty for drafters without a model)."""
         return {}
 
@@ -119,8 +124,11 @@ def register_drafter(cls: type[Drafter]) -> type[Drafter]:
     of ``cls.aliases``).
 
     Raises:
+        InvalidTypeError: ``cls`` is not a Drafter subclass.
         InvalidArgumentError: ``cls.kind`` is empty.
     """
+    if not (isinstance(cls, type) and issubclass(cls, Drafter)):
+        raise InvalidTypeError(f"register_drafter takes a Drafter subclass, got {cls!r}")
     if not cls.kind:
         raise InvalidArgumentError("a drafter class needs a non-empty `kind`")
     _REGISTRY[cls.kind] = cls
@@ -134,20 +142,24 @@ def drafter_kinds() -> list[str]:
     return sorted(_REGISTRY)
 
 
-def create_drafter(kind: str, target, **kwargs) -> Drafter:
+def create_drafter(kind: str, target: Context, **kwargs: Any) -> Drafter:
     """Build a drafter of ``kind`` for the target :class:`~pyllama_spec.Context`.
 
     Raises:
+        InvalidTypeError: ``kind`` is not a str.
         InvalidArgumentError: unknown kind (the message lists the known ones).
     """
+    if not isinstance(kind, str):
+        raise InvalidTypeError(f"kind must be a drafter kind (str), got {kind!r}")
     try:
         cls = _REGISTRY[kind]
     except KeyError:
-        raise InvalidArgumentError(f"unknown drafter kind {kind!r}; known kinds: {', '.join(drafter_kinds())}") from None
+        raise InvalidArgumentError(f"unknown drafter kind {kind!r}; known kinds: "
+                                   f"{', '.join(drafter_kinds())}") from None
     return cls(target, **kwargs)
 
 
-def drafter_kind_of_file(path) -> str:
+def drafter_kind_of_file(path: str | os.PathLike) -> str:
     """The drafter kind a ``.gguf`` file is for, from its header (as llama.cpp's
     ``common_speculative_types_from_gguf`` tells DFlash from DSpark): ``dflash`` files are
     ``"draft-dflash"`` (``"draft-dspark"`` with a Markov head), ``eagle3`` files
@@ -164,6 +176,7 @@ def drafter_kind_of_file(path) -> str:
     return {"eagle3": "draft-eagle3", "gemma4-assistant": "draft-mtp"}.get(info.arch, "draft-simple")
 
 
-from . import dflash, draft_simple, dspark, eagle3, mtp, ngram  # noqa: E402,F401  (registration)
+# registration
+from . import dflash, draft_simple, dspark, eagle3, mtp, ngram, ngram_cache, ngram_map, ngram_mod  # noqa: E402,F401
 
 __all__ = ["Drafter", "Draft", "register_drafter", "create_drafter", "drafter_kinds", "drafter_kind_of_file"]

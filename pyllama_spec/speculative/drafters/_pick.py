@@ -24,7 +24,8 @@ def top_probability(logits: np.ndarray) -> float:
     return float(1.0 / np.exp(top - top.max()).sum())
 
 
-def pick(logits: np.ndarray, sp: SamplingParams, rng: np.random.Generator, p_min: float):
+def pick(logits: np.ndarray, sp: SamplingParams, rng: np.random.Generator,
+         p_min: float) -> tuple[int | None, np.ndarray | None]:
     """One draft token from ``logits`` ``(n_vocab,)``.
 
     Returns:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..sampling import SamplingParams
+from ..timing import StageTimer
 from . import Draft
 from .dflash import DFlashDrafter
 
@@ -53,7 +54,8 @@ class DFlash2Drafter(DFlashDrafter):
         # the lattice rows are read for every block token (llama.cpp: masked = false)
         self.ctx.set_embeddings_nextn(True, False)
 
-    def propose(self, last_token, n_past, n_max, sp: SamplingParams, rng, timer) -> Draft:
+    def propose(self, last_token: int, n_past: int, n_max: int, sp: SamplingParams, rng: np.random.Generator,
+                timer: StageTimer) -> Draft:
         n_max = min(n_max, self.n_max_limit)
         if n_max <= 0:
             return Draft(tokens=[])

@@ -12,12 +12,15 @@ native loop does.
 """
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 from ...context import Context
 from ...errors import DrafterMismatchError, InvalidArgumentError
 from ...model import Model
 from ..sampling import SamplingParams
+from ..timing import StageTimer
 from . import Draft, Drafter, register_drafter
 from ._pick import pick
 
@@ -87,8 +90,9 @@ class DraftModelDrafter(Drafter):
     n_max_limit = 32
     n_max_default = 3  # llama.cpp's --spec-draft-n-max default
 
-    def __init__(self, target: Context, path=None, *, p_min: float = 0.0, n_min: int = 0, n_gpu_layers: int = -1,
-                 flash_attn="auto", type_k: str = "f16", type_v: str = "f16", repack: bool = False):
+    def __init__(self, target: Context, path: str | os.PathLike | None = None, *, p_min: float = 0.0, n_min: int = 0,
+                 n_gpu_layers: int = -1, flash_attn: bool | str = "auto", type_k: str = "f16", type_v: str = "f16",
+                 repack: bool = False) -> None:
         if path is None:
             raise InvalidArgumentError("a draft-simple drafter needs the path of the draft model's .gguf file")
         if not 0.0 <= p_min <= 1.0:
@@ -109,10 +113,10 @@ class DraftModelDrafter(Drafter):
             self.model.close()
             raise
 
-    def begin(self, prompt) -> None:
+    def begin(self, prompt: list[int]) -> None:
         self.ctx.memory.clear()
 
-    def observe(self, tokens, positions, n_commit, timer) -> None:
+    def observe(self, tokens: list[int], positions: np.ndarray, n_commit: int, timer: StageTimer) -> None:
         # the whole batch, as common_speculative_impl_draft_simple::process does (only its last
         # row is an output); rejected rows go at rollback. In chunks of the draft's n_batch.
         with timer("inject", self.ctx):
@@ -120,7 +124,8 @@ class DraftModelDrafter(Drafter):
             for i in range(0, len(tokens), step):
                 self.ctx.decode(tokens[i:i + step], positions[i:i + step], logits="last")
 
-    def propose(self, last_token, n_past, n_max, sp: SamplingParams, rng, timer) -> Draft:
+    def propose(self, last_token: int, n_past: int, n_max: int, sp: SamplingParams, rng: np.random.Generator,
+                timer: StageTimer) -> Draft:
         tokens: list[int] = []
         rows: list[np.ndarray] = []
         tok = int(last_token)
@@ -128,9 +133,10 @@ class DraftModelDrafter(Drafter):
             with timer("draft", self.ctx):
                 self.ctx.decode([tok], [n_past + i], logits="last")
             with timer("draft_sample"):
-                tok, q = pick(self.ctx.logits()[0], sp, rng, self.p_min)
-            if tok is None:
+                nxt, q = pick(self.ctx.logits()[0], sp, rng, self.p_min)
+            if nxt is None:
                 break
+            tok = nxt
             tokens.append(tok)
             if q is not None:
                 rows.append(q)

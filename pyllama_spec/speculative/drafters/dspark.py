@@ -18,6 +18,7 @@ import numpy as np
 
 from ...errors import DrafterMismatchError, InvalidArgumentError
 from ..sampling import SamplingParams
+from ..timing import StageTimer
 from . import Draft, register_drafter
 from .dflash import DFlashDrafter
 
@@ -48,7 +49,8 @@ class DSparkDrafter(DFlashDrafter):
         self.n_max_limit = self.block_size if self.from_anchor else self.block_size - 1
         self.n_max_default = min(7, self.n_max_limit)
 
-    def propose(self, last_token, n_past, n_max, sp: SamplingParams, rng, timer) -> Draft:
+    def propose(self, last_token: int, n_past: int, n_max: int, sp: SamplingParams, rng: np.random.Generator,
+                timer: StageTimer) -> Draft:
         n_max = min(n_max, self.n_max_limit)
         if n_max <= 0:
             return Draft(tokens=[])

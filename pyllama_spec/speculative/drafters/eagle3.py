@@ -19,6 +19,8 @@ positions ``[0, n_past − 1)`` between steps, plus the boundary pair after a dr
 """
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 from ...context import Context
@@ -26,11 +28,12 @@ from ...errors import DrafterMismatchError, InvalidArgumentError
 from ...gguf_file import read_gguf
 from ...model import HIDDEN_STATE_ARCHS, TAPPABLE_ARCHS, Model
 from ..sampling import SamplingParams
+from ..timing import StageTimer
 from . import Draft, Drafter, register_drafter
 from ._pick import pick
 
 
-def check_eagle3_pair(target_model: Model, drafter_path) -> dict:
+def check_eagle3_pair(target_model: Model, drafter_path: str | os.PathLike) -> dict:
     """Check an EAGLE-3 head against a loaded target before llama.cpp loads it (several mismatches
     make llama.cpp abort: a tap the target does not record, a width the graph cannot multiply).
 
@@ -56,16 +59,18 @@ def check_eagle3_pair(target_model: Model, drafter_path) -> dict:
         raise DrafterMismatchError(f"{name} reads target features {ids}, but {tname} has {n_layer} layers (valid ids: "
                                    f"0..{n_layer}, {n_layer} = the final hidden state): it was made for another target")
     if any(i < n_layer for i in ids) and target_model.arch not in TAPPABLE_ARCHS:
-        raise DrafterMismatchError(f"{name} reads layer inputs, but llama.cpp records none for the target architecture "
-                                   f"{target_model.arch!r}; targets with layer taps: {', '.join(sorted(TAPPABLE_ARCHS))}")
+        raise DrafterMismatchError(f"{name} reads layer inputs, but llama.cpp records none for the target "
+                                   f"architecture {target_model.arch!r}; targets with layer taps: "
+                                   f"{', '.join(sorted(TAPPABLE_ARCHS))}")
     if n_layer in ids and target_model.arch not in HIDDEN_STATE_ARCHS:
         raise DrafterMismatchError(f"{name} reads the target's final hidden state (feature id {n_layer}), which "
                                    f"llama.cpp does not expose for {target_model.arch!r}; targets that do: "
                                    f"{', '.join(sorted(HIDDEN_STATE_ARCHS))}")
     n_embd_tgt = int(info.get("eagle3.target_hidden_size", 0))
     if n_embd_tgt != n_embd_t:
-        raise DrafterMismatchError(f"{name} was made for a target of hidden size {n_embd_tgt} (eagle3.target_hidden_size) "
-                                   f"but {tname} has {n_embd_t}: use an EAGLE-3 head trained for {tname}")
+        raise DrafterMismatchError(f"{name} was made for a target of hidden size {n_embd_tgt} "
+                                   f"(eagle3.target_hidden_size) but {tname} has {n_embd_t}: use an EAGLE-3 head "
+                                   f"trained for {tname}")
     n_embd = int(info.get("eagle3.embedding_length", 0))
     fc = info.tensors.get("fc.weight")
     if fc is None or tuple(fc) != (3 * n_embd_t, n_embd):
@@ -108,8 +113,9 @@ class Eagle3Drafter(Drafter):
     n_max_limit = 32
     n_max_default = 3  # llama.cpp's --spec-draft-n-max default
 
-    def __init__(self, target: Context, path=None, *, p_min: float = 0.0, n_min: int = 0, n_gpu_layers: int = -1,
-                 flash_attn="auto", type_k: str = "f16", type_v: str = "f16", repack: bool = False):
+    def __init__(self, target: Context, path: str | os.PathLike | None = None, *, p_min: float = 0.0, n_min: int = 0,
+                 n_gpu_layers: int = -1, flash_attn: bool | str = "auto", type_k: str = "f16", type_v: str = "f16",
+                 repack: bool = False) -> None:
         if path is None:
             raise InvalidArgumentError("an EAGLE-3 drafter needs the path of its .gguf file")
         if not 0.0 <= p_min <= 1.0:
@@ -127,8 +133,8 @@ class Eagle3Drafter(Drafter):
         self.model = Model(path, n_gpu_layers=n_gpu_layers, repack=repack)
         try:
             if self.model.n_vocab != target.model.n_vocab:
-                raise DrafterMismatchError(f"{self.model.path.name} has a vocabulary of {self.model.n_vocab} tokens but "
-                                           f"the target {target.model.path.name} has {target.model.n_vocab}")
+                raise DrafterMismatchError(f"{self.model.path.name} has a vocabulary of {self.model.n_vocab} tokens "
+                                           f"but the target {target.model.path.name} has {target.model.n_vocab}")
             self.ctx = Context(self.model, n_ctx=target.n_ctx, n_batch=target.n_batch, n_ubatch=target.n_ubatch,
                                ctx_other=target, flash_attn=flash_attn, type_k=type_k, type_v=type_v)
         except BaseException:
@@ -145,7 +151,7 @@ class Eagle3Drafter(Drafter):
         self.verify_g = np.zeros((0, self.n_embd), dtype=np.float32)
         self.verify_pos_first = -1
 
-    def begin(self, prompt) -> None:
+    def begin(self, prompt: list[int]) -> None:
         self.ctx.memory.clear()
         self._reset()
         if self.reads_final_hidden:
@@ -158,7 +164,7 @@ class Eagle3Drafter(Drafter):
                 for i in self.feature_ids]
         return np.concatenate(cols, axis=1)
 
-    def observe(self, tokens, positions, n_commit, timer) -> None:
+    def observe(self, tokens: list[int], positions: np.ndarray, n_commit: int, timer: StageTimer) -> None:
         n = len(tokens)
         with timer("extract"):
             feats = self._features(n)
@@ -196,7 +202,8 @@ class Eagle3Drafter(Drafter):
         self.pending_pos = self.verify_pos_first + i
         self.pending_g = self.verify_g[i].copy()
 
-    def propose(self, last_token, n_past, n_max, sp: SamplingParams, rng, timer) -> Draft:
+    def propose(self, last_token: int, n_past: int, n_max: int, sp: SamplingParams, rng: np.random.Generator,
+                timer: StageTimer) -> Draft:
         if self.pending_pos < 0:  # nothing observed yet (a one-token prompt)
             return Draft(tokens=[])
         tokens: list[int] = []
@@ -209,10 +216,11 @@ class Eagle3Drafter(Drafter):
                 # the boundary pair (newest token, g of the position before it), then the drafts
                 self.ctx.decode_tokens_embd([tok], g[None, :], [pos], logits="all")
             with timer("draft_sample"):
-                tok, q = pick(self.ctx.logits()[0], sp, rng, self.p_min)
+                nxt, q = pick(self.ctx.logits()[0], sp, rng, self.p_min)
                 g = self.ctx.embeddings_nextn()[0].copy()  # pre-norm state: the next step's g
-            if tok is None:
+            if nxt is None:
                 break
+            tok = nxt
             tokens.append(tok)
             if q is not None:
                 qs.append(q)

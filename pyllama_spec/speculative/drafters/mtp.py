@@ -24,6 +24,7 @@ Both need the target's final hidden state for every row of every target decode
 from __future__ import annotations
 
 import logging
+import os
 
 import numpy as np
 
@@ -32,6 +33,7 @@ from ...errors import DrafterMismatchError, InvalidArgumentError, UnsupportedErr
 from ...gguf_file import read_gguf
 from ...model import MTP_ARCHS, Model
 from ..sampling import SamplingParams
+from ..timing import StageTimer
 from . import Draft, Drafter, register_drafter
 from ._pick import pick
 
@@ -60,7 +62,7 @@ def check_mtp_target(target_model: Model) -> None:
             "MTP layers (convert_hf_to_gguf.py without --no-mtp) or use another drafter kind")
 
 
-def check_assistant_pair(target_model: Model, path) -> dict:
+def check_assistant_pair(target_model: Model, path: str | os.PathLike) -> dict:
     """Check a Gemma-4 assistant file against a loaded target before llama.cpp loads it (a wrong
     width or KV layout makes llama.cpp abort).
 
@@ -82,12 +84,14 @@ def check_assistant_pair(target_model: Model, path) -> dict:
     arch, tinfo = info.arch, target_model.info
     n_out = int(info.get(f"{arch}.embedding_length_out", 0))
     if n_out != target_model.n_embd:
-        raise DrafterMismatchError(f"{name} reads hidden states of width {n_out} ({arch}.embedding_length_out) but "
-                                   f"{tname} has hidden size {target_model.n_embd}: it is the assistant of another model")
+        raise DrafterMismatchError(f"{name} reads hidden states of width {n_out} ({arch}.embedding_length_out) "
+                                   f"but {tname} has hidden size {target_model.n_embd}: it is the assistant of "
+                                   "another model")
     pattern = tinfo.get(f"{want}.attention.sliding_window_pattern")
     if not pattern or len(pattern) < 2 or not pattern[-2] or pattern[-1]:
-        raise DrafterMismatchError(f"{name} reads the KV cache of {tname}'s last sliding-window and last full-attention "
-                                   f"layers, but {tname}'s layer pattern ends {pattern[-2:] if pattern else pattern}")
+        raise DrafterMismatchError(f"{name} reads the KV cache of {tname}'s last sliding-window and last "
+                                   f"full-attention layers, but {tname}'s layer pattern ends "
+                                   f"{pattern[-2:] if pattern else pattern}")
     for key in ("attention.key_length", "attention.key_length_swa", "attention.head_count_kv"):
         a, b = info.get(f"{arch}.{key}"), tinfo.get(f"{want}.{key}")
         if b is not None and a != b:
@@ -128,15 +132,16 @@ class MTPDrafter(Drafter):
     n_max_limit = 32
     n_max_default = 3  # llama.cpp's --spec-draft-n-max default
 
-    def __init__(self, target: Context, path=None, *, p_min: float = 0.0, n_min: int = 0, n_gpu_layers: int = -1,
-                 flash_attn="auto", type_k: str = "f16", type_v: str = "f16", repack: bool = False):
+    def __init__(self, target: Context, path: str | os.PathLike | None = None, *, p_min: float = 0.0, n_min: int = 0,
+                 n_gpu_layers: int = -1, flash_attn: bool | str = "auto", type_k: str = "f16", type_v: str = "f16",
+                 repack: bool = False) -> None:
         if not 0.0 <= p_min <= 1.0:
             raise InvalidArgumentError(f"p_min must lie in [0, 1], got {p_min!r}")
         super().__init__(target)
         self.p_min, self.n_min = float(p_min), int(n_min)
         self.shared_kv = path is not None
         self._own_model = None
-        if self.shared_kv:
+        if path is not None:
             check_assistant_pair(target.model, path)
             model = self._own_model = Model(path, n_gpu_layers=n_gpu_layers, repack=repack)
         else:
@@ -170,14 +175,14 @@ class MTPDrafter(Drafter):
         self.pending_h = np.zeros(self.n_embd, dtype=np.float32)
         self.verify_h = np.zeros((0, self.n_embd), dtype=np.float32)
 
-    def begin(self, prompt) -> None:
+    def begin(self, prompt: list[int]) -> None:
         if not self.shared_kv:  # clearing an assistant's view would clear the target's cells
             self.ctx.memory.clear()
         self._reset()
         # the head reads the target's final hidden state of every row (masked = false)
         self.target.set_embeddings_nextn(True, False)
 
-    def observe(self, tokens, positions, n_commit, timer) -> None:
+    def observe(self, tokens: list[int], positions: np.ndarray, n_commit: int, timer: StageTimer) -> None:
         n = len(tokens)
         with timer("extract"):
             h = self.target.embeddings_nextn()[:n].copy()
@@ -197,7 +202,8 @@ class MTPDrafter(Drafter):
         if self.verify_h.shape[0]:
             self.pending_h = self.verify_h[min(n_accepted, self.verify_h.shape[0] - 1)]
 
-    def propose(self, last_token, n_past, n_max, sp: SamplingParams, rng, timer) -> Draft:
+    def propose(self, last_token: int, n_past: int, n_max: int, sp: SamplingParams, rng: np.random.Generator,
+                timer: StageTimer) -> Draft:
         tokens: list[int] = []
         qs: list[np.ndarray] = []
         tok, h = int(last_token), self.pending_h
@@ -207,10 +213,11 @@ class MTPDrafter(Drafter):
             with timer("draft", self.ctx):
                 self.ctx.decode_tokens_embd([tok], h[None, :], [pos], logits="all")
             with timer("draft_sample"):
-                tok, q = pick(self.ctx.logits()[0], sp, rng, self.p_min)
+                nxt, q = pick(self.ctx.logits()[0], sp, rng, self.p_min)
                 h = self.ctx.embeddings_nextn()[0].copy()
-            if tok is None:
+            if nxt is None:
                 break
+            tok = nxt
             tokens.append(tok)
             if q is not None:
                 qs.append(q)
