@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import codecs
 import time
-from collections.abc import Generator, Iterator
+from collections.abc import Generator, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -156,9 +156,9 @@ class BatchRun:
     """Drives a :class:`BatchLoop` and turns its steps into :class:`BatchPiece` s."""
 
     def __init__(self, gen: GeneratorT, loop: BatchLoop, prompts: list, stops: list[str], timer: StageTimer,
-                 stats: list[SpecStats], spec: SpecConfig, n_max: list[int]):
+                 stats: list[SpecStats], spec: SpecConfig, n_max: list[int], sampling: SamplingParams):
         self.gen, self.loop, self.prompts, self.timer, self.stats = gen, loop, prompts, timer, stats
-        self.spec, self.n_max = spec, n_max
+        self.spec, self.n_max, self.sampling = spec, n_max, sampling
         self.texts = [_SeqText(gen.model.vocab, stops) for _ in prompts]
         self.result: BatchResult | None = None
         self.invalid = False
@@ -205,8 +205,8 @@ class BatchRun:
             m["finished"] = st.finished_at if st.finished_at is not None else timings["wall"]["seconds"]
             results.append(GenerationResult(
                 text=st.text, tokens=st.tokens, finish_reason=st.finish or "length", prompt_tokens=self.prompts[i],
-                stats=self.stats[i], timings=timings, drafter=self.spec.drafter, n_max=self.n_max[i],
-                verify=self.spec.verify, sync_stages=self.spec.sync_stages, n_committed=st.n_committed, marks=m))
+                stats=self.stats[i], timings=timings, spec=self.spec.replace(n_max=self.n_max[i]),
+                sampling=self.sampling, n_committed=st.n_committed, marks=m))
         self.result = BatchResult(results=results, timings=timings, marks=marks)
 
 
@@ -230,8 +230,9 @@ class BatchStream:
 
 
 def generate_batch(gen: GeneratorT, *, prompts: list | None, messages: list | None, prompt_tokens: list | None,
-                   max_tokens: int | list[int], n_max: int | list[int] | None, stop: str | list[str] | None,
-                   stream: bool, template_kwargs: dict | None, sampling: SamplingParams,
+                   max_tokens: int | Sequence[int], n_max: int | Sequence[int] | None,
+                   stop: str | Iterable[str] | None, stream: bool, template_kwargs: Mapping[str, Any] | None,
+                   sampling: SamplingParams,
                    spec: SpecConfig) -> BatchResult | BatchStream:
     """The body of :meth:`Generator.generate_batch` (see there), with the configuration objects built."""
     given = [x for x in (prompts, messages, prompt_tokens) if x is not None]
@@ -242,7 +243,7 @@ def generate_batch(gen: GeneratorT, *, prompts: list | None, messages: list | No
     if n > gen.ctx.n_seq_max:
         raise InvalidArgumentError(f"{n} prompts, but this Generator runs at most {gen.ctx.n_seq_max} sequences "
                                    f"at once: create it with n_parallel={n} (or more)")
-    per_seq_max = list(max_tokens) if isinstance(max_tokens, (list, tuple)) else [max_tokens] * n
+    per_seq_max: list[Any] = list(max_tokens) if isinstance(max_tokens, (list, tuple)) else [max_tokens] * n
     per_seq_nmax = list(n_max) if isinstance(n_max, (list, tuple)) else [n_max if n_max is not None
                                                                          else spec.n_max] * n
     if len(per_seq_max) != n or len(per_seq_nmax) != n:
@@ -289,7 +290,7 @@ def generate_batch(gen: GeneratorT, *, prompts: list | None, messages: list | No
             for p, m, k in zip(toks, per_seq_max, nmaxes)]
     loop = BatchLoop(gen.ctx, batch_drafter, seqs, sp=sampling, verify=spec.verify, stats=stats, timer=timer,
                      backend_sampling=spec.backend_sampling)
-    run = BatchRun(gen, loop, toks, stops, timer, stats, spec, nmaxes)
+    run = BatchRun(gen, loop, toks, stops, timer, stats, spec, nmaxes, sampling)
     gen._active = run
     if stream:
         return BatchStream(run)

@@ -23,7 +23,7 @@ from __future__ import annotations
 import io
 import json
 import os
-from collections.abc import Generator, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from .context import Context
     from .generator import Generator as GeneratorT
     from .speculative.drafters import Drafter
+    from .speculative.loop import StepOutput
 
 
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
@@ -81,7 +82,7 @@ class CacheLedger:
             n = min(n, int(drafter.cached_prefix(held)))
         return n
 
-    def track(self, steps: Generator, prompt: list[int]) -> Iterator:
+    def track(self, steps: Iterator[StepOutput], prompt: list[int]) -> Iterator[StepOutput]:
         """Pass the loop's steps through, keeping the record: while the caller holds a step the
         cache holds the prompt and every committed token but the newest (the loop's invariant;
         after an EOS the EOS is the newest and is not cached); while the loop runs it is unknown."""
@@ -95,7 +96,7 @@ class CacheLedger:
                 if step.finish_reason is None:
                     self.forget()  # the loop resumes and changes the caches
         finally:
-            steps.close()
+            getattr(steps, "close", lambda: None)()  # the loop's generator: its finally clause runs now
 
 
 @dataclass

@@ -2,18 +2,20 @@
 passing extra template variables such as ``enable_thinking`` through."""
 from __future__ import annotations
 
+from typing import Any, NoReturn
+
 import jinja2
 import jinja2.sandbox
 
 from .errors import InvalidArgumentError, UnsupportedError
 
 
-def _raise(msg):
+def _raise(msg: str) -> NoReturn:
     raise jinja2.exceptions.TemplateError(msg)
 
 
-def render_chat(template: str | None, messages: list, *, add_generation_prompt: bool = True,
-                bos_token: str = "", eos_token: str = "", **template_kwargs) -> str:
+def render_chat(template: str | None, messages: list[dict[str, Any]], *, add_generation_prompt: bool = True,
+                bos_token: str = "", eos_token: str = "", **template_kwargs: Any) -> str:
     """Render ``messages`` (``[{"role", "content"}]``) into a prompt string.
 
     Raises:

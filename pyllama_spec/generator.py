@@ -4,21 +4,24 @@ from __future__ import annotations
 import codecs
 import logging
 import os
-from collections.abc import Iterator
+import threading
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any, Literal, overload
 
 import numpy as np
 
 from . import backend
-from .batching import BatchRun
+from ._check import check_bool, check_int, check_str, check_str_list, check_token_ids
+from .batching import BatchResult, BatchRun, BatchStream
 from .batching import generate_batch as _generate_batch
 from .cache_reuse import CacheLedger, ConversationState, restore, snapshot
 from .chat import render_chat
 from .context import Context
-from .errors import InvalidArgumentError, PromptTooLongError, PyllamaSpecError, UnsupportedError
+from .errors import InvalidArgumentError, InvalidTypeError, PromptTooLongError, PyllamaSpecError, UnsupportedError
 from .model import Model
-from .speculative.drafters import Drafter, create_drafter, drafter_kinds
 from .speculative.config import SpecConfig
-from .speculative.loop import speculative_generate
+from .speculative.drafters import Drafter, create_drafter, drafter_kind_of_file, drafter_kinds
+from .speculative.loop import StepOutput, speculative_generate
 from .speculative.report import GenerationResult
 from .speculative.sampling import SamplingParams
 from .speculative.stats import SpecStats
@@ -36,11 +39,13 @@ class Generator:
 
     Args:
         target: path of the target ``.gguf``.
-        drafters: ``{name: spec}``; a spec is a ``.gguf`` path (its architecture picks the kind,
-            e.g. ``"dflash"``), a drafter kind with no file (``"ngram"``), a ``(kind, kwargs)``
-            pair, or a :class:`~pyllama_spec.speculative.drafters.Drafter` instance.
+        drafters: ``{name: spec}``; a spec is a ``.gguf`` path (its architecture picks the kind:
+            ``"draft-dflash"``, ``"draft-eagle3"``, ``"draft-simple"``, ...), a drafter kind with no
+            file (``"mtp"``, ``"ngram"``; None = the name is the kind), a ``(kind, kwargs)`` pair,
+            or a :class:`~pyllama_spec.speculative.drafters.Drafter` instance (see :meth:`add_drafter`).
         n_ctx, n_batch, n_ubatch, flash_attn, type_k, type_v, n_threads: the target context
-            (see :class:`~pyllama_spec.Context`); ``n_ctx`` is per sequence.
+            (see :class:`~pyllama_spec.Context`); ``n_ctx`` is per sequence; model drafters use the
+            same CPU threads.
         n_parallel: most sequences :meth:`generate_batch` runs at once (llama.cpp's ``--parallel``):
             the target's KV cache gets one stream of ``n_ctx`` positions per sequence.
         n_gpu_layers: layers to offload, for the target and model drafters (-1 = all).
@@ -49,14 +54,20 @@ class Generator:
             shares (:class:`~pyllama_spec.placement.Placement` says how; checked before loading).
         rpc_servers: ``["host:port", …]``: llama.cpp RPC servers whose devices take part of the
             target (:mod:`pyllama_spec.rpc`); they come first in the device list, as in llama.cpp.
-        drafter_device: the device of model drafters given as paths (``"CUDA1"``, ``"CPU"``), or
-            ``{name: device}`` per drafter; default: the device that holds the target's output head
-            (a DFlash drafter computes its logits with it). A ``(kind, kwargs)`` spec takes
+        drafter_device: the device of DFlash-family drafters given as paths (``"CUDA1"``, ``"CPU"``),
+            or ``{name: device}`` per drafter; default: the device that holds the target's output
+            head (a DFlash drafter computes its logits with it). A ``(kind, kwargs)`` spec takes
             ``device=`` in its kwargs.
-        repack: llama.cpp's CPU weight repacking (off by default: it crashes on AMX CPUs).
+        repack: llama.cpp's CPU weight repacking (off by default; refused on AMX CPUs, where it crashes).
 
     Raises:
-        ModelLoadError (and subclasses), ContextError, DrafterMismatchError.
+        ModelLoadError (and subclasses), ContextError, DrafterMismatchError, InvalidTypeError,
+        InvalidArgumentError, UnsupportedError.
+
+    Threads: a Generator may be shared between threads. ``generate()`` calls are serialised (a
+    second one waits until the first has finished); a stream holds the Generator only while it
+    computes its next piece, and a ``generate()`` from any thread cuts off an unfinished stream
+    (which then raises on its next read). See ``_locks.py``.
 
     Example::
 
@@ -65,17 +76,21 @@ class Generator:
         print(res.text); print(res.report())
     """
 
-    def __init__(self, target, drafters: dict | None = None, *, n_ctx: int = 4096, n_batch: int = 512,
-                 n_ubatch: int | None = None, n_gpu_layers: int = -1, flash_attn="auto", type_k: str = "f16",
-                 type_v: str = "f16", n_threads: int | None = None, repack: bool = False, progress: bool = False,
-                 n_parallel: int = 1, split_mode: str = "layer", tensor_split=None, main_gpu: int = 0,
-                 devices=None, rpc_servers=None, drafter_device=None):
-        if not isinstance(n_parallel, int) or isinstance(n_parallel, bool) or n_parallel < 1:
-            raise InvalidArgumentError(f"n_parallel must be an int ≥ 1 (sequences generate_batch runs at once), "
-                                       f"got {n_parallel!r}")
-        if drafter_device is not None and not isinstance(drafter_device, (str, dict)):
-            raise InvalidArgumentError(f"drafter_device must be a device name, a {{drafter name: device}} dict or "
-                                       f"None, got {drafter_device!r}")
+    def __init__(self, target: str | os.PathLike, drafters: Mapping[str, Any] | None = None, *, n_ctx: int = 4096,
+                 n_batch: int = 512, n_ubatch: int | None = None, n_gpu_layers: int = -1,
+                 flash_attn: bool | str = "auto", type_k: str = "f16", type_v: str = "f16",
+                 n_threads: int | None = None, repack: bool = False, progress: bool = False, n_parallel: int = 1,
+                 split_mode: str = "layer", tensor_split: Sequence[float] | None = None, main_gpu: int = 0,
+                 devices: Sequence[str] | None = None, rpc_servers: Sequence[str] | None = None,
+                 drafter_device: str | Mapping[str, str] | None = None):
+        self._lock = threading.RLock()
+        if drafters is not None and not isinstance(drafters, Mapping):
+            raise InvalidTypeError(f"drafters must be a dict {{name: spec}} or None, got {type(drafters).__name__}")
+        n_parallel = check_int("n_parallel", n_parallel, min=1,
+                               what="an int ≥ 1 (sequences generate_batch runs at once)")
+        if drafter_device is not None and not isinstance(drafter_device, (str, Mapping)):
+            raise InvalidTypeError(f"drafter_device must be a device name, a {{drafter name: device}} dict or "
+                                   f"None, got {drafter_device!r}")
         if rpc_servers:
             from . import rpc
 
@@ -98,12 +113,39 @@ class Generator:
         for name, spec in (drafters or {}).items():
             self.add_drafter(name, spec)
 
-    def add_drafter(self, name: str, spec) -> Drafter:
-        """Add a drafter under ``name`` (see the class docstring for ``spec``)."""
+    def add_drafter(self, name: str, spec: Any = None) -> Drafter:
+        """Add a drafter under ``name``.
+
+        ``spec`` is one of:
+
+        * a ``.gguf`` path: its architecture picks the kind (llama.cpp's ``--spec-type`` names):
+          ``dflash`` → ``draft-dflash`` (``draft-dspark`` when it has a Markov head), ``eagle3`` →
+          ``draft-eagle3``, ``gemma4-assistant`` → ``draft-mtp`` (an assistant sharing the
+          target's KV cache), any other → ``draft-simple`` (a separate draft model);
+        * a drafter kind that needs no file (``"draft-mtp"`` / ``"mtp"``, ``"ngram"``, ...), or
+          None to use ``name`` as the kind (``drafters={"mtp": None}``);
+        * a ``(kind, kwargs)`` pair, e.g. ``("draft-simple", {"path": p, "p_min": 0.75})``;
+        * a :class:`~pyllama_spec.speculative.drafters.Drafter` instance.
+
+        Raises:
+            InvalidTypeError, InvalidArgumentError: a bad name or spec (an unknown kind lists the known ones).
+            DrafterMismatchError: a drafter file made for another target (checked before llama.cpp loads it).
+        """
+        with self._lock:
+            return self._add_drafter(check_str("name", name, nonempty=True), spec)
+
+    def _add_drafter(self, name: str, spec: Any) -> Drafter:
+        if spec is None:
+            spec = name
         if isinstance(spec, Drafter):
             drafter = spec
         elif isinstance(spec, tuple):
+            if len(spec) != 2 or not isinstance(spec[0], str) or not isinstance(spec[1], Mapping):
+                raise InvalidTypeError(f"drafter {name!r}: a (kind, kwargs) spec must be a (str, dict) pair, "
+                                       f"got {spec!r}")
             kind, kwargs = spec
+            if kwargs.get("path") is not None:  # a model drafter: the generator's offload/repack unless given
+                kwargs = {**self._drafter_opts, **kwargs}
             drafter = create_drafter(kind, self.ctx, **kwargs)
         elif isinstance(spec, (str, os.PathLike)) and str(spec) in drafter_kinds():
             drafter = create_drafter(str(spec), self.ctx)
@@ -111,31 +153,36 @@ class Generator:
             raise InvalidArgumentError(f"drafter {name!r}: {spec!r} is neither a known drafter kind "
                                        f"({', '.join(drafter_kinds())}) nor an existing .gguf file")
         elif isinstance(spec, (str, os.PathLike)):
-            from .gguf_file import read_gguf
-
-            arch = read_gguf(spec).arch
-            if arch == "dflash":
-                opts = dict(self._drafter_opts)
-                device = (self._drafter_device.get(name) if isinstance(self._drafter_device, dict)
-                          else self._drafter_device)
-                if device is not None:
-                    opts["device"] = device
-                drafter = create_drafter("dflash", self.ctx, path=spec, **opts)
-            else:
-                raise UnsupportedError(f"{os.fspath(spec)!r} is a {arch!r} model; model drafters of kind "
-                                       f"'dflash' are supported (known kinds: {', '.join(drafter_kinds())})")
+            kind = drafter_kind_of_file(spec)
+            opts: dict[str, Any] = dict(self._drafter_opts)
+            device = (self._drafter_device.get(name) if isinstance(self._drafter_device, Mapping)
+                      else self._drafter_device)
+            if device is not None:
+                if kind not in ("draft-dflash", "draft-dspark"):
+                    raise UnsupportedError(f"drafter {name!r}: drafter_device places DFlash-family drafters only; "
+                                           f"{os.fspath(spec)!r} is a {kind!r} drafter")
+                opts["device"] = device
+            drafter = create_drafter(kind, self.ctx, path=spec, **opts)
         else:
-            raise TypeError(f"drafter spec must be a path, a kind, (kind, kwargs) or a Drafter, got {spec!r}")
+            raise InvalidTypeError(f"drafter {name!r}: a spec must be a path, a kind, (kind, kwargs), None or a "
+                                   f"Drafter, got {spec!r}")
         self.drafters[name] = drafter
         return drafter
 
     # ------------------------------------------------------------------------------------------
-    def tokenize_prompt(self, prompt: str | None = None, messages: list | None = None,
-                        template_kwargs: dict | None = None) -> list:
-        """The token ids ``generate`` would feed the target for this prompt or chat."""
+    def tokenize_prompt(self, prompt: str | None = None, messages: list[dict[str, Any]] | None = None,
+                        template_kwargs: Mapping[str, Any] | None = None) -> list[int]:
+        """The token ids ``generate`` would feed the target for this prompt or chat.
+
+        Raises:
+            InvalidTypeError, InvalidArgumentError: not exactly one of a str prompt or a list of messages.
+            UnsupportedError: ``messages`` for a model without a chat template.
+        """
         vocab = self.model.vocab
         if (prompt is None) == (messages is None):
             raise InvalidArgumentError("pass exactly one of prompt= (a string) or messages= (a chat)")
+        if template_kwargs is not None and not isinstance(template_kwargs, Mapping):
+            raise InvalidTypeError(f"template_kwargs must be a dict or None, got {type(template_kwargs).__name__}")
         if messages is not None:
             bos = vocab.token_to_piece(vocab.bos, special=True).decode() if vocab.bos is not None else ""
             eos = vocab.token_to_piece(vocab.eos, special=True).decode() if vocab.eos is not None else ""
@@ -146,17 +193,39 @@ class Generator:
             if len(toks) > 1 and vocab.bos is not None and toks[0] == toks[1] == vocab.bos:
                 toks = toks[1:]
             return toks
-        if not isinstance(prompt, str):
-            raise TypeError(f"prompt must be a str, got {type(prompt).__name__}")
-        return vocab.tokenize(prompt, add_special=True, parse_special=False)
+        check_str("prompt", prompt)
+        return vocab.tokenize(prompt, add_special=True, parse_special=False)  # type: ignore[arg-type]
 
-    def generate(self, prompt: str | None = None, *, messages: list | None = None, prompt_tokens: list | None = None,
-                 drafter: str | None = None, max_tokens: int = 256, n_max: int | None = None,
-                 temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0, min_p: float = 0.0,
-                 seed: int | None = None, stop=None, verify: str = "match", stream: bool = False,
-                 sync_stages: bool = True, template_kwargs: dict | None = None,
-                 sampling: SamplingParams | None = None, spec: SpecConfig | None = None,
-                 reuse_prefix: bool = True):
+    @overload
+    def generate(self, prompt: str | None = None, *, messages: list[dict[str, Any]] | None = None,
+                 prompt_tokens: Iterable[int] | None = None, drafter: str | None = None, max_tokens: int = 256,
+                 n_max: int | None = None, temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0,
+                 min_p: float = 0.0, seed: int | None = None, stop: str | Iterable[str] | None = None,
+                 stop_token_ids: Iterable[int] | None = None, special: bool = False, verify: str = "match",
+                 stream: Literal[False] = ..., sync_stages: bool = True,
+                 template_kwargs: Mapping[str, Any] | None = None,
+                 sampling: SamplingParams | None = None,
+                 spec: SpecConfig | None = None, reuse_prefix: bool = True) -> GenerationResult: ...
+
+    @overload
+    def generate(self, prompt: str | None = None, *, messages: list[dict[str, Any]] | None = None,
+                 prompt_tokens: Iterable[int] | None = None, drafter: str | None = None, max_tokens: int = 256,
+                 n_max: int | None = None, temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0,
+                 min_p: float = 0.0, seed: int | None = None, stop: str | Iterable[str] | None = None,
+                 stop_token_ids: Iterable[int] | None = None, special: bool = False, verify: str = "match",
+                 stream: Literal[True], sync_stages: bool = True,
+                 template_kwargs: Mapping[str, Any] | None = None,
+                 sampling: SamplingParams | None = None,
+                 spec: SpecConfig | None = None, reuse_prefix: bool = True) -> TextStream: ...
+
+    def generate(self, prompt: str | None = None, *, messages: list[dict[str, Any]] | None = None,
+                 prompt_tokens: Iterable[int] | None = None, drafter: str | None = None, max_tokens: int = 256,
+                 n_max: int | None = None, temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0,
+                 min_p: float = 0.0, seed: int | None = None, stop: str | Iterable[str] | None = None,
+                 stop_token_ids: Iterable[int] | None = None, special: bool = False, verify: str = "match",
+                 stream: bool = False, sync_stages: bool = True, template_kwargs: Mapping[str, Any] | None = None,
+                 sampling: SamplingParams | None = None,
+                 spec: SpecConfig | None = None, reuse_prefix: bool = True) -> GenerationResult | TextStream:
         """Generate a continuation, optionally speculatively.
 
         The caches are kept between calls: a prompt that starts with the tokens of the previous
@@ -175,7 +244,14 @@ class Generator:
             n_max: most draft tokens per step (default: the drafter's; clamped to the drafter's
                 maximum, block_size − 1 for DFlash, with a warning).
             temperature, top_k, top_p, min_p, seed: sampling (temperature 0 = greedy).
-            stop: a string or list of strings that end the output (excluded from it).
+            stop: a string or list of strings that end the output (excluded from it). They are
+                matched on the text as returned (so with ``special=False`` a special token, rendered
+                as nothing, never matches a string); a stop string that is exactly a special token's
+                text (``"<|im_start|>"``) also stops at that token.
+            stop_token_ids: token ids that end the output (excluded from it, like an EOS);
+                ``finish_reason`` is then ``"stop"``.
+            special: render special tokens (``<|im_start|>`` …) in the text instead of dropping them
+                (the EOS that ends generation is never part of the output).
             verify: ``"match"`` (sample the target, accept while equal: llama.cpp's rule) or
                 ``"rejection"`` (speculative sampling with the drafter's probabilities).
             stream: return an iterator of text pieces (its ``.result`` is set when exhausted).
@@ -195,30 +271,48 @@ class Generator:
             :class:`GenerationResult`, or a :class:`TextStream` when ``stream=True``.
 
         Raises:
-            InvalidArgumentError (a ValueError): a bad argument (the message names it and the
-                allowed values).
+            InvalidArgumentError (a ValueError): a bad argument value, InvalidTypeError (a TypeError)
+                a bad argument type (the message names it and the allowed values).
             PromptTooLongError: the prompt does not fit in n_ctx.
+            ClosedError: the Generator was closed.
         """
+        with self._lock:
+            return self._generate(prompt, messages, prompt_tokens, drafter, max_tokens, n_max, temperature, top_k,
+                                  top_p, min_p, seed, stop, stop_token_ids, special, verify, stream, sync_stages,
+                                  template_kwargs, sampling, spec, reuse_prefix)
+
+    def _generate(self, prompt: str | None, messages: list[dict[str, Any]] | None,
+                  prompt_tokens: Iterable[int] | None, drafter: str | None, max_tokens: int, n_max: int | None,
+                  temperature: float, top_k: int, top_p: float, min_p: float, seed: int | None,
+                  stop: str | Iterable[str] | None, stop_token_ids: Iterable[int] | None, special: bool,
+                  verify: str, stream: bool, sync_stages: bool, template_kwargs: Mapping[str, Any] | None,
+                  sampling: SamplingParams | None, spec: SpecConfig | None,
+                  reuse_prefix: bool) -> GenerationResult | TextStream:
         if sampling is None:
             sampling = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed)
         elif (temperature, top_k, top_p, min_p, seed) != (0.0, 0, 1.0, 0.0, None):
             raise InvalidArgumentError("pass either sampling=SamplingParams(...) or the temperature/top_k/top_p/"
                                        "min_p/seed keywords, not both")
         elif not isinstance(sampling, SamplingParams):
-            raise InvalidArgumentError(f"sampling must be a SamplingParams, got {type(sampling).__name__}")
+            raise InvalidTypeError(f"sampling must be a SamplingParams, got {type(sampling).__name__}")
         if spec is None:
             spec = SpecConfig(drafter=drafter, n_max=n_max, verify=verify, sync_stages=sync_stages)
         elif (drafter, n_max, verify, sync_stages) != (None, None, "match", True):
             raise InvalidArgumentError("pass either spec=SpecConfig(...) or the drafter/n_max/verify/sync_stages "
                                        "keywords, not both")
         elif not isinstance(spec, SpecConfig):
-            raise InvalidArgumentError(f"spec must be a SpecConfig, got {type(spec).__name__}")
-        if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1:
-            raise InvalidArgumentError(f"max_tokens must be an int ≥ 1, got {max_tokens!r}")
+            raise InvalidTypeError(f"spec must be a SpecConfig, got {type(spec).__name__}")
+        max_tokens = check_int("max_tokens", max_tokens, min=1)
+        stream, special = check_bool("stream", stream), check_bool("special", special)
         d, spec = self._resolve(spec)
-        stops = [stop] if isinstance(stop, str) else list(stop or [])
-        if any(not isinstance(s, str) or not s for s in stops):
-            raise InvalidArgumentError(f"stop must be a non-empty string or a list of them, got {stop!r}")
+        vocab = self.model.vocab
+        stops = check_str_list("stop", stop)
+        stop_ids = set(check_token_ids("stop_token_ids", [] if stop_token_ids is None else stop_token_ids,
+                                       vocab.n_tokens))
+        for s in stops:  # a stop string that is one special token also stops at that token
+            toks = vocab.tokenize(s, add_special=False, parse_special=True)
+            if len(toks) == 1 and vocab.is_control(toks[0]):
+                stop_ids.add(toks[0])
 
         timer = StageTimer(sync=spec.sync_stages)
         timer.start_wall()
@@ -226,43 +320,46 @@ class Generator:
             if prompt_tokens is not None:
                 if prompt is not None or messages is not None:
                     raise InvalidArgumentError("pass exactly one of prompt=, messages= or prompt_tokens=")
-                prompt_tokens = [int(t) for t in prompt_tokens]
-                bad = [t for t in prompt_tokens if not 0 <= t < self.model.n_vocab]
-                if bad:
-                    raise InvalidArgumentError(f"prompt_tokens holds ids outside the vocabulary [0, {self.model.n_vocab}): {bad[:5]}")
+                tokens = check_token_ids("prompt_tokens", prompt_tokens, vocab.n_tokens)
             else:
-                prompt_tokens = self.tokenize_prompt(prompt, messages, template_kwargs)
-        if not prompt_tokens:
+                tokens = self.tokenize_prompt(prompt, messages, template_kwargs)
+        if not tokens:
             raise InvalidArgumentError("the prompt is empty (no tokens)")
-        if len(prompt_tokens) >= self.ctx.n_ctx_seq:
-            raise PromptTooLongError(f"the prompt has {len(prompt_tokens)} tokens but n_ctx is {self.ctx.n_ctx_seq}; "
+        if len(tokens) >= self.ctx.n_ctx_seq:
+            asked = self.ctx.n_ctx_requested
+            note = (f" (n_ctx={asked} was rounded up to {self.ctx.n_ctx} by llama.cpp)"
+                    if asked and asked != self.ctx.n_ctx and self.ctx.n_seq_max == 1 else "")
+            raise PromptTooLongError(f"the prompt has {len(tokens)} tokens but n_ctx is {self.ctx.n_ctx_seq}{note}; "
                                      "shorten it or create the Generator with a larger n_ctx")
-        if not isinstance(reuse_prefix, bool):
-            raise InvalidArgumentError(f"reuse_prefix must be True or False, got {reuse_prefix!r}")
+        reuse_prefix = check_bool("reuse_prefix", reuse_prefix)
         if self._active is not None:
             # the target and drafter caches are about to be reused: an unfinished stream is void
             self._active.invalidate()
-        n_keep = self._ledger.plan(prompt_tokens, d) if reuse_prefix else 0
-        stats = SpecStats(n_max=spec.n_max)
+        n_keep = self._ledger.plan(tokens, d) if reuse_prefix else 0
+        stats = SpecStats(n_max=spec.n_max or 0)
         rng = np.random.default_rng(sampling.seed)
-        steps = speculative_generate(self.ctx, d, prompt_tokens, max_tokens=max_tokens, n_max=spec.n_max,
+        steps = speculative_generate(self.ctx, d, tokens, max_tokens=max_tokens, n_max=spec.n_max or 0,
                                      sp=sampling, verify=spec.verify, stats=stats, timer=timer, rng=rng,
                                      backend_sampling=spec.backend_sampling, n_keep=n_keep)
-        run = _Run(self, self._ledger.track(steps, prompt_tokens), stops, timer, stats, prompt_tokens, spec)
+        run = _Run(self, self._ledger.track(steps, tokens), stops, stop_ids, special, timer, stats, tokens, spec,
+                   sampling)
         run.n_reused = n_keep
         self._active = run
         if stream:
             return TextStream(run)
         for _ in run.pieces():
             pass
+        assert run.result is not None
         return run.result
 
-    def generate_batch(self, prompts: list | None = None, *, messages: list | None = None,
-                       prompt_tokens: list | None = None, drafter: str | None = None, max_tokens=256, n_max=None,
+    def generate_batch(self, prompts: list[str] | None = None, *, messages: list[list[dict[str, Any]]] | None = None,
+                       prompt_tokens: list[list[int]] | None = None, drafter: str | None = None,
+                       max_tokens: int | Sequence[int] = 256, n_max: int | Sequence[int] | None = None,
                        temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0, min_p: float = 0.0,
-                       seed: int | None = None, stop=None, verify: str = "match", stream: bool = False,
-                       sync_stages: bool = True, template_kwargs: dict | None = None,
-                       sampling: SamplingParams | None = None, spec: SpecConfig | None = None):
+                       seed: int | None = None, stop: str | Iterable[str] | None = None, verify: str = "match",
+                       stream: bool = False, sync_stages: bool = True, template_kwargs: Mapping[str, Any] | None = None,
+                       sampling: SamplingParams | None = None,
+                       spec: SpecConfig | None = None) -> BatchResult | BatchStream:
         """Generate continuations of several prompts at once, optionally speculatively: each prompt
         is a sequence of the target context (a KV stream of its own), the drafter drafts for all of
         them in one call, and one target decode verifies every draft (``speculative/batch_loop.py``).
@@ -301,9 +398,10 @@ class Generator:
         elif (drafter, verify, sync_stages) != (None, "match", True):
             raise InvalidArgumentError("pass either spec=SpecConfig(...) or the drafter/verify/sync_stages keywords, "
                                        "not both")
-        return _generate_batch(self, prompts=prompts, messages=messages, prompt_tokens=prompt_tokens,
-                               max_tokens=max_tokens, n_max=n_max, stop=stop, stream=stream,
-                               template_kwargs=template_kwargs, sampling=sampling, spec=spec)
+        with self._lock:
+            return _generate_batch(self, prompts=prompts, messages=messages, prompt_tokens=prompt_tokens,
+                                   max_tokens=max_tokens, n_max=n_max, stop=stop, stream=stream,
+                                   template_kwargs=template_kwargs, sampling=sampling, spec=spec)
 
     def _resolve(self, spec: SpecConfig) -> tuple[Drafter | None, SpecConfig]:
         """The drafter named by ``spec`` and ``spec`` with ``n_max`` resolved (default, clamps).
@@ -337,7 +435,8 @@ class Generator:
             InvalidArgumentError: the caches hold nothing known (no generation yet, or something
                 else used the contexts since).
         """
-        return snapshot(self)
+        with self._lock:
+            return snapshot(self)
 
     def load_state(self, state: ConversationState) -> None:
         """Restore the caches saved by :meth:`save_state` (an unfinished stream is cut off).
@@ -346,34 +445,43 @@ class Generator:
             InvalidArgumentError: a state of another model or context size.
             PyllamaSpecError: llama.cpp rejected the data (the caches are then empty).
         """
-        restore(self, state)
+        with self._lock:
+            restore(self, state)
 
-    def memory_report(self) -> dict:
+    def memory_report(self) -> dict[str, Any]:
         """Memory in MiB: ``{"target": {...}, "drafters": {name: {...}}}`` with ``weights_mib``,
         ``kv_cache_mib`` and ``compute_mib`` (summed over devices)."""
-        return {"target": self.ctx.memory_summary(),
-                "drafters": {n: d.memory_report() for n, d in self.drafters.items()}}
+        with self._lock:
+            return {"target": self.ctx.memory_summary(),
+                    "drafters": {n: d.memory_report() for n, d in self.drafters.items()}}
 
     def close(self) -> None:
-        """Free every drafter, context and model (idempotent)."""
-        for d in self.drafters.values():
-            d.close()
-        self.ctx.close()
-        self.model.close()
+        """Free every drafter, context and model (idempotent); an unfinished stream is cut off."""
+        with self._lock:
+            if self._active is not None:
+                self._active.invalidate()
+            for d in self.drafters.values():
+                d.close()
+            self.ctx.close()
+            self.model.close()
 
-    def __enter__(self):
+    def __enter__(self) -> Generator:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 
 class _Run:
-    """Turns the loop's committed tokens into text pieces, applying stop strings."""
+    """Turns the loop's committed tokens into text pieces, applying stop strings and stop tokens,
+    and counts exactly the tokens up to where the output ends (``SpecStats.truncate_last``)."""
 
-    def __init__(self, gen, steps, stops, timer, stats, prompt_tokens, spec: SpecConfig):
-        self.gen, self.steps, self.stops, self.timer, self.stats = gen, steps, stops, timer, stats
-        self.prompt_tokens, self.spec = prompt_tokens, spec
+    def __init__(self, gen: Generator, steps: Iterator[StepOutput], stops: list[str], stop_ids: set[int],
+                 special: bool, timer: StageTimer, stats: SpecStats, prompt_tokens: list[int], spec: SpecConfig,
+                 sampling: SamplingParams):
+        self.gen, self.steps, self.stops, self.stop_ids = gen, steps, stops, stop_ids
+        self.special, self.timer, self.stats = special, timer, stats
+        self.prompt_tokens, self.spec, self.sampling = prompt_tokens, spec, sampling
         self.n_reused = 0
         self.result: GenerationResult | None = None
         self.invalid = False
@@ -381,12 +489,15 @@ class _Run:
     def invalidate(self) -> None:
         if self.result is None:
             self.invalid = True
-            self.steps.close()
+            self.steps.close()  # type: ignore[attr-defined]
+
+    def _piece(self, t: int) -> bytes:
+        return self.gen.model.vocab.token_to_piece(t, special=self.special)
 
     def pieces(self) -> Iterator[str]:
         vocab = self.gen.model.vocab
         dec = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        tokens: list = []
+        tokens: list[int] = []
         text = ""
         emitted = 0
         finish = "length"
@@ -395,24 +506,34 @@ class _Run:
         for step in self.steps:
             if self.invalid:
                 break
+            n_before = n_committed
             n_committed += len(step.tokens)
+            stop_at = None  # index in step.tokens of a stop token
             with self.timer("detokenize"):
-                for t in step.tokens:
+                for j, t in enumerate(step.tokens):
                     if vocab.is_eog(t):
                         break
+                    if t in self.stop_ids:
+                        stop_at = j
+                        break
                     tokens.append(t)
-                    text += dec.decode(vocab.token_to_piece(t))
-                if step.finish_reason is not None:
+                    text += dec.decode(self._piece(t))
+                if step.finish_reason is not None or stop_at is not None:
                     text += dec.decode(b"", final=True)
-            cut = self._find_stop(text)
-            if cut is not None:
-                text = text[:cut]
-                tokens = self._tokens_covering(tokens, cut)
+            cut, n_end = self._find_stop(text)
+            if cut is not None or stop_at is not None:
+                if cut is not None:  # a stop string: count through its last token (it ends in this step)
+                    n_through = max(n_before + 1, len(self._tokens_covering(tokens, n_end)))
+                    text, tokens = text[:cut], self._tokens_covering(tokens, cut)
+                else:  # a stop token: count through it
+                    n_through = n_before + stop_at + 1  # type: ignore[operator]
+                self.stats.truncate_last(n_through - n_before)
+                n_committed = n_through
                 finish = "stop"
                 if emitted < len(text):
                     yield text[emitted:]
                 emitted = len(text)
-                self.steps.close()  # leaves the caches as they are after this step
+                self.steps.close()  # type: ignore[attr-defined]  # leaves the caches as after this step
                 break
             safe = len(text) - (hold - 1 if hold else 0) if step.finish_reason is None else len(text)
             if safe > emitted:
@@ -421,30 +542,30 @@ class _Run:
             if step.finish_reason is not None:
                 finish = step.finish_reason
         if self.invalid:
-            raise PyllamaSpecError("this stream was cut off by a later generate() call on the same Generator "
-                                   "(they share the KV caches); consume a stream before starting the next")
+            raise PyllamaSpecError("this stream was cut off by a later generate() (or close()) on the same "
+                                   "Generator (they share the KV caches); consume a stream before starting the next")
         if emitted < len(text):
             yield text[emitted:]
         self.timer.stop_wall()
         self.result = GenerationResult(
             text=text, tokens=tokens, finish_reason=finish, prompt_tokens=self.prompt_tokens, stats=self.stats,
-            timings=self.timer.as_dict(), drafter=self.spec.drafter, n_max=self.spec.n_max, verify=self.spec.verify,
-            sync_stages=self.spec.sync_stages, n_committed=n_committed, n_reused=self.n_reused,
+            timings=self.timer.as_dict(), spec=self.spec, sampling=self.sampling, n_committed=n_committed,
+            n_reused=self.n_reused,
             marks=dict(self.timer.marks))
 
-    def _find_stop(self, text: str):
-        hits = [i for i in (text.find(s) for s in self.stops) if i >= 0]
-        return min(hits) if hits else None
+    def _find_stop(self, text: str) -> tuple[int | None, int]:
+        """Where the earliest stop string starts, and where it ends (characters)."""
+        hits = [(i, i + len(s)) for s, i in ((s, text.find(s)) for s in self.stops) if i >= 0]
+        return min(hits) if hits else (None, 0)
 
-    def _tokens_covering(self, tokens: list, n_chars: int) -> list:
+    def _tokens_covering(self, tokens: list[int], n_chars: int) -> list[int]:
         """The shortest prefix of ``tokens`` whose text reaches ``n_chars`` characters."""
-        vocab = self.gen.model.vocab
         if n_chars == 0:
             return []
         dec = codecs.getincrementaldecoder("utf-8")(errors="replace")
         length = 0
         for i, t in enumerate(tokens):
-            length += len(dec.decode(vocab.token_to_piece(t)))
+            length += len(dec.decode(self._piece(t)))
             if length >= n_chars:
                 return tokens[:i + 1]
         return tokens
@@ -452,17 +573,19 @@ class _Run:
 
 class TextStream:
     """An iterator of text pieces (never splitting a UTF-8 character); ``.result`` is the
-    :class:`GenerationResult` once the iterator is exhausted."""
+    :class:`GenerationResult` once the iterator is exhausted. Each next piece is computed
+    holding the Generator's lock (see :class:`Generator` for threads)."""
 
     def __init__(self, run: _Run):
         self._run = run
         self._it = run.pieces()
 
-    def __iter__(self):
+    def __iter__(self) -> TextStream:
         return self
 
     def __next__(self) -> str:
-        return next(self._it)
+        with self._run.gen._lock:
+            return next(self._it)
 
     @property
     def result(self) -> GenerationResult | None:

@@ -15,6 +15,7 @@ means no offload).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,9 +46,9 @@ class Placement:
     """
     n_gpu_layers: int = -1
     split_mode: str = "layer"
-    tensor_split: tuple | None = None
+    tensor_split: Sequence[float] | None = None
     main_gpu: int = 0
-    devices: tuple | None = None
+    devices: Sequence[str] | None = None
 
     def __post_init__(self):
         if not isinstance(self.n_gpu_layers, int) or isinstance(self.n_gpu_layers, bool) or self.n_gpu_layers < -1:

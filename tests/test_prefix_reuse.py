@@ -246,3 +246,55 @@ def test_real_chat_with_the_trained_drafter(smollm2):
     finally:
         warm.close()
         cold.close()
+
+
+def test_fused_injection_keeps_its_staged_rows(tiny):
+    """DFlash with fused injection stages each verify step's committed rows for its next draft, so
+    after a generation the last rows are staged, not cached. A continuation that keeps them (the
+    previous prompt + output + more tokens) must find every kept position in the drafter's cache
+    (begin() injects the staged rows) and draft as a cold run; save_state() must hold them too."""
+    from pyllama_spec.speculative.drafters.dflash import DFlashDrafter
+
+    def make():
+        g = ps.Generator(tiny["target"], n_ctx=1024, n_batch=64, n_ubatch=32)
+        g.add_drafter("fused", DFlashDrafter(g.ctx, tiny["dflash"], fused_inject=True))
+        return g
+    warm, cold = make(), make()
+    d = warm.drafters["fused"]
+    vocab = warm.model.vocab
+    held = []  # (n_keep, the drafter's last cached position right after begin())
+
+    def begin(prompt, n_keep=0, _orig=d.begin):
+        _orig(prompt, n_keep)
+        held.append((n_keep, d.ctx.memory.pos_max(0)))
+    d.begin = begin
+    try:
+        toks = vocab.tokenize(TURNS[0])
+        for i, turn in enumerate(TURNS[1:5]):
+            kw = dict(prompt_tokens=toks, drafter="fused", n_max=5, max_tokens=12)
+            w, wspy = run(warm, **kw)
+            c, cspy = run(cold, reuse_prefix=False, **kw)
+            assert_same_tokens(w.tokens, c.tokens)
+            if EXACT:
+                assert wspy.drafts == cspy.drafts
+            if i > 0:
+                assert held[-1] == (w.n_reused, w.n_reused - 1)  # every kept position is in its cache
+            staged = d._pending
+            assert w.finish_reason == "length" and staged is not None
+            toks = w.prompt_tokens + w.tokens + vocab.tokenize(" " + turn, add_special=False)
+            assert int(staged[1].max()) < len(w.prompt_tokens) + len(w.tokens) - 1  # kept by the next turn
+        state = warm.save_state()  # injects the staged rows into the saved cache
+        assert d._pending is None
+        warm.generate("something else entirely", drafter="fused", max_tokens=4)
+        warm.load_state(state)
+        kw = dict(prompt_tokens=toks, drafter="fused", n_max=5, max_tokens=12)
+        w, wspy = run(warm, **kw)
+        c, cspy = run(cold, reuse_prefix=False, **kw)
+        assert w.n_reused > 0 and held[-1] == (w.n_reused, w.n_reused - 1)
+        assert_same_tokens(w.tokens, c.tokens)
+        if EXACT:
+            assert wspy.drafts == cspy.drafts
+    finally:
+        del d.begin
+        warm.close()
+        cold.close()

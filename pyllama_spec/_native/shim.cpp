@@ -34,6 +34,14 @@ llama_context * pyls_get_ctx_other(llama_context * ctx) {
     return llama_get_ctx_other(ctx);
 }
 
+uint32_t pyls_output_buffer_reallocs(const llama_context * ctx) {
+    return llama_output_buffer_reallocs(ctx);
+}
+
+void pyls_release_replaced_outputs(llama_context * ctx) {
+    llama_release_replaced_outputs(ctx);
+}
+
 int32_t pyls_model_dflash_selector_top_k(const llama_model * model) {
     return llama_model_dflash_selector_top_k(model);
 }
@@ -111,6 +119,55 @@ int32_t pyls_batch_ext_add_tokens(llama_batch_ext * batch, llama_seq_id seq_id, 
         }
     }
     return n_tokens;
+}
+
+float * pyls_get_embeddings_nextn_ith(llama_context * ctx, int32_t i) {
+    // llama.cpp throws (caught inside, NULL returned) for a row without next-n embeddings
+    try {
+        return llama_get_embeddings_nextn_ith(ctx, i);
+    } catch (...) {
+        return nullptr;
+    }
+}
+
+void pyls_set_nextn_layer_offset(llama_context * ctx, int32_t offset) {
+    llama_set_nextn_layer_offset(ctx, offset);
+}
+
+// Rows that carry both a token id and an embedding (EAGLE-3's g, MTP's target hidden state), as
+// common_batch::add + set_embd build them; embd == NULL adds plain tokens. One call per batch.
+int32_t pyls_batch_ext_add_token_rows(llama_batch_ext * batch, llama_seq_id seq_id, const llama_token * tokens,
+                                      const float * embd, int32_t n_rows, int32_t n_embd, const llama_pos * pos,
+                                      const int8_t * output) {
+    for (int32_t i = 0; i < n_rows; ++i) {
+        const int32_t idx = llama_batch_ext_add_token(batch, seq_id, tokens[i]);
+        if (idx < 0) {
+            return idx;
+        }
+        llama_pos p[4] = { pos[i], 0, 0, 0 };
+        if (!llama_batch_ext_set_pos(batch, idx, p)) {
+            return -4;
+        }
+        if (embd != nullptr) {
+            llama_embd e = { embd + (size_t) i * n_embd, 1, (size_t) n_embd };
+            if (!llama_batch_ext_set_embd_token(batch, idx, e)) {
+                return -6;
+            }
+        }
+        if (output && output[i] && !llama_batch_ext_set_output_logits(batch, idx, true)) {
+            return -5;
+        }
+    }
+    return n_rows;
+}
+
+// vendor/patches/0002-dflash-fused-inject: stage target features for the next (fused) draft decode
+bool pyls_dflash_set_inject(llama_context * ctx, const float * rows, int32_t n_rows) {
+    try {
+        return llama_dflash_set_inject(ctx, rows, n_rows);
+    } catch (...) {
+        return false;
+    }
 }
 
 const char * pyls_llama_cpp_commit(void) {

@@ -162,6 +162,7 @@ def _run(target, drafter, prompt, vocab, mem, chain, *, max_tokens, n_max, sp, d
         for j, t in enumerate(committed):
             if vocab.is_eog(t):
                 committed = committed[:j + 1]
+                stats.truncate_last(j + 1)  # tokens after the EOS were accepted but are not delivered
                 finish = "eos"
                 # nothing at or after the EOS stays cached
                 eos_pos = n_past - (k + 1) + j + 1

@@ -2,7 +2,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
+from .config import SpecConfig
+from .sampling import SamplingParams
 from .stats import SpecStats
 from .timing import STAGES
 
@@ -20,29 +23,48 @@ class GenerationResult:
         timings: ``{stage: {"seconds", "count"}}`` with ``wall`` and ``other``; seconds.
         marks: seconds since the call began at ``prefill_start`` and ``prefill_done`` (and, for a
             sequence of ``generate_batch``, ``finished``: when it ended).
-        drafter: the drafter's name (None for plain decoding).
-        n_max: draft block size used; verify: the verification rule; sync_stages: whether stage
-            boundaries synchronized the backend.
-        n_committed: tokens the loop committed (``tokens`` plus an EOS or the tokens cut by a stop
-            string); what tokens/s counts.
+        spec: the speculation settings as they ran (``n_max`` resolved: the drafter's default,
+            clamps); ``drafter``, ``n_max``, ``verify`` and ``sync_stages`` read from it.
+        sampling: the sampling settings.
+        n_committed: tokens generated: ``tokens`` plus what ended them (the EOS, the stop token,
+            or the tokens of the stop string); nothing after that point. What tokens/s and the
+            statistics count (``stats.n_accepted + stats.n_steps == n_committed``).
         n_reused: prompt tokens whose KV-cache entries were kept from the previous call (prefix
             reuse) and not decoded again; see :attr:`n_prefill`.
         extra: anything a caller wants to keep with the result.
     """
     text: str
-    tokens: list
+    tokens: list[int]
     finish_reason: str
-    prompt_tokens: list
+    prompt_tokens: list[int]
     stats: SpecStats
-    timings: dict
-    drafter: str | None = None
-    n_max: int = 0
-    verify: str = "match"
-    sync_stages: bool = True
+    timings: dict[str, dict[str, float]]
+    spec: SpecConfig = field(default_factory=SpecConfig)
+    sampling: SamplingParams = field(default_factory=SamplingParams)
     n_committed: int = 0
     n_reused: int = 0
-    extra: dict = field(default_factory=dict)
-    marks: dict = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
+    marks: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def drafter(self) -> str | None:
+        """The drafter's name (None for plain decoding)."""
+        return self.spec.drafter
+
+    @property
+    def n_max(self) -> int:
+        """Draft block size used (tokens)."""
+        return self.spec.n_max or 0
+
+    @property
+    def verify(self) -> str:
+        """The verification rule: ``"match"`` or ``"rejection"``."""
+        return self.spec.verify
+
+    @property
+    def sync_stages(self) -> bool:
+        """Whether stage boundaries synchronized the backend."""
+        return self.spec.sync_stages
 
     @property
     def n_prompt(self) -> int:
@@ -56,7 +78,7 @@ class GenerationResult:
 
     @property
     def n_generated(self) -> int:
-        """Tokens committed by the loop (the EOS token included when there was one)."""
+        """Tokens generated (:attr:`n_committed`: the EOS or stop tokens that ended the output included)."""
         return self.n_committed or len(self.tokens)
 
     @property
@@ -83,11 +105,14 @@ class GenerationResult:
         s = self.generation_seconds
         return self.n_generated / s if s > 0 else float("nan")
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready: text, tokens, counts, settings, statistics, timings and throughput."""
         return {"text": self.text, "tokens": self.tokens, "finish_reason": self.finish_reason,
                 "n_prompt": self.n_prompt, "n_reused": self.n_reused, "n_prefill": self.n_prefill,
                 "n_generated": self.n_generated, "drafter": self.drafter,
                 "n_max": self.n_max, "verify": self.verify, "sync_stages": self.sync_stages,
+                "sampling": {"temperature": self.sampling.temperature, "top_k": self.sampling.top_k,
+                             "top_p": self.sampling.top_p, "min_p": self.sampling.min_p, "seed": self.sampling.seed},
                 "stats": self.stats.as_dict(), "timings": self.timings,
                 "prompt_tokens_per_s": self.prompt_tokens_per_s, "tokens_per_s": self.tokens_per_s}
 
@@ -100,7 +125,8 @@ class GenerationResult:
                  f"sync_stages={self.sync_stages}  finish={self.finish_reason}",
                  f"prompt {self.n_prompt} tok" + (f" ({self.n_reused} reused)" if self.n_reused else "")
                  + f"   generated {len(self.tokens)} tok"
-                 + (f" (+{self.n_generated - len(self.tokens)} EOS/stop)" if self.n_generated > len(self.tokens) else "")
+                 + (f" (+{self.n_generated - len(self.tokens)} EOS/stop)"
+                    if self.n_generated > len(self.tokens) else "")
                  + f"   steps {self.stats.n_steps}",
                  f"{'stage':<13}{'ms':>10}{'% wall':>9}{'calls':>8}{'ms/step':>10}"]
         for name in STAGES + ("other",):  # noqa: RUF005

@@ -54,14 +54,20 @@ Register new kinds with :func:`register_drafter`; :func:`create_drafter` builds 
 """
 from __future__ import annotations
 
+import os
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from ...errors import InvalidArgumentError, UnsupportedError
+from ...errors import InvalidArgumentError, InvalidTypeError, UnsupportedError
 from ..sampling import SamplingParams
+from ..timing import StageTimer
+
+if TYPE_CHECKING:
+    from ...context import Context
+    from .batch import BatchDrafter
 
 
 @dataclass
@@ -87,16 +93,19 @@ class Drafter(ABC):
     Class attributes:
         kind: registry name: llama.cpp's ``--spec-type`` name where one exists (``"dflash"``,
             ``"ngram-simple"``, ...).
+        aliases: further names :func:`create_drafter` accepts (e.g. ``"draft"`` for
+            ``"draft-simple"``).
         supports_rejection: ``propose`` can return probabilities.
         n_max_limit: the longest draft block this drafter can make (tokens).
         n_max_default: the draft block used when the caller gives no ``n_max`` (tokens).
     """
     kind: ClassVar[str] = ""
+    aliases: ClassVar[tuple[str, ...]] = ()
     supports_rejection: ClassVar[bool] = False
     n_max_limit: int = 16
     n_max_default: int = 4
 
-    def __init__(self, target) -> None:
+    def __init__(self, target: Context) -> None:
         self.target = target
         #: target layers whose inputs ``observe`` reads (empty: no taps needed)
         self.target_layer_ids: list[int] = []
@@ -121,7 +130,7 @@ class Drafter(ABC):
     def load_state(self, state: dict) -> None:
         """Restore what :meth:`save_state` returned (the target's cache is restored alongside)."""
 
-    def batched(self, n_seq: int):
+    def batched(self, n_seq: int) -> BatchDrafter:
         """A :class:`~pyllama_spec.speculative.drafters.batch.BatchDrafter` drafting for sequences
         ``0 .. n_seq-1`` of the target at once (``Generator.generate_batch``).
 
@@ -131,13 +140,13 @@ class Drafter(ABC):
         raise UnsupportedError(f"drafter kind {self.kind!r} drafts for one sequence at a time; generate_batch "
                                "works with drafters that implement batched() (dflash, ngram)")
 
-    def observe(self, tokens: list[int], positions: np.ndarray, n_commit: int, timer) -> None:
+    def observe(self, tokens: list[int], positions: np.ndarray, n_commit: int, timer: StageTimer) -> None:
         """The target decoded ``tokens`` at ``positions`` (its last decode's rows, in order);
         the first ``n_commit`` of them are committed, the others were rejected drafts."""
 
     @abstractmethod
     def propose(self, last_token: int, n_past: int, n_max: int, sp: SamplingParams,
-                rng: np.random.Generator, timer) -> Draft:
+                rng: np.random.Generator, timer: StageTimer) -> Draft:
         """Propose at most ``n_max`` tokens to follow ``last_token`` (at position ``n_past``)."""
 
     def on_accept(self, n_drafted: int, n_accepted: int) -> None:
@@ -147,7 +156,7 @@ class Drafter(ABC):
     def rollback(self, n_past: int) -> None:
         """Forget positions ≥ ``n_past``."""
 
-    def memory_report(self) -> dict:
+    def memory_report(self) -> dict[str, float]:
         """Weights / KV cache / compute buffers in MiB (empty for drafters without a model)."""
         return {}
 
@@ -159,14 +168,20 @@ _REGISTRY: dict[str, type[Drafter]] = {}
 
 
 def register_drafter(cls: type[Drafter]) -> type[Drafter]:
-    """Class decorator: make ``cls`` creatable by ``create_drafter(cls.kind, ...)``.
+    """Class decorator: make ``cls`` creatable by ``create_drafter(cls.kind, ...)`` (and by each
+    of ``cls.aliases``).
 
     Raises:
+        InvalidTypeError: ``cls`` is not a Drafter subclass.
         InvalidArgumentError: ``cls.kind`` is empty.
     """
+    if not (isinstance(cls, type) and issubclass(cls, Drafter)):
+        raise InvalidTypeError(f"register_drafter takes a Drafter subclass, got {cls!r}")
     if not cls.kind:
         raise InvalidArgumentError("a drafter class needs a non-empty `kind`")
     _REGISTRY[cls.kind] = cls
+    for alias in cls.aliases:
+        _REGISTRY[alias] = cls
     return cls
 
 
@@ -175,19 +190,41 @@ def drafter_kinds() -> list[str]:
     return sorted(_REGISTRY)
 
 
-def create_drafter(kind: str, target, **kwargs) -> Drafter:
+def create_drafter(kind: str, target: Context, **kwargs: Any) -> Drafter:
     """Build a drafter of ``kind`` for the target :class:`~pyllama_spec.Context`.
 
     Raises:
+        InvalidTypeError: ``kind`` is not a str.
         InvalidArgumentError: unknown kind (the message lists the known ones).
     """
+    if not isinstance(kind, str):
+        raise InvalidTypeError(f"kind must be a drafter kind (str), got {kind!r}")
     try:
         cls = _REGISTRY[kind]
     except KeyError:
-        raise InvalidArgumentError(f"unknown drafter kind {kind!r}; known kinds: {', '.join(drafter_kinds())}") from None
+        raise InvalidArgumentError(f"unknown drafter kind {kind!r}; known kinds: "
+                                   f"{', '.join(drafter_kinds())}") from None
     return cls(target, **kwargs)
 
 
-from . import dflash, ngram  # noqa: E402,F401  (registration)
+def drafter_kind_of_file(path: str | os.PathLike) -> str:
+    """The drafter kind a ``.gguf`` file is for, from its header (as llama.cpp's
+    ``common_speculative_types_from_gguf`` tells DFlash from DSpark): ``dflash`` files are
+    ``"draft-dflash"`` (``"draft-dspark"`` with a Markov head), ``eagle3`` files
+    ``"draft-eagle3"``, Gemma-4 assistants ``"draft-mtp"``, any other model ``"draft-simple"``.
 
-__all__ = ["Drafter", "Draft", "register_drafter", "create_drafter", "drafter_kinds"]
+    Raises:
+        ModelNotFoundError, NotGGUFError, TruncatedGGUFError: not a readable GGUF file.
+    """
+    from ...gguf_file import read_gguf
+
+    info = read_gguf(path)
+    if info.arch == "dflash":
+        return "draft-dspark" if "markov_w1.weight" in info.tensors else "draft-dflash"
+    return {"eagle3": "draft-eagle3", "gemma4-assistant": "draft-mtp"}.get(info.arch, "draft-simple")
+
+
+# registration
+from . import dflash, draft_simple, dspark, eagle3, mtp, ngram, ngram_cache, ngram_map, ngram_mod  # noqa: E402,F401
+
+__all__ = ["Drafter", "Draft", "register_drafter", "create_drafter", "drafter_kinds", "drafter_kind_of_file"]

@@ -36,8 +36,9 @@ class DFlashBatch(BatchDrafter):
         self.parent = parent
         self._chains = False
 
-    def begin(self, seq, prompt):
+    def begin(self, seq: int, prompt: list[int]) -> None:
         self.parent.ctx.memory.seq_rm(seq)  # the whole stream of this sequence
+        self.parent._pending = None  # rows staged by a single run (fused injection) are void
         self.parent._version = -1  # sequence 0's record of a single run no longer holds
 
     def observe(self, rows: list[SeqRows], timer: StageTimer) -> None:
@@ -59,7 +60,8 @@ class DFlashBatch(BatchDrafter):
         if not live:
             return drafts
         ctx = self.parent.ctx
-        greedy_backend = sp.greedy and self.parent.backend_sampling
+        # p_min reads each row's top candidates, so it needs the logits
+        greedy_backend = sp.greedy and self.parent.backend_sampling and self.parent.p_min == 0.0
         if greedy_backend and not self._chains:
             for s in range(self.n_seq):
                 ctx.set_sampler(SamplerChain(), s)  # a fresh chain each: llama.cpp sets each up once
@@ -101,17 +103,21 @@ class DFlashBatch(BatchDrafter):
                 rows = slice(j * blen + 1, j * blen + 1 + k)
                 if sampled is not None:
                     drafts[i] = Draft(tokens=sampled[rows])
+                elif self.parent.p_min > 0.0:  # cut at the first unsure row, as the single-sequence draft
+                    drafts[i] = self.parent._read_block(logits[rows], sp, q.rng)
                 elif sp.greedy:
                     drafts[i] = Draft(tokens=[int(t) for t in np.argmax(logits[rows], axis=1)])
                 else:
                     fr = filtered_rows(logits[rows], sp)
                     drafts[i] = Draft(tokens=[int(t) for t in sample_rows(*fr, q.rng)],
                                       probs=densify(*fr, self.parent.target.model.n_vocab))
+                if len(drafts[i].tokens) < self.parent.n_min:
+                    drafts[i] = Draft(tokens=[])
         with timer("rollback"):
             for i in members:  # the noise blocks never stay in the drafter's cache
                 ctx.memory.seq_rm(requests[i].seq, requests[i].n_past)
 
-    def rollback(self, seq, n_past):
+    def rollback(self, seq: int, n_past: int) -> None:
         self.parent.ctx.memory.seq_rm(seq, n_past)
 
 
