@@ -48,7 +48,7 @@ def test_exported_members():
     exported = set(ps.__all__)
     public = {n for n in dir(ps) if not n.startswith("_") and n not in {
         "backend", "batch", "chat", "context", "errors", "generator", "gguf_file", "memory", "model", "speculative",
-        "vocab", "fixtures", "assets", "native", "sampler", "cli", "pairing"}}
+        "vocab", "fixtures", "drafter_fixtures", "assets", "native", "sampler", "cli", "pairing"}}
     assert exported - {"__version__"} == public
     for name in exported:
         assert getattr(ps, name) is not None
