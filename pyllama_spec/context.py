@@ -236,6 +236,9 @@ class Context:
         self._causal = True
         self.ctx_type = ctx_type
         self._samplers: dict[int, Any] = {}  # seq_id -> SamplerChain run on the backend
+        # a sampler change makes llama.cpp re-reserve its graphs at the next decode (sched_reserve),
+        # which cannot build a fused DFlash graph: no injection may be staged for that decode
+        self._reserve_pending = False
         # numpy views into the output buffer (_OutputView owners), and its generation: how often
         # llama.cpp replaced it by a larger one (replaced buffers are kept while views use them)
         self._views: weakref.WeakSet[_OutputView] = weakref.WeakSet()
@@ -372,6 +375,7 @@ class Context:
             if seq_id in self._samplers:
                 lib.llama_set_sampler(self.ptr, seq_id, ffi.NULL)
                 del self._samplers[seq_id]
+                self._reserve_pending = True
             return
         if self._samplers.get(seq_id) is chain:
             return
@@ -379,6 +383,7 @@ class Context:
             raise InvalidArgumentError(f"{chain!r} was attached to a context before; llama.cpp sets a chain up for "
                                        "one attachment only: make a new SamplerChain")
         chain._attached, chain._attached_to = True, weakref.ref(self)
+        self._reserve_pending = True  # llama.cpp rebuilds its worst-case graphs at the next decode
         if not lib.llama_set_sampler(self.ptr, seq_id, chain.ptr):
             self._samplers.pop(seq_id, None)
             raise UnsupportedError(f"llama.cpp cannot run the sampler chain {chain!r} on this context's backend")
@@ -645,6 +650,7 @@ class Context:
         """Width of the embedding that goes with each token in :meth:`decode_tokens_embd`."""
         return lib.llama_model_n_embd_inp(self.model.ptr)
 
+    @locked
     def stage_dflash_inject(self, rows: np.ndarray) -> None:
         """Stage target-feature rows that this DFlash drafter context's next :meth:`decode` injects
         (vendor/patches/0006-dflash-fused-inject): that decode's first ``len(rows)`` tokens must be
@@ -657,8 +663,16 @@ class Context:
 
         Raises:
             InvalidBatchError: wrong shape.
+            InvalidArgumentError: a sampler was attached or detached (:meth:`set_sampler`) since the
+                last decode: llama.cpp re-reserves its graphs at the next decode and aborts the process
+                when an injection is staged then; decode once without one first (e.g. :meth:`decode_embd`).
             UnsupportedError: not a plain DFlash drafter context (DFlash2 / DSpark, other models).
         """
+        if self._reserve_pending and self.model.arch == "dflash":
+            raise InvalidArgumentError("set_sampler() changed this context's samplers since its last decode: "
+                                       "llama.cpp re-reserves its graphs at the next decode and cannot do that "
+                                       "with an injection staged; decode once without one first "
+                                       "(decode_embd() for the rows, then a plain draft decode)")
         rows = np.ascontiguousarray(rows, dtype=np.float32)
         if rows.ndim != 2 or rows.shape[1] != self.embd_input_width or not 1 <= rows.shape[0] <= self.n_ubatch:
             raise InvalidBatchError(f"staged rows must be (1..{self.n_ubatch}, {self.embd_input_width}), "
@@ -705,6 +719,7 @@ class Context:
         self._n_tokens_last = n
         self._taps_ready = bool(self._taps)
         self._last_raw_logits = not self._samplers
+        self._reserve_pending = False
 
     @locked
     def synchronize(self) -> None:

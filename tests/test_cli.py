@@ -16,7 +16,7 @@ def _error_line(capsys):
 
 
 @pytest.mark.parametrize("argv, match", [
-    (["generate", "{target}", "-d", "dflash={target}", "--drafter", "dflash", "-n", "2"], "'llama' model"),
+    (["generate", "{target}", "-d", "d=draft-dflash:{target}", "--drafter", "d", "-n", "2"], "'llama' model"),
     (["generate", "{target}", "-d", "d={qwen_dflash}", "--drafter", "d", "-n", "2"], "another target"),
     (["generate", "{missing}", "-n", "2"], "not found"),
     (["generate", "{target}", "--drafter", "ngram", "-n", "2"], "was not added"),

@@ -78,3 +78,30 @@ def test_staging_misuse_raises_and_the_context_stays_usable(pair, tiny):
     assert ctx.n_outputs == 3
     assert pair.generate(PROMPTS[0], drafter="fused", n_max=3, max_tokens=8).tokens == \
         pair.generate(PROMPTS[0], max_tokens=8).tokens
+
+
+def test_a_short_prompt_with_a_fresh_sampler_does_not_abort(tiny):
+    """A prompt of at most a block stages its prefill rows for the first draft, the very decode in
+    which llama.cpp re-reserves its graphs for the sampler chain just attached (and a fused graph
+    cannot be reserved: GGML_ASSERT). The drafter injects those rows separately then; the drafts
+    stay those of the two-decode path. Misuse of the low-level API raises instead of aborting."""
+    gen = ps.Generator(tiny["target"], n_ctx=1024, n_batch=64, n_ubatch=32)
+    try:
+        gen.add_drafter("sep", Recording(gen.ctx, tiny["dflash"], fused_inject=False))
+        gen.add_drafter("fused", Recording(gen.ctx, tiny["dflash"], fused_inject=True))
+        toks = gen.model.vocab.tokenize("hey")
+        assert len(toks) <= gen.drafters["fused"].block_size
+        plain = gen.generate(prompt_tokens=toks, max_tokens=20).tokens
+        for kw in ({}, {"temperature": 0.9, "seed": 3}, {}):  # attach, detach, attach a fresh chain
+            a = gen.generate(prompt_tokens=toks, drafter="sep", n_max=5, max_tokens=20, **kw)
+            b = gen.generate(prompt_tokens=toks, drafter="fused", n_max=5, max_tokens=20, **kw)
+            assert a.tokens == b.tokens and a.stats.acceptance_lengths == b.stats.acceptance_lengths
+            if not kw:
+                assert b.tokens == plain
+        ctx = gen.drafters["fused"].ctx
+        ctx.set_sampler(None)
+        ctx.set_sampler(ps.sampler.SamplerChain())
+        with pytest.raises(ps.InvalidArgumentError, match="re-reserves"):
+            ctx.stage_dflash_inject(np.zeros((1, ctx.embd_input_width), np.float32))
+    finally:
+        gen.close()

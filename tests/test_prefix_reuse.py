@@ -270,6 +270,7 @@ def test_fused_injection_keeps_its_staged_rows(tiny):
     d.begin = begin
     try:
         toks = vocab.tokenize(TURNS[0])
+        covered, last_staged = 0, None  # turns whose kept prefix held rows staged by the turn before
         for i, turn in enumerate(TURNS[1:5]):
             kw = dict(prompt_tokens=toks, drafter="fused", n_max=5, max_tokens=12)
             w, wspy = run(warm, **kw)
@@ -278,11 +279,12 @@ def test_fused_injection_keeps_its_staged_rows(tiny):
             if EXACT:
                 assert wspy.drafts == cspy.drafts
             if i > 0:
+                assert w.n_reused > 0
                 assert held[-1] == (w.n_reused, w.n_reused - 1)  # every kept position is in its cache
-            staged = d._pending
-            assert w.finish_reason == "length" and staged is not None
+                covered += last_staged is not None and last_staged < w.n_reused
+            last_staged = None if d._pending is None else int(d._pending[1].max())
             toks = w.prompt_tokens + w.tokens + vocab.tokenize(" " + turn, add_special=False)
-            assert int(staged[1].max()) < len(w.prompt_tokens) + len(w.tokens) - 1  # kept by the next turn
+        assert covered > 0
         state = warm.save_state()  # injects the staged rows into the saved cache
         assert d._pending is None
         warm.generate("something else entirely", drafter="fused", max_tokens=4)

@@ -218,6 +218,10 @@ class DFlashDrafter(Drafter):
         else:
             for seq in list(self.ctx.samplers):  # (a batched draft may have left chains on other sequences)
                 self.ctx.set_sampler(None, seq)
+        if self.ctx._reserve_pending:
+            # a sampler change: llama.cpp re-reserves its graphs at the next decode, which it cannot do
+            # for a fused one (GGML_ASSERT in src/models/dflash.cpp): the staged rows go in separately
+            self.flush(timer)
         block = np.full(n_max + 1, self.mask_token, dtype=np.int32)
         block[0] = last_token
         pos = np.arange(n_past, n_past + n_max + 1, dtype=np.int32)
