@@ -16,10 +16,13 @@
 #   bash benchmarks/h200.sh step-smol # carry .dev/smol.part01 after model0/step-big: SmolLM2 step cost, T>0, held-out
 #   bash benchmarks/h200.sh bakeoff  # carry .dev/smol.part01 after install + model0: the drafter bake-off
 #                                    # (benchmarks/bakeoff/README.md); plots re-rendered here with --from-json
+#   KIND=eagle3 bash benchmarks/h200.sh kind  # carry .dev/smol.part01 after install + model0: one drafter kind
+#                                    # (dflash | eagle3 | draft) trained on the committed 9170-prompt set in one call
 #
-# Settings through the environment: N_CHAT, N_CODE, MAX_TOKENS (data); TRAIN_SECONDS, CONFIGS (train).
+# Settings through the environment: N_CHAT, N_CODE, MAX_TOKENS (data); TRAIN_SECONDS, CONFIGS (train);
+# KIND, CONFIGS_KIND, DATA, SEED, TRAIN_SECONDS (kind).
 set -uo pipefail
-PHASE=${1:?phase: install | model0 | data | train | bench | retest | step-big | step-smol | bakeoff}
+PHASE=${1:?phase: install | model0 | data | train | bench | retest | step-big | step-smol | bakeoff | kind}
 REPO=$(pwd)
 W=/tmp/w
 OUT=${OUT:-$W/out}
@@ -98,7 +101,7 @@ train)
   cp "$W/train/out/train_report.json" "$W/train/out/smollm2-dflash-q8_0.gguf" "$OUT/"
   ;;
 bench)
-  best=$(cat "$W/train/best.txt")
+  best=$(cat "$W/train/best_dflash.txt")
   log "trained drafter vs plain vs native on held-out prompts"
   timeout ${BENCH_TIMEOUT:-300} python3 benchmarks/compare_native.py --drafter "$best" --max-tokens 256 --runs 1 \
       --n-max 3 7 --prompts "$W/data.jsonl" --n-prompts ${N_PROMPTS:-20} --json "$OUT/bench_trained_h200.json" 2>&1 \
@@ -118,7 +121,7 @@ sha = hashlib.sha256(best.read_bytes()).hexdigest()
 (pkg / "data" / "MODEL_CARD.md").write_text(f"sha256 {sha}\n")
 a = (pkg / "assets.py").read_text()
 a = re.sub(r'SMOLLM2_DFLASH_SHA256 = "[^"]*"', f'SMOLLM2_DFLASH_SHA256 = "{sha}"', a)
-meta = {"block_size": row["block"], "target_layer_ids": row["layers"], "mask_token_id": row["mask_token"], "n_layer": row["drafter_layers"]}
+meta = {"block_size": row["block_size"], "target_layer_ids": row["layers"], "mask_token_id": row["mask_token"], "n_layer": row["drafter_layers"]}
 a = re.sub(r"SMOLLM2_DFLASH = \{[^}]*\}", "SMOLLM2_DFLASH = " + json.dumps(meta), a)
 (pkg / "assets.py").write_text(a)
 print("shipped for the tests:", best.name, sha, meta)
@@ -126,6 +129,40 @@ PY
 
   (cd "$REPO" && timeout ${PYTEST_TIMEOUT:-200} pytest -q -p no:cacheprovider --timeout 60 2>&1 \
       | tee "$OUT/pytest_h200.txt" | tail -15)
+  ;;
+kind)
+  # One drafter kind, start to end, on the committed data set (same data, same held-out split for every kind):
+  # features of the union of its configurations' target layers (~130 s for 4 layers; none for draft models),
+  # its configurations trained side by side on the GPU for TRAIN_SECONDS each, each measured through our loop
+  # (when this checkout's loop has the kind) and llama-speculative-simple, the best picked.
+  KIND=${KIND:?KIND=dflash|eagle3|draft}
+  case "$KIND" in
+    dflash) DEF=L3-B8-t3,L4-B8-t3,L3-B16-t3 ;;
+    eagle3) DEF=E3-t3,E3-t3-v8k ;;
+    draft)  DEF=D4-w256,D6-w256 ;;
+    *) echo "KIND must be dflash, eagle3 or draft"; exit 1 ;;
+  esac
+  KCONFIGS=${CONFIGS_KIND:-$DEF}
+  [ -s "$GGUF" ] || cat "$W/smol.part00" .dev/smol.part01 > "$GGUF"
+  # this checkout's Python files over the installed wheel (its native part is unchanged), as retest does
+  (cd pyllama_spec && tar -cf - $(find . -name "*.py")) | tar -xf - -C "$W/pkg/pyllama_spec"
+  DATA=${DATA:-$REPO/benchmarks/data/smollm2-selfdistill-9170.jsonl.gz}
+  KW=$W/train_$KIND
+  log "$KIND: features for $KCONFIGS from $(basename "$DATA")"
+  (cd /tmp && python3 "$REPO/benchmarks/train_configs.py" features "$GGUF" "$DATA" "$KW" --configs "$KCONFIGS") \
+      2>&1 | tee "$OUT/features_${KIND}_log.txt" || exit 1
+  log "$KIND: training $KCONFIGS in parallel, ${TRAIN_SECONDS:-240} s each"
+  for c in ${KCONFIGS//,/ }; do
+    (cd /tmp && python3 "$REPO/benchmarks/train_configs.py" train "$GGUF" "$KW" "$c" --out "$KW/out" \
+        --seconds ${TRAIN_SECONDS:-240} --seed ${SEED:-0} > "$KW/log_$c.txt" 2>&1) &
+  done
+  wait
+  cat "$KW"/log_*.txt | grep -v "Warning\|warn(" > "$OUT/train_${KIND}_log.txt"
+  grep -h "^\[\|^[LED][0-9]" "$KW"/log_*.txt | tail -30
+  (cd /tmp && python3 "$REPO/benchmarks/train_configs.py" pick "$KW" --out "$KW/out") 2>&1 | tee -a "$OUT/train_${KIND}_log.txt"
+  cp "$KW/out/train_report.json" "$OUT/train_report_${KIND}.json"
+  cp "$KW"/out/smollm2-"$KIND"-q8_0.gguf "$OUT/" 2>/dev/null
+  cp "$KW"/out/train_[LED]*.json "$OUT/" 2>/dev/null
   ;;
 retest)
   # carry .dev/smol.part01 after install + model0: this checkout's Python files and shipped data go over
@@ -155,6 +192,9 @@ step-big)
     (cd /tmp && timeout 300 python3 "$REPO/benchmarks/step_cost.py" --target $T --drafter $D --label "qwen3-8b-$dt" \
         --max-tokens 96 --reps 30 --profile --json "$OUT/step_$dt.json") 2>&1 | grep -v "^ \{2,\}[0-9.]* µs"
   done
+  log "ours vs llama-speculative-simple on the f16 pair (n_max 7, one prompt of random ids)"
+  (cd "$REPO" && timeout 150 python3 benchmarks/compare_native.py --target $B/target-qwen3-8b-f16.gguf \
+      --drafter $B/dflash-qwen3-8b-f16.gguf --n-max 7 --max-tokens 96 --runs 1 --json "$OUT/native_f16.json") 2>&1 | tail -3
   log "kernel-choice variants (verify rows only)"
   T=$B/target-qwen3-8b-f16.gguf; D=$B/dflash-qwen3-8b-f16.gguf
   for env in GGML_CUDA_MMVF_MAX_COLS=8 GGML_CUDA_DISABLE_MMF=1 GGML_CUDA_DISABLE_GRAPHS=1; do
@@ -179,6 +219,9 @@ step-smol)
       --sections loop --n-max 1 3 7 --json "$OUT/step_smol_random.json") 2>&1 | grep "loop\|#"
   log "T = 0.8"
   (cd /tmp && timeout 120 python3 "$REPO/benchmarks/sampling_speed.py" --json "$OUT/sampling_h200.json")
+  log "held-out τ and speed, 60 prompts, n_max 7"
+  (cd /tmp && timeout 200 python3 "$REPO/benchmarks/heldout_tau.py" "$REPO/benchmarks/data/smollm2-selfdistill-9170.jsonl.gz" \
+      --n-prompts 60 --json "$OUT/heldout_h200.json") 2>&1 | tail -2
   log "ours vs llama-speculative-simple, 16 held-out prompts"
   timeout 200 python3 benchmarks/compare_native.py --drafter "$(cd /tmp && python3 -c 'from pyllama_spec.assets import smollm2_dflash_path; print(smollm2_dflash_path())')" \
       --max-tokens 256 --runs 1 --n-max 3 7 --prompts benchmarks/data/smollm2-selfdistill-9170.jsonl.gz --n-prompts 16 \

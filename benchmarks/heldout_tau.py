@@ -1,5 +1,6 @@
-"""τ and acceptance per position of a DFlash drafter on the held-out prompts of a
-self-distillation file, through our loop (T = 0), with plain decoding timed alongside.
+"""τ and acceptance per position of a trained drafter (DFlash, EAGLE-3 or draft model: the
+file's architecture says which) on the held-out prompts of a self-distillation file, through our
+loop (T = 0), with plain decoding timed alongside.
 
     python benchmarks/heldout_tau.py DATA.jsonl[.gz] [--drafter D.gguf] [--n-prompts 60]
         [--max-tokens 256] [--n-max 7] [-ngl 99] [--json out.json]
@@ -34,13 +35,15 @@ def main() -> None:
     t0 = time.time()
     res = evaluate_loop(target, drafter, load_sequences(a.data), n_max=a.n_max, n_gpu_layers=a.n_gpu_layers,
                         max_prompts=a.n_prompts, max_tokens=a.max_tokens)
+    if "skipped" in res:
+        raise SystemExit(res["skipped"])
     res.update(date=time.strftime("%Y-%m-%d"), system=ps.system_info(), devices=ps.devices(), target=target,
                drafter=drafter, max_tokens=a.max_tokens, n_gpu_layers=a.n_gpu_layers, seconds=time.time() - t0)
     print(f"{res['n_prompts']} held-out prompts, {a.max_tokens} tokens, n_max {a.n_max}: τ {res['tau']:.3f}, "
           f"acceptance {100 * res['acceptance_rate']:.1f}%, per position "
           + " ".join(f"{p:.2f}" for p in res["accepted_per_position"])
-          + f"; plain {res['plain_tok_s']:.1f} tok/s, DFlash {res['dflash_tok_s']:.1f} tok/s "
-          f"(×{res['dflash_tok_s'] / res['plain_tok_s']:.2f}); identical to plain: {res['identical_to_plain']}")
+          + f"; plain {res['plain_tok_s']:.1f} tok/s, {res['kind']} {res['spec_tok_s']:.1f} tok/s "
+          f"(×{res['spec_tok_s'] / res['plain_tok_s']:.2f}); identical to plain: {res['identical_to_plain']}")
     if a.json:
         with open(a.json, "w") as f:
             json.dump(res, f, indent=2)

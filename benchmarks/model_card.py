@@ -44,11 +44,11 @@ def main() -> None:
         rows += speed_rows(json.loads(Path(a.cpu_bench).read_text()), "CPU (AMD EPYC, 2 cores)")
     tau_rows = []
     for f in a.tau:
-        t = json.loads(Path(f).read_text())
+        t = json.loads(Path(f).read_text())  # older files name spec_tok_s dflash_tok_s
         where = "H200 (CUDA)" if any(d["type"] == "gpu" for d in t["devices"]) and t["n_gpu_layers"] else "CPU"
         tau_rows.append(f"| {where} | {t['n_prompts']} | {t['tau']:.2f} | {100 * t['acceptance_rate']:.1f}% | "
                         + " ".join(f"{p:.2f}" for p in t["accepted_per_position"])
-                        + f" | {t['plain_tok_s']:.0f} | {t['dflash_tok_s']:.0f} |")
+                        + f" | {t['plain_tok_s']:.0f} | {t.get('spec_tok_s', t.get('dflash_tok_s')):.0f} |")
     tau_text = ("\nMeasured again with `benchmarks/heldout_tau.py` (same prompts, 256 tokens, n_max 7):\n\n"
                 "| machine | prompts | τ | acceptance | accepted at 1..7 | plain tok/s | DFlash tok/s |\n"
                 "|---|---|---|---|---|---|---|\n" + "\n".join(tau_rows) + "\n") if tau_rows else ""
@@ -84,7 +84,8 @@ the projected target features before the anchor and non-causally to themselves, 
 next {row['block'] - 1} tokens weighted by exp(−(k−1)/γ). {row['steps']} steps of {row['batch']} sequences × 32
 blocks, AdamW lr {row['lr']}, cosine, bf16, {row['train_seconds']:.0f} s on one {row['gpu']} (alongside the
 other configurations of the same run, on the same GPU); the checkpoint with the best held-out τ
-(step {row['best_step']}) was kept. Validation τ (PyTorch, loop replay on 160 held-out answers, every 500 steps and near the end):
+(step {row['best_step']}) was kept. Validation τ (PyTorch, loop replay on 160 held-out answers, every 500 steps and \
+near the end):
 {hist}.
 Configuration picked by measurement among those trained side by side: see
 `benchmarks/RESULTS.md` ("Drafter training").

@@ -66,7 +66,8 @@ def main() -> None:
         r["vs_greedy"] = r["tok_s"] / base["tok_s"]
         r["per_tau_vs_greedy"] = r["tok_s_per_tau"] / base["tok_s_per_tau"]
         print(f"{r['drafter'] or 'plain':<7} {r['verify']:<10} {'backend' if r['backend_sampling'] else 'host   '} "
-              f"T={r['temperature']:<4} {r['tok_s']:8.1f} tok/s  τ {r['tau']:.2f}  tok/s per τ {r['tok_s_per_tau']:7.1f}"
+              f"T={r['temperature']:<4} {r['tok_s']:8.1f} tok/s  τ {r['tau']:.2f}  "
+              f"tok/s per τ {r['tok_s_per_tau']:7.1f}"
               f"  vs T=0: ×{r['vs_greedy']:.2f} (per τ ×{r['per_tau_vs_greedy']:.2f})", flush=True)
     if a.json:
         with open(a.json, "w") as f:

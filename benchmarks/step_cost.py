@@ -66,6 +66,7 @@ class Bench:
                                 n_batch=max(512, a.depth), n_gpu_layers=a.n_gpu_layers)
         self.ctx = self.gen.ctx
         self.dft = self.gen.drafters["dflash"]
+        self.fused_default = getattr(self.dft, "fused_inject", False)
         n_vocab = self.gen.model.n_vocab
         rng = np.random.default_rng(0)
         # a fixed "prompt" of ordinary ids (fixtures' big targets have filler tokens beyond 264)
@@ -118,8 +119,10 @@ class Bench:
         rng = np.random.default_rng(0)
         out = []
         t = StageTimer(sync=True)
-        for n_max in self.a.n_max:
+        fused_modes = (False, True) if hasattr(self.dft, "fused_inject") else (False,)
+        for n_max, fused in [(n, f) for n in self.a.n_max for f in fused_modes]:
             n_max = min(n_max, self.dft.n_max_limit)
+            self.dft.fused_inject = fused
 
             def propose():
                 self.dft.propose(self.prompt[P], P, n_max, sp, rng, t)
@@ -133,6 +136,8 @@ class Bench:
 
             def inject(k):
                 self.dft.observe(toks, pos, k, t)
+                if fused:
+                    self.dft.flush(t)  # staged rows decoded alone: the unfused cost
                 self.dft.ctx.synchronize()
                 self.dft.ctx.memory.seq_rm(0, P)
 
@@ -145,32 +150,40 @@ class Bench:
 
             ks = list(range(1, n_max + 2))
             it = iter(ks * 1000)
-            row = {"n_max": n_max, "propose_ms": _ms(propose, self.a.reps),
+            row = {"n_max": n_max, "fused_inject": fused, "propose_ms": _ms(propose, self.a.reps),
                    "inject_1_ms": _ms(lambda: inject(1), self.a.reps),
                    "inject_all_ms": _ms(lambda: inject(n_max + 1), self.a.reps),
                    "inject_1_propose_ms": _ms(lambda: step(1), self.a.reps),
                    "inject_varying_propose_ms": _ms(lambda: step(next(it)), self.a.reps)}
             self.ctx.memory.seq_rm(0, P)
             out.append(row)
-            print(f"drafter n_max={n_max:<3} propose {row['propose_ms']:7.3f} ms   inject 1 row {row['inject_1_ms']:7.3f}"
+            print(f"drafter n_max={n_max:<3} {'fused' if fused else 'split'} propose {row['propose_ms']:7.3f} ms   "
+                  f"inject 1 row {row['inject_1_ms']:7.3f}"
                   f"   inject {n_max + 1} rows {row['inject_all_ms']:7.3f}   inject 1 + propose "
                   f"{row['inject_1_propose_ms']:7.3f}   inject 1..{n_max + 1} (cycling) + propose "
                   f"{row['inject_varying_propose_ms']:7.3f} ms", flush=True)
+        if hasattr(self.dft, "fused_inject"):
+            self.dft.fused_inject = self.fused_default
         return out
 
     # -- whole generations -------------------------------------------------------------------------
     def loop(self) -> list[dict]:
         kw = dict(prompt_tokens=self.prompt[:self.a.depth], max_tokens=self.a.max_tokens)
         out = []
-        configs = [(None, 0)] + [("dflash", n) for n in self.a.n_max]
+        # the DFlash drafter with its injection fused into the draft decode (patch 0006) and split
+        fused_modes = (True, False) if hasattr(self.dft, "fused_inject") else (False,)
+        configs = [(None, 0, False)] + [("dflash", n, f) for n in self.a.n_max for f in fused_modes]
         for sync in (True, False):
-            for drafter, n_max in configs:
+            for drafter, n_max, fused in configs:
+                if hasattr(self.dft, "fused_inject"):
+                    self.dft.fused_inject = fused
                 self.gen.generate(drafter=drafter, n_max=n_max or None, sync_stages=sync, **kw)  # warm-up
                 rs = [self.gen.generate(drafter=drafter, n_max=n_max or None, sync_stages=sync, **kw)
                       for _ in range(self.a.runs)]
                 r = min(rs, key=lambda x: x.generation_seconds)
                 steps = max(1, r.stats.n_steps)
-                row = {"drafter": drafter, "n_max": r.n_max, "sync": sync, "tok_s": r.tokens_per_s,
+                row = {"drafter": drafter, "n_max": r.n_max, "fused_inject": fused, "sync": sync,
+                       "tok_s": r.tokens_per_s,
                        "ms_per_step": 1e3 * r.generation_seconds / steps, "tau": r.stats.mean_accepted_length,
                        "acceptance": r.stats.acceptance_rate, "n_steps": r.stats.n_steps,
                        "stages_ms_per_step": {k: 1e3 * v["seconds"] / steps for k, v in r.timings.items()
@@ -185,9 +198,13 @@ class Bench:
         for r in out:
             stages = "  ".join(f"{k} {v:.3f}" for k, v in r["stages_ms_per_step"].items() if v > 0.005)
             print(f"loop {'sync' if r['sync'] else 'free'} {r['drafter'] or 'plain':<7} n_max={r['n_max']:<3} "
+                  f"{'fused' if r['fused_inject'] else 'split'} "
                   f"{r['tok_s']:8.1f} tok/s  {r['ms_per_step']:7.3f} ms/step  step/plain {r['step_vs_plain']:5.2f}  "
-                  f"τ {r['tau']:.2f}  speed/plain {r['speed_vs_plain']:.2f}" + (f"\n      [{stages}]" if r["sync"] else ""),
+                  f"τ {r['tau']:.2f}  speed/plain {r['speed_vs_plain']:.2f}"
+                  + (f"\n      [{stages}]" if r["sync"] else ""),
                   flush=True)
+        if hasattr(self.dft, "fused_inject"):
+            self.dft.fused_inject = self.fused_default
         return out
 
     # -- kernels -------------------------------------------------------------------------------------
@@ -269,7 +286,8 @@ def main() -> None:
            "target_desc": b.gen.model.description, "n_vocab": b.gen.model.n_vocab,
            "settings": {k: getattr(a, k) for k in ("n_max", "rows", "depth", "reps", "runs", "max_tokens", "n_ctx")},
            "env": {k: os.environ[k] for k in ENV_KNOBS if k in os.environ}}
-    print(f"# step cost: {b.gen.model.description} + {b.dft.model.description} ({a.label}) env={res['env']}", flush=True)
+    print(f"# step cost: {b.gen.model.description} + {b.dft.model.description} ({a.label}) env={res['env']}",
+          flush=True)
     sections = a.sections.split(",")
     if "verify" in sections:
         res["verify"] = b.verify_rows()

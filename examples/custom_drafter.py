@@ -20,8 +20,11 @@ class BigramDrafter(ps.Drafter):
         super().__init__(target)
         self.history: list = []
 
-    def begin(self, prompt):
+    def begin(self, prompt, n_keep=0):
         self.history = list(prompt)
+
+    def cached_prefix(self, prompt):
+        return len(prompt)  # the state is rebuilt from the prompt: the target may keep any prefix
 
     def observe(self, tokens, positions, n_commit, timer):
         del self.history[int(positions[0]):]

@@ -16,6 +16,11 @@ SDIST_SHA256 = "832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e
 #: our patches to that tree, applied in this order (each file says why and what it measured).
 PATCHES = (
     "0001-cuda-matmul-dispatch-env",
+    "0002-keep-replaced-output-buffers",
+    "0003-qwen2-layer-input-taps",
+    "0004-gemma3-layer-input-taps",
+    "0005-speculative-simple-flush-log",
+    "0006-dflash-fused-inject",
 )
 
 

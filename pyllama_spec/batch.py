@@ -7,10 +7,13 @@ C call per token.
 """
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
+from ._check import check_int
 from ._ffi import ffi, lib
-from .errors import InvalidBatchError
+from .errors import ContextError, InvalidBatchError
 
 
 class TokenBatch:
@@ -21,9 +24,8 @@ class TokenBatch:
         logits: int8 output flags (1 = compute logits/embeddings for this row).
     """
 
-    def __init__(self, capacity: int):
-        if capacity <= 0:
-            raise ValueError(f"batch capacity must be positive, got {capacity}")
+    def __init__(self, capacity: int) -> None:
+        capacity = check_int("capacity", capacity, min=1)
         self.capacity = capacity
         self.token = np.zeros(capacity, dtype=np.int32)
         self.pos = np.zeros(capacity, dtype=np.int32)
@@ -45,7 +47,7 @@ class TokenBatch:
         self._c.logits = ffi.cast("int8_t *", self.logits.ctypes.data)
         self.n_tokens = 0
 
-    def set(self, tokens, pos, seq_id: int = 0, logits=None) -> None:
+    def set(self, tokens: Any, pos: Any, seq_id: Any = 0, logits: Any = None) -> None:
         """Fill the batch.
 
         Args:
@@ -79,7 +81,7 @@ class TokenBatch:
             self.logits[:n] = lg
         self.n_tokens = n
 
-    def as_c(self):
+    def as_c(self) -> Any:
         """The ``struct llama_batch`` value (valid while this object lives)."""
         self._c.n_tokens = self.n_tokens
         return self._c[0]
@@ -92,15 +94,17 @@ class EmbdBatch:
     drafter turns into K/V entries (``common_speculative_impl_draft_dflash::process``).
     """
 
-    def __init__(self, ctx_ptr):
+    def __init__(self, ctx_ptr: Any) -> None:
         ptr = lib.llama_batch_ext_init(ctx_ptr)
         if ptr == ffi.NULL:
-            raise MemoryError("llama_batch_ext_init failed")
+            raise ContextError("llama.cpp could not allocate an embedding batch (llama_batch_ext_init) for this "
+                               "context")
         self._ptr = ffi.gc(ptr, lib.llama_batch_ext_free)
-        self._keep = None
+        self._keep: tuple[np.ndarray, np.ndarray] | None = None
 
-    def set(self, rows: np.ndarray, pos: np.ndarray, seq_id: int = 0, output: bool = False):
-        """Fill with ``rows`` ``(n, width)`` float32 at positions ``pos`` ``(n,)``.
+    def set(self, rows: np.ndarray, pos: np.ndarray, seq_id: int | np.ndarray = 0, output: bool = False) -> Any:
+        """Fill with ``rows`` ``(n, width)`` float32 at positions ``pos`` ``(n,)`` of sequence
+        ``seq_id`` (an int, or ``(n,)`` ids: one C call per run of equal ids).
 
         The 4-slot position form ``{p, p, p, 0}`` is used so M-RoPE drafters work too.
 
@@ -113,13 +117,58 @@ class EmbdBatch:
         pos4[:, 0] = pos4[:, 1] = pos4[:, 2] = pos
         self._keep = (rows, pos4)  # llama.cpp reads these during llama_process
         lib.llama_batch_ext_clear(self._ptr)
-        rc = lib.pyls_batch_ext_add_embd_rows(
-            self._ptr, seq_id, ffi.cast("float *", rows.ctypes.data), n, width,
-            ffi.cast("llama_pos *", pos4.ctypes.data), 4, output)
+        seq = np.broadcast_to(np.asarray(seq_id, dtype=np.int32), (n,))
+        cuts = [0, *(np.flatnonzero(np.diff(seq)) + 1).tolist(), n]  # runs of one sequence
+        base = ffi.cast("float *", rows.ctypes.data)
+        pbase = ffi.cast("llama_pos *", pos4.ctypes.data)
+        for a, b in zip(cuts[:-1], cuts[1:]):
+            rc = lib.pyls_batch_ext_add_embd_rows(self._ptr, int(seq[a]), base + a * width, b - a, width,
+                                                  pbase + 4 * a, 4, output)
+            if rc != b - a:
+                raise InvalidBatchError(f"could not add {n} embedding rows of width {width} (rc {rc}); "
+                                        "a batch holds at most n_batch rows of the model's input width", -1)
+        return self._ptr
+
+
+class TokenEmbdBatch:
+    """A ``llama_batch_ext`` of token rows that may each carry an embedding too (owned).
+
+    EAGLE-3's decoder reads ``(token, g)`` pairs and MTP heads ``(token, target hidden state)``
+    pairs: llama.cpp's ``common_batch::add`` + ``set_embd``, filled here in one C call.
+    """
+
+    def __init__(self, ctx_ptr):
+        ptr = lib.llama_batch_ext_init(ctx_ptr)
+        if ptr == ffi.NULL:
+            raise MemoryError("llama_batch_ext_init failed")
+        self._ptr = ffi.gc(ptr, lib.llama_batch_ext_free)
+
+    def set(self, tokens: np.ndarray, embd: np.ndarray | None, pos: np.ndarray, seq_id: int,
+            output: np.ndarray) -> Any:
+        """Fill with ``tokens`` ``(n,)`` at ``pos`` ``(n,)``, ``embd`` ``(n, width)`` float32 or None,
+        and ``output`` ``(n,)`` flags. llama.cpp copies the embeddings into the batch.
+
+        Raises:
+            InvalidBatchError: the batch is full or llama.cpp rejects a row (e.g. a wrong width).
+        """
+        tokens = np.ascontiguousarray(tokens, dtype=np.int32)
+        pos = np.ascontiguousarray(pos, dtype=np.int32)
+        out = np.ascontiguousarray(output, dtype=np.int8)
+        n = tokens.shape[0]
+        width = 0
+        eptr = ffi.NULL
+        if embd is not None:
+            embd = np.ascontiguousarray(embd, dtype=np.float32)
+            width = embd.shape[1]
+            eptr = ffi.cast("float *", embd.ctypes.data)
+        lib.llama_batch_ext_clear(self._ptr)
+        rc = lib.pyls_batch_ext_add_token_rows(
+            self._ptr, seq_id, ffi.cast("llama_token *", tokens.ctypes.data), eptr, n, width,
+            ffi.cast("llama_pos *", pos.ctypes.data), ffi.cast("int8_t *", out.ctypes.data))
         if rc != n:
-            raise InvalidBatchError(f"could not add {n} embedding rows of width {width} (rc {rc}); "
+            raise InvalidBatchError(f"could not add {n} token rows with embeddings of width {width} (rc {rc}); "
                                     "a batch holds at most n_batch rows of the model's input width", -1)
         return self._ptr
 
 
-__all__ = ["TokenBatch", "EmbdBatch"]
+__all__ = ["TokenBatch", "EmbdBatch", "TokenEmbdBatch"]

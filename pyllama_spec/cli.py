@@ -14,20 +14,34 @@ import json
 import logging
 import statistics
 import sys
+import traceback
+from typing import Any
+
+from .errors import InvalidArgumentError, PyllamaSpecError
 
 
-def _drafter_specs(items) -> dict:
-    out = {}
+def _drafter_specs(items: list[str] | None) -> dict[str, Any]:
+    """``-d`` values → ``Generator`` drafter specs: ``NAME`` (a kind without a file, e.g. ``mtp``),
+    ``NAME=PATH`` (the file's architecture picks the kind), ``NAME=KIND:PATH`` (that kind)."""
+    from .speculative.drafters import drafter_kinds
+
+    out: dict[str, Any] = {}
     for item in items or []:
         name, _, spec = item.partition("=")
-        out[name] = spec or name
+        kind, sep, path = spec.partition(":")
+        if sep and kind in drafter_kinds():
+            out[name] = (kind, {"path": path})
+        else:
+            out[name] = spec or name
     return out
 
 
-def _common(ap):
+def _common(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("target", help="target .gguf")
-    ap.add_argument("-d", "--add-drafter", action="append", metavar="NAME[=PATH]",
-                    help="a drafter: dflash=path/to/drafter.gguf, or a kind without file such as 'ngram'")
+    ap.add_argument("-d", "--add-drafter", action="append", metavar="NAME[=[KIND:]PATH]",
+                    help="a drafter: NAME=drafter.gguf (its architecture picks the kind: draft-simple, draft-eagle3, "
+                         "draft-mtp, draft-dflash, draft-dspark), NAME=KIND:PATH to name the kind, or a kind without "
+                         "a file such as 'mtp' (the target's own MTP layers) or 'ngram'")
     ap.add_argument("-p", "--prompt", help="prompt text (default: a JavaScript coding question as chat)")
     ap.add_argument("--raw", action="store_true", help="send the prompt as plain text, not as a chat message")
     ap.add_argument("-n", "--max-tokens", type=int, default=256)
@@ -41,7 +55,7 @@ def _common(ap):
     ap.add_argument("-v", "--verbose", action="store_true", help="show llama.cpp's log")
 
 
-def _generator(a):
+def _generator(a: argparse.Namespace) -> Any:
     import pyllama_spec as ps
 
     if a.verbose:
@@ -51,40 +65,52 @@ def _generator(a):
                         n_gpu_layers=a.n_gpu_layers)
 
 
-def _prompt_kwargs(a) -> dict:
+def _prompt_kwargs(a: argparse.Namespace) -> dict[str, Any]:
     text = a.prompt or "Write a JavaScript debounce function."
     return {"prompt": text} if a.raw else {"messages": [{"role": "user", "content": text}]}
 
 
-def cmd_generate(a) -> int:
+def _configs(a: argparse.Namespace, drafter: str | None) -> dict[str, Any]:
+    """The command line's sampling and speculation options as the configuration objects."""
+    from .speculative.config import SpecConfig
+    from .speculative.sampling import SamplingParams
+
+    return {"sampling": SamplingParams(temperature=a.temperature, seed=a.seed),
+            "spec": SpecConfig(drafter=drafter, n_max=a.n_max if drafter else None, verify=a.verify,
+                               sync_stages=not a.no_sync)}
+
+
+def cmd_generate(a: argparse.Namespace) -> int:
     if a.drafter and a.drafter not in _drafter_specs(a.add_drafter):
-        raise ValueError(f"--drafter {a.drafter} was not added: pass -d {a.drafter}=PATH.gguf (or -d ngram)")
-    gen = _generator(a)
-    res = gen.generate(**_prompt_kwargs(a), drafter=a.drafter, max_tokens=a.max_tokens, n_max=a.n_max,
-                       temperature=a.temperature, seed=a.seed, verify=a.verify, sync_stages=not a.no_sync)
-    if a.json:
-        print(json.dumps({**res.as_dict(), "memory": gen.memory_report()}, indent=2))
-    else:
-        print(res.text)
-        print()
-        print(res.report())
-    gen.close()
+        raise InvalidArgumentError(f"--drafter {a.drafter} was not added: pass -d {a.drafter}=PATH.gguf (or -d ngram)")
+    configs = _configs(a, a.drafter)
+    with _generator(a) as gen:
+        res = gen.generate(**_prompt_kwargs(a), max_tokens=a.max_tokens, **configs)
+        if a.json:
+            print(json.dumps({**res.as_dict(), "memory": gen.memory_report()}, indent=2))
+        else:
+            print(res.text)
+            print()
+            print(res.report())
     return 0
 
 
-def cmd_bench(a) -> int:
+def cmd_bench(a: argparse.Namespace) -> int:
     if a.runs < 1:
-        raise ValueError(f"--runs must be ≥ 1, got {a.runs}")
-    gen = _generator(a)
+        raise InvalidArgumentError(f"--runs must be ≥ 1, got {a.runs}")
+    with _generator(a) as gen:
+        return _bench(a, gen)
+
+
+def _bench(a: argparse.Namespace, gen: Any) -> int:
     names = [None, *gen.drafters]
-    kw = dict(**_prompt_kwargs(a), max_tokens=a.max_tokens, temperature=a.temperature, seed=a.seed,
-              verify=a.verify, sync_stages=not a.no_sync)
-    gen.generate(**{**kw, "max_tokens": 8})  # warm-up
-    speeds = {n: [] for n in names}
+    prompt = _prompt_kwargs(a)
+    gen.generate(**prompt, max_tokens=8, **_configs(a, None))  # warm-up
+    speeds: dict[str | None, list[float]] = {n: [] for n in names}
     results = {}
     for _ in range(a.runs):  # alternate so drift hits every configuration alike
         for n in names:
-            r = gen.generate(**kw, drafter=n, n_max=a.n_max if n else None)
+            r = gen.generate(**prompt, max_tokens=a.max_tokens, **_configs(a, n))
             speeds[n].append(r.tokens_per_s)
             results[n] = r
     base = statistics.median(speeds[None])
@@ -95,18 +121,16 @@ def cmd_bench(a) -> int:
         same = r.tokens == results[None].tokens
         print(f"{n or 'none':<12}{r.n_max:>6}{med:>10.1f}{med / base:>9.2f}{100 * r.stats.acceptance_rate:>8.1f}%"
               f"{r.stats.mean_accepted_length:>7.2f}{str(same):>13}")
-    gen.close()
     return 0
 
 
-def cmd_bakeoff(a) -> int:
+def cmd_bakeoff(a: argparse.Namespace) -> int:
     import pyllama_spec as ps
 
     if a.verbose:
         logging.basicConfig(level=logging.INFO)
         ps.set_llama_log_level(logging.INFO)
     if a.from_json:  # re-render the tables and plots of an earlier run
-        import json
         from pyllama_spec.study import write_outputs
         from pyllama_spec.study.summary import summarize
 
@@ -116,12 +140,14 @@ def cmd_bakeoff(a) -> int:
         print(f"re-rendered {a.from_json} into {a.out}")
         return 0
     if not a.target:
-        raise ValueError("give the target .gguf (or --from-json RESULTS.json)")
+        raise InvalidArgumentError("give the target .gguf (or --from-json RESULTS.json)")
     res = ps.bakeoff(a.target, a.add_drafter, n_max=a.n_max, prompts=a.prompts, turns=a.turns or None,
                      thinking=a.thinking, temperature=a.temperature, runs=a.runs, max_tokens=a.max_tokens,
                      native=a.native, out=a.out, plots=not a.no_plots, seed=a.seed, n_ctx=a.n_ctx,
                      n_gpu_layers=a.n_gpu_layers, progress=not a.no_progress)
-    print(f"{len(res['runs'])} generations; wrote {', '.join([a.out + '/' + p for p in ('results.json', 'results.csv', 'REPORT.md')] + (res['outputs'].get('plots') or []))}")
+    written = [a.out + "/" + p for p in ("results.json", "results.csv", "REPORT.md")] + (res["outputs"].get("plots")
+                                                                                      or [])
+    print(f"{len(res['runs'])} generations; wrote {', '.join(written)}")
     for note in res["notes"]:
         print(f"note: {note}")
     for cm in res["cost_models"]:
@@ -131,7 +157,7 @@ def cmd_bakeoff(a) -> int:
     return 0
 
 
-def cmd_info(a) -> int:
+def cmd_info(a: argparse.Namespace) -> int:
     import pyllama_spec as ps
 
     m = ps.Model(a.model, vocab_only=True)
@@ -145,8 +171,11 @@ def cmd_info(a) -> int:
     return 0
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="pyllama-spec", description=__doc__.split("\n\n")[0])
+def main(argv: list[str] | None = None) -> int:
+    """Run the command line; returns the exit status: 0, 2 for any error of the library or of the
+    input (one line on stderr, no traceback), 1 for an unexpected error (a bug: the traceback is
+    shown with -v), 130 when interrupted."""
+    ap = argparse.ArgumentParser(prog="pyllama-spec", description=(__doc__ or "").split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     g = sub.add_parser("generate", help="generate once and print the stage report")
     _common(g)
@@ -173,7 +202,8 @@ def main(argv=None) -> int:
     k.add_argument("--native", action="store_true", help="also run llama.cpp's own program per point (greedy)")
     k.add_argument("--out", default="results", help="output folder")
     k.add_argument("--no-plots", action="store_true", help="skip the PNGs (no matplotlib needed)")
-    k.add_argument("--from-json", metavar="RESULTS.json", help="only re-render REPORT.md, CSV and plots of a results.json")
+    k.add_argument("--from-json", metavar="RESULTS.json",
+                   help="only re-render REPORT.md, CSV and plots of a results.json")
     k.add_argument("--no-progress", action="store_true")
     k.add_argument("--seed", type=int, default=0)
     k.add_argument("-c", "--n-ctx", type=int, default=4096)
@@ -185,10 +215,23 @@ def main(argv=None) -> int:
     i.set_defaults(fn=cmd_info)
     a = ap.parse_args(argv)
     try:
-        return a.fn(a)
-    except (ValueError, OSError) as exc:
-        print(f"pyllama-spec: error: {exc}", file=sys.stderr)
+        return int(a.fn(a))
+    except (PyllamaSpecError, OSError) as exc:
+        print(f"pyllama-spec: error: {_one_line(exc)}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("pyllama-spec: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # a bug of ours: still one line, the traceback on request
+        if getattr(a, "verbose", False):
+            traceback.print_exc()
+        print(f"pyllama-spec: internal error: {type(exc).__name__}: {_one_line(exc)} (please report it; "
+              "-v shows the traceback)", file=sys.stderr)
+        return 1
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split()) or type(exc).__name__
 
 
 if __name__ == "__main__":

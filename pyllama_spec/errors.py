@@ -6,6 +6,7 @@ involved stay usable afterwards::
 
     PyllamaSpecError
     ├── InvalidArgumentError          (also ValueError)         a bad argument: names it and the allowed values
+    │   └── InvalidTypeError          (also TypeError)          an argument of the wrong type
     ├── ClosedError                   (also ValueError)         using a Model/Context after close()
     ├── ModelLoadError
     │   ├── ModelNotFoundError        (also FileNotFoundError)  wrong path
@@ -18,7 +19,15 @@ involved stay usable afterwards::
     │   └── DecodeAbortedError        rc 2: aborted by the abort callback
     ├── PromptTooLongError            (also ValueError)         prompt does not fit n_ctx
     ├── DrafterMismatchError          (also ValueError)         drafter built for another target
-    └── UnsupportedError              a feature this build or model lacks
+    └── UnsupportedError              a feature this build, model or CPU lacks
+
+The rule, in every module: a wrong argument *type* raises :class:`InvalidTypeError`, a
+wrong *value* :class:`InvalidArgumentError` (both name the argument, what is allowed and
+what was received; ``_check.py`` writes them); something the model, the build or the CPU
+cannot do raises :class:`UnsupportedError`; a failure reported by llama.cpp raises
+:class:`ModelLoadError`, :class:`ContextError` or :class:`DecodeError`. Nothing else leaves
+the library, so ``except PyllamaSpecError`` catches every error it raises (the CLI does, and
+exits with status 2 and one line).
 """
 from __future__ import annotations
 
@@ -29,6 +38,11 @@ class PyllamaSpecError(Exception):
 
 class InvalidArgumentError(PyllamaSpecError, ValueError):
     """An argument is out of range or malformed; the message names it and what is allowed."""
+
+
+class InvalidTypeError(InvalidArgumentError, TypeError):
+    """An argument has the wrong type (e.g. a bool where an int is meant, a str where a list of
+    str is); the message names it, the accepted types and what was received."""
 
 
 class ClosedError(PyllamaSpecError, ValueError):
@@ -52,7 +66,8 @@ class TruncatedGGUFError(ModelLoadError, ValueError):
 
 
 class ContextError(PyllamaSpecError):
-    """A context could not be created, or a parameter is out of range."""
+    """llama.cpp could not create a context (or a resource of one) with these parameters; the
+    message quotes llama.cpp's reason. Out-of-range parameters raise InvalidArgumentError first."""
 
 
 class DecodeError(PyllamaSpecError):
@@ -123,7 +138,8 @@ def check_decode(rc: int, what: str) -> None:
 
 
 __all__ = [
-    "PyllamaSpecError", "InvalidArgumentError", "ClosedError", "ModelLoadError", "ModelNotFoundError", "NotGGUFError", "TruncatedGGUFError",
+    "PyllamaSpecError", "InvalidArgumentError", "InvalidTypeError", "ClosedError", "ModelLoadError",
+    "ModelNotFoundError", "NotGGUFError", "TruncatedGGUFError",
     "ContextError", "DecodeError", "KVCacheFullError", "InvalidBatchError", "DecodeAbortedError",
     "PromptTooLongError", "DrafterMismatchError", "UnsupportedError", "check_decode",
 ]

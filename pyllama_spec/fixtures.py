@@ -1,7 +1,9 @@
 """Deterministic GGUF files for tests, examples and benchmarks, written with ``gguf`` (llama.cpp's gguf-py).
 
-* :func:`write_tiny_target` - a small llama- or qwen3-architecture target with random but
-  sensibly scaled weights and a byte-level BPE vocabulary of its own (259 tokens, chat template).
+* :func:`write_tiny_target` - a small llama-, qwen3-, qwen2- or gemma3-architecture target with
+  random but sensibly scaled weights and a byte-level BPE vocabulary of its own (264 tokens, chat
+  template). qwen2 has q/k/v biases; gemma3 has q/k norms, post-attention and post-FFN norms, a
+  sliding window on 5 layers of 6 (the real models' pattern) and a tied output head.
 * :func:`write_big_pair` - a large target (e.g. Qwen3-8B-shaped, f16 or Q4_0) and a DFlash drafter for
   it, written in about the time its bytes take (one random buffer per tensor shape).
 * :func:`write_dflash_drafter` - a DFlash drafter (``general.architecture = "dflash"``) for any
@@ -10,14 +12,17 @@
 
 Command line::
 
-    python -m pyllama_spec.fixtures target OUT.gguf [--arch llama|qwen3] [--layers 4] [--embd 64]
+    python -m pyllama_spec.fixtures target OUT.gguf [--arch llama|qwen3|qwen2|gemma3] [--layers 4] [--embd 64]
     python -m pyllama_spec.fixtures dflash OUT.gguf --target TARGET.gguf [--layers 2] [--block-size 8]
     python -m pyllama_spec.fixtures big OUT_DIR [--preset qwen3-8b] [--dtype f16|q4_0]
 """
 from __future__ import annotations
 
 import argparse
+import os
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -40,14 +45,16 @@ def _byte_vocab() -> list[str]:
     return [chr(table[b]) for b in range(256)]
 
 
-def _rng_tensor(rng, shape, scale):
+def _rng_tensor(rng: np.random.Generator, shape: tuple[int, ...], scale: float) -> np.ndarray:
     return (rng.standard_normal(shape) * scale).astype(np.float32)
 
 
-def _add_tiny_tokenizer(w, n_vocab: int | None = None, chat_template: str = CHATML) -> dict:
-    """Byte-level BPE vocabulary: 256 bytes, 4 specials, 4 merges, then (``n_vocab``) filler
-    tokens ``"·<i>"`` that no text produces but any model may emit (a large-vocabulary output
-    head without a real tokenizer)."""
+def _add_tiny_tokenizer(w: Any, n_vocab: int | None = None, extra_tokens: Sequence[str] = (),
+                        chat_template: str = CHATML) -> dict[str, int]:
+    """Byte-level BPE vocabulary: 256 bytes, 4 specials, 4 merges, then ``extra_tokens`` and
+    (``n_vocab``) filler tokens ``"·<i>"`` that no text produces but any model may emit (a
+    large-vocabulary output head without a real tokenizer); ``chat_template`` is stored as the
+    model's template."""
     import gguf
 
     tokens = _byte_vocab() + SPECIALS
@@ -56,6 +63,8 @@ def _add_tiny_tokenizer(w, n_vocab: int | None = None, chat_template: str = CHAT
     merges = ["Ġ t", "Ġ a", "h e", "i n"]
     tokens += ["Ġt", "Ġa", "he", "in"]
     types += [gguf.TokenType.NORMAL] * 4
+    tokens += list(extra_tokens)  # never produced by the merges: only a larger vocabulary
+    types += [gguf.TokenType.USER_DEFINED] * len(extra_tokens)
     if n_vocab is not None and n_vocab > len(tokens):
         n_fill = n_vocab - len(tokens)
         tokens += [f"·{i}" for i in range(n_fill)]
@@ -73,15 +82,39 @@ def _add_tiny_tokenizer(w, n_vocab: int | None = None, chat_template: str = CHAT
     return {"n_vocab": len(tokens), **ids}
 
 
-def write_tiny_target(path, *, arch: str = "llama", n_layer: int = 4, n_embd: int = 64, n_head: int = 4,
-                      n_head_kv: int = 2, n_ff: int = 128, n_ctx: int = 4096, seed: int = 0,
-                      dtype: str = "f32", chat_template: str = CHATML) -> dict:
-    """Write a small random target model.
+TINY_ARCHS = ("llama", "qwen3", "qwen2", "gemma3")
+
+
+def write_tiny_target(path: str | os.PathLike, *, arch: str = "llama", n_layer: int = 4, n_embd: int = 64,
+                      n_head: int = 4, n_head_kv: int = 2, n_ff: int = 128, n_ctx: int = 4096, seed: int = 0,
+                      dtype: str = "f32", head_dim: int | None = None, sliding_window: int = 8,
+                      extra_tokens: Sequence[str] = (), layer_scale: float = 1.0,
+                      chat_template: str = CHATML) -> dict[str, int]:
+    """Write a small random target model in the tensor layout the pinned llama.cpp loads
+    (``src/models/{llama,qwen3,qwen2,gemma3}.cpp``: ``load_arch_hparams`` / ``load_arch_tensors``).
+
+    Weights are drawn in a fixed order (embedding, output head, then layer by layer), so two files
+    written with the same seed and different ``n_layer`` share their first layers: a model cut
+    after layer k computes exactly the hidden state that the longer one feeds into layer k.
 
     Args:
         path: output ``.gguf``.
-        arch: ``"llama"`` or ``"qwen3"`` (both record layer inputs, so both can be DFlash targets).
+        arch: ``"llama"``, ``"qwen3"``, ``"qwen2"`` or ``"gemma3"`` (all record layer inputs, so all
+            can be DFlash targets). qwen2 adds q/k/v biases; gemma3 adds q/k norms, post-attention
+            and post-FFN norms, Gemma's embedding scale (sqrt(n_embd), applied by llama.cpp), a tied
+            output head, GELU and a sliding window on layers ``il % 6 < 5`` (llama.cpp's default
+            pattern for gemma3; RoPE base 10000 there, ``rope.freq_base`` = 1e6 on the others).
+            qwen2 and gemma3 also get non-unit norm weights, so a forward that skips one differs.
         dtype: ``"f32"`` or ``"f16"`` for the matrices.
+        head_dim: per-head width (default ``n_embd // n_head``; gemma3 default ``2 * n_embd // n_head``,
+            so that ``n_head * head_dim != n_embd`` as in Gemma-3-270M).
+        sliding_window: gemma3's window in tokens (keep it below the test prompts' length).
+        extra_tokens: token texts appended to the 264-token vocabulary (a target with another
+            vocabulary for mismatch tests).
+        layer_scale: factor on every block's output projections (``attn_output``, ``ffn_down``).
+            Small values make the next token mostly a function of the current one (the LM head
+            of its embedding, a "bigram" target), which echo drafters learn to predict
+            (:mod:`pyllama_spec.drafter_fixtures`).
         chat_template: the Jinja chat template stored (default: ChatML).
 
     Returns:
@@ -89,10 +122,12 @@ def write_tiny_target(path, *, arch: str = "llama", n_layer: int = 4, n_embd: in
     """
     import gguf
 
-    if arch not in ("llama", "qwen3"):
-        raise ValueError(f"arch must be 'llama' or 'qwen3', got {arch!r}")
+    if arch not in TINY_ARCHS:
+        from .errors import InvalidArgumentError
+        raise InvalidArgumentError(f"arch must be one of {', '.join(TINY_ARCHS)}, got {arch!r}")
     rng = np.random.default_rng(seed)
-    hd = n_embd // n_head
+    gemma = arch == "gemma3"
+    hd = head_dim or (2 * n_embd // n_head if gemma else n_embd // n_head)
     w = gguf.GGUFWriter(str(path), arch)
     w.add_name(f"pyllama_spec tiny {arch} target")
     w.add_context_length(n_ctx)
@@ -104,30 +139,52 @@ def write_tiny_target(path, *, arch: str = "llama", n_layer: int = 4, n_embd: in
     w.add_key_length(hd)
     w.add_value_length(hd)
     w.add_rope_dimension_count(hd)
-    w.add_rope_freq_base(10000.0)
-    w.add_layer_norm_rms_eps(1e-5)
+    if gemma:
+        w.add_rope_freq_base(1e6)  # global layers; sliding-window layers keep llama.cpp's 10000 (no key)
+        w.add_sliding_window(sliding_window)
+        w.add_layer_norm_rms_eps(1e-6)
+    else:
+        w.add_rope_freq_base(10000.0)
+        w.add_layer_norm_rms_eps(1e-5)
     w.add_file_type(gguf.LlamaFileType.ALL_F32 if dtype == "f32" else gguf.LlamaFileType.MOSTLY_F16)
-    info = _add_tiny_tokenizer(w, chat_template=chat_template)
+    info = _add_tiny_tokenizer(w, extra_tokens=extra_tokens, chat_template=chat_template)
     n_vocab = info["n_vocab"]
     w.add_vocab_size(n_vocab)
     mat = (lambda a: a) if dtype == "f32" else (lambda a: a.astype(np.float16))
-    w.add_tensor("token_embd.weight", mat(_rng_tensor(rng, (n_vocab, n_embd), 1.0)))
-    w.add_tensor("output_norm.weight", np.ones(n_embd, np.float32))
-    w.add_tensor("output.weight", mat(_rng_tensor(rng, (n_vocab, n_embd), 1.0 / np.sqrt(n_embd) * 4)))
+    if arch in ("qwen2", "gemma3"):
+        def norm(n):  # around 1, so that a skipped or misplaced norm shows
+            return (1.0 + 0.2 * rng.standard_normal(n)).astype(np.float32)
+    else:
+        def norm(n):
+            return np.ones(n, np.float32)
+    # gemma3: the graph scales inputs by sqrt(n_embd) (so rows of RMS 1 here), and the head is tied
+    # (Gemma-3 has no output.weight)
+    w.add_tensor("token_embd.weight", mat(_rng_tensor(rng, (n_vocab, n_embd), 1 / np.sqrt(n_embd) if gemma else 1.0)))
+    w.add_tensor("output_norm.weight", norm(n_embd))
+    if not gemma:
+        w.add_tensor("output.weight", mat(_rng_tensor(rng, (n_vocab, n_embd), 1.0 / np.sqrt(n_embd) * 4)))
     for i in range(n_layer):
         p = f"blk.{i}."
-        w.add_tensor(p + "attn_norm.weight", np.ones(n_embd, np.float32))
+        w.add_tensor(p + "attn_norm.weight", norm(n_embd))
         w.add_tensor(p + "attn_q.weight", mat(_rng_tensor(rng, (n_head * hd, n_embd), 1 / np.sqrt(n_embd))))
         w.add_tensor(p + "attn_k.weight", mat(_rng_tensor(rng, (n_head_kv * hd, n_embd), 1 / np.sqrt(n_embd))))
         w.add_tensor(p + "attn_v.weight", mat(_rng_tensor(rng, (n_head_kv * hd, n_embd), 1 / np.sqrt(n_embd))))
-        w.add_tensor(p + "attn_output.weight", mat(_rng_tensor(rng, (n_embd, n_head * hd), 1 / np.sqrt(n_embd))))
-        if arch == "qwen3":
-            w.add_tensor(p + "attn_q_norm.weight", np.ones(hd, np.float32))
-            w.add_tensor(p + "attn_k_norm.weight", np.ones(hd, np.float32))
-        w.add_tensor(p + "ffn_norm.weight", np.ones(n_embd, np.float32))
+        w.add_tensor(p + "attn_output.weight", mat(_rng_tensor(rng, (n_embd, n_head * hd), 1 / np.sqrt(n_head * hd))
+                                                   * layer_scale))
+        if arch == "qwen2":
+            w.add_tensor(p + "attn_q.bias", _rng_tensor(rng, (n_head * hd,), 0.1))
+            w.add_tensor(p + "attn_k.bias", _rng_tensor(rng, (n_head_kv * hd,), 0.1))
+            w.add_tensor(p + "attn_v.bias", _rng_tensor(rng, (n_head_kv * hd,), 0.1))
+        if arch in ("qwen3", "gemma3"):
+            w.add_tensor(p + "attn_q_norm.weight", norm(hd))
+            w.add_tensor(p + "attn_k_norm.weight", norm(hd))
+        if gemma:  # ~3: each layer outweighs the embedding, else a tied head repeats the last token
+            w.add_tensor(p + "post_attention_norm.weight", 3 * norm(n_embd))
+            w.add_tensor(p + "post_ffw_norm.weight", 3 * norm(n_embd))
+        w.add_tensor(p + "ffn_norm.weight", norm(n_embd))
         w.add_tensor(p + "ffn_gate.weight", mat(_rng_tensor(rng, (n_ff, n_embd), 1 / np.sqrt(n_embd))))
         w.add_tensor(p + "ffn_up.weight", mat(_rng_tensor(rng, (n_ff, n_embd), 1 / np.sqrt(n_embd))))
-        w.add_tensor(p + "ffn_down.weight", mat(_rng_tensor(rng, (n_embd, n_ff), 1 / np.sqrt(n_ff))))
+        w.add_tensor(p + "ffn_down.weight", mat(_rng_tensor(rng, (n_embd, n_ff), 1 / np.sqrt(n_ff)) * layer_scale))
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
@@ -135,7 +192,7 @@ def write_tiny_target(path, *, arch: str = "llama", n_layer: int = 4, n_embd: in
     return info
 
 
-def _copy_tokenizer(w, target_path) -> dict:
+def _copy_tokenizer(w: Any, target_path: str | os.PathLike) -> dict[str, Any]:
     """Copy every ``tokenizer.*`` key of the target GGUF into writer ``w``."""
     import gguf
 
@@ -153,7 +210,7 @@ def _copy_tokenizer(w, target_path) -> dict:
                 val = [f.parts[i].tolist()[0] for i in f.data]
             w.add_key_value(name, val, vtype, sub_type=sub)
         elif vtype == gguf.GGUFValueType.STRING:
-            val = bytes(f.parts[f.data[0]]).decode("utf-8")
+            val = bytes(f.parts[f.data[0]]).decode("utf-8")  # type: ignore[assignment]
             w.add_key_value(name, val, vtype)
         else:
             val = f.parts[f.data[0]].tolist()[0]
@@ -162,10 +219,11 @@ def _copy_tokenizer(w, target_path) -> dict:
     return copied
 
 
-def write_dflash_gguf(path, *, target, weights: dict, n_layer: int, n_head: int, n_head_kv: int, head_dim: int,
-                      n_ff: int, block_size: int, target_layers, mask_token_id: int | None = None,
-                      rms_eps: float = 1e-6, quant: str = "f16", causal: bool | None = None,
-                      name: str = "pyllama_spec DFlash drafter") -> dict:
+def write_dflash_gguf(path: str | os.PathLike, *, target: str | os.PathLike, weights: dict[str, np.ndarray],
+                      n_layer: int, n_head: int, n_head_kv: int, head_dim: int, n_ff: int, block_size: int,
+                      target_layers: Sequence[int], mask_token_id: int | None = None, rms_eps: float = 1e-6,
+                      quant: str = "f16", causal: bool | None = None,
+                      name: str = "pyllama_spec DFlash drafter") -> dict[str, Any]:
     """Write a DFlash drafter GGUF that the pinned llama.cpp loads (``general.architecture = "dflash"``).
 
     Args:
@@ -236,10 +294,11 @@ def write_dflash_gguf(path, *, target, weights: dict, n_layer: int, n_head: int,
             "n_embd": n_embd}
 
 
-def write_dflash_drafter(path, *, target, n_layer: int = 2, block_size: int = 8, target_layers=None,
+def write_dflash_drafter(path: str | os.PathLike, *, target: str | os.PathLike, n_layer: int = 2,
+                         block_size: int = 8, target_layers: Sequence[int] | None = None,
                          n_head: int | None = None, n_head_kv: int | None = None, n_ff: int | None = None,
                          mask_token_id: int | None = None, seed: int = 0, dtype: str = "f32",
-                         causal: bool | None = None) -> dict:
+                         causal: bool | None = None) -> dict[str, Any]:
     """Write a random DFlash drafter for the GGUF ``target`` (see :func:`write_dflash_gguf`).
 
     The drafter has the target's hidden size (llama.cpp's DFlash graph requires it), reads
@@ -284,10 +343,19 @@ def write_dflash_drafter(path, *, target, n_layer: int = 2, block_size: int = 8,
                              name="pyllama_spec random DFlash drafter")
 
 
+def __getattr__(name: str) -> Any:
+    # the writers of the other drafter kinds' files live in drafter_fixtures (loaded on first use)
+    from . import drafter_fixtures
+
+    if name in drafter_fixtures.__all__:
+        return getattr(drafter_fixtures, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 #: A Qwen3-8B-shaped pair: the target's shape (36 layers, hidden 4096, 32/8 heads of 128, FFN 12288,
 #: vocabulary 151 936) and a z-lab-shaped DFlash drafter (5 layers of the same width, block 16,
 #: target layers 1, 9, 17, 25, 33 as z-lab's Qwen3-8B drafter reads them).
-BIG_PRESETS = {
+BIG_PRESETS: dict[str, dict[str, Any]] = {
     "qwen3-8b": dict(n_layer=36, n_embd=4096, n_head=32, n_head_kv=8, head_dim=128, n_ff=12288, n_vocab=151936,
                      drafter_layers=5, block_size=16, target_layers=[1, 9, 17, 25, 33]),
     # the same shape at 1/8 of the layers: a few-GB pair for a quick run
@@ -304,10 +372,11 @@ class _TensorPool:
         self.rng = np.random.default_rng(seed)
         self.cache: dict = {}
 
-    def get(self, shape, scale: float, dtype: str):
+    def get(self, shape: tuple[int, int], scale: float, dtype: str,
+            distinct_rows: bool = False) -> tuple[np.ndarray, Any]:
         import gguf
 
-        key = (tuple(shape), scale, dtype)
+        key = (tuple(shape), scale, dtype, distinct_rows)
         if key not in self.cache:
             rows, cols = shape
             # a big matrix repeats a block of rows: drawing 600 M normals would take longer than writing them
@@ -318,19 +387,35 @@ class _TensorPool:
             else:
                 qt = {"q4_0": gguf.GGMLQuantizationType.Q4_0, "q8_0": gguf.GGMLQuantizationType.Q8_0}[dtype]
                 arr = gguf.quants.quantize(a, qt)  # (block, bytes per row): whole rows, so rows tile
-            self.cache[key] = (np.tile(arr, (rows // block, 1)) if block != rows else arr, qt)
+            if block != rows:
+                arr = np.tile(arr, (rows // block, 1))
+                if distinct_rows:
+                    # scale each copy of the block by its own factor, so that no two rows are equal (an
+                    # output head of equal rows makes argmax ties); Q4_0/Q8_0: the f16 scale opening
+                    # every 32-value block (2 bytes, then 16 / 32 bytes of quants)
+                    tiles = rows // block
+                    f = (1.0 + np.arange(tiles, dtype=np.float32) / 1024).astype(np.float16)
+                    if qt is None:
+                        arr.reshape(tiles, block, cols)[...] *= f[:, None, None]
+                    else:
+                        bs = 18 if dtype == "q4_0" else 34
+                        blocks = arr.reshape(tiles, block, -1, bs)
+                        d = blocks[..., :2].copy().view(np.float16)
+                        blocks[..., :2] = (d * f[:, None, None, None]).view(np.uint8)
+            self.cache[key] = (arr, qt)
         return self.cache[key]
 
-    def add(self, w, name: str, shape, scale: float, dtype: str) -> None:
-        arr, qt = self.get(shape, scale, dtype)
+    def add(self, w: Any, name: str, shape: tuple[int, int], scale: float, dtype: str,
+            distinct_rows: bool = False) -> None:
+        arr, qt = self.get(shape, scale, dtype, distinct_rows)
         if qt is None:
             w.add_tensor(name, arr)
         else:
             w.add_tensor(name, arr, raw_shape=arr.shape, raw_dtype=qt)
 
 
-def write_big_pair(out_dir, *, preset: str = "qwen3-8b", dtype: str = "f16", drafter_dtype: str | None = None,
-                   seed: int = 0) -> dict:
+def write_big_pair(out_dir: str | os.PathLike, *, preset: str = "qwen3-8b", dtype: str = "f16",
+                   drafter_dtype: str | None = None, seed: int = 0) -> dict[str, Any]:
     """Write a large random target (qwen3 architecture) and a random DFlash drafter for it, fast.
 
     For measuring step costs at a real model's shapes where no such model can be downloaded
@@ -382,7 +467,7 @@ def write_big_pair(out_dir, *, preset: str = "qwen3-8b", dtype: str = "f16", dra
     ones = {n: np.ones(n, np.float32) for n in (E, D)}
     pool.add(w, "token_embd.weight", (V, E), 1.0, dtype)
     w.add_tensor("output_norm.weight", ones[E])
-    pool.add(w, "output.weight", (V, E), 4 / np.sqrt(E), dtype)
+    pool.add(w, "output.weight", (V, E), 4 / np.sqrt(E), dtype, distinct_rows=True)
     for i in range(L):
         p = f"blk.{i}."
         w.add_tensor(p + "attn_norm.weight", ones[E])
@@ -444,12 +529,12 @@ def write_big_pair(out_dir, *, preset: str = "qwen3-8b", dtype: str = "f16", dra
     return {"target": tpath, "drafter": dpath, **cfg}
 
 
-def main(argv=None) -> int:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m pyllama_spec.fixtures", description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     t = sub.add_parser("target", help="a tiny random target")
     t.add_argument("out", type=Path)
-    t.add_argument("--arch", default="llama", choices=["llama", "qwen3"])
+    t.add_argument("--arch", default="llama", choices=list(TINY_ARCHS))
     t.add_argument("--layers", type=int, default=4)
     t.add_argument("--embd", type=int, default=64)
     t.add_argument("--seed", type=int, default=0)

@@ -11,6 +11,9 @@ import os
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+
+import numpy as np
 
 from .errors import ModelNotFoundError, NotGGUFError, TruncatedGGUFError
 
@@ -27,18 +30,35 @@ class GGUFInfo:
             1024 items, such as the tokenizer's token list, are left out).
         tensors: tensor name → shape (llama.cpp order: innermost dimension first).
         file_size: bytes on disk.
+        array_lengths: key → number of items, for every array (also the long ones).
+        array_samples: key → ``{index: item}`` for long arrays of strings: the items at
+            :func:`sample_indices` of their length (enough to compare two vocabularies).
     """
     path: Path
     metadata: dict = field(default_factory=dict)
     tensors: dict = field(default_factory=dict)
     file_size: int = 0
+    array_lengths: dict = field(default_factory=dict)
+    array_samples: dict = field(default_factory=dict)
+
+    @property
+    def n_tokens(self) -> int | None:
+        """Length of the tokenizer's token list (``tokenizer.ggml.tokens``), or None without one."""
+        return self.array_lengths.get("tokenizer.ggml.tokens")
+
+    def token_text(self, i: int) -> str | None:
+        """Text of token ``i`` when the header kept it (short vocabularies: all; long: a sample)."""
+        toks = self.metadata.get("tokenizer.ggml.tokens")
+        if toks is not None:
+            return toks[i] if 0 <= i < len(toks) else None
+        return self.array_samples.get("tokenizer.ggml.tokens", {}).get(i)
 
     @property
     def arch(self) -> str:
         """``general.architecture``, e.g. ``"llama"`` or ``"dflash"``."""
         return str(self.metadata.get("general.architecture", ""))
 
-    def get(self, key: str, default=None):
+    def get(self, key: str, default: Any = None) -> Any:
         """A metadata value; ``{arch}`` in ``key`` is replaced by the architecture."""
         return self.metadata.get(key.replace("{arch}", self.arch), default)
 
@@ -52,15 +72,26 @@ _GGML_BLOCK = {0: (1, 4), 1: (1, 2), 2: (32, 18), 3: (32, 20), 6: (32, 22), 7: (
                14: (256, 210), 15: (256, 292), 24: (1, 1), 25: (1, 2), 26: (1, 4), 27: (1, 8),
                28: (1, 8), 30: (1, 2)}
 _MAX_ARRAY_KEPT = 1024
+_N_SAMPLES = 48
+
+
+def sample_indices(n: int) -> list[int]:
+    """The indices of a long array whose items are kept: the first 16, the last 8 and evenly
+    spaced ones between (deterministic in ``n``, so two files can be compared at the same ids)."""
+    idx = set(range(min(16, n))) | set(range(max(0, n - 8), n))
+    idx |= {int(i) for i in np.linspace(0, n - 1, _N_SAMPLES - 24)} if n > 0 else set()
+    return sorted(idx)
 
 
 class _Cursor:
     """A bounds-checked reader over the file's bytes (a truncated header raises IndexError)."""
 
-    def __init__(self, buf):
+    def __init__(self, buf: bytes) -> None:
         self.buf, self.off = buf, 0
+        self.last_array_len = 0
+        self.last_array_sample: dict[int, str] | None = None
 
-    def take(self, fmt: str):
+    def take(self, fmt: str) -> Any:
         n = struct.calcsize("<" + fmt)
         if self.off + n > len(self.buf):
             raise IndexError("header ends early")
@@ -82,23 +113,32 @@ class _Cursor:
         if self.off > len(self.buf):
             raise IndexError("header ends early")
 
-    def value(self, vtype: int):
+    def value(self, vtype: int) -> Any:
         if vtype in _SCALAR:
             return self.take(_SCALAR[vtype])
         if vtype == _STRING:
             return self.string()
         if vtype == _ARRAY:
             sub, count = self.take("I"), self.take("Q")
-            if count > _MAX_ARRAY_KEPT:  # tokenizer lists: skip without decoding
+            self.last_array_len, self.last_array_sample = count, None
+            if count > _MAX_ARRAY_KEPT:  # tokenizer lists: skip without decoding (but a sample)
                 if sub == _STRING:
-                    for _ in range(count):
-                        self.skip_string()
+                    keep = set(sample_indices(count))
+                    sample = {}
+                    for i in range(count):
+                        if i in keep:
+                            sample[i] = self.string()
+                        else:
+                            self.skip_string()
+                    self.last_array_sample = sample
                 elif sub in _SCALAR:
                     self.off += count * struct.calcsize(_SCALAR[sub])
                 else:
                     raise ValueError(f"nested array of type {sub}")
                 return None
-            return [self.value(sub) for _ in range(count)]
+            items = [self.value(sub) for _ in range(count)]
+            self.last_array_len, self.last_array_sample = count, None  # not a nested array's
+            return items
         raise ValueError(f"unknown GGUF value type {vtype}")
 
 
@@ -120,7 +160,7 @@ def check_gguf_path(path: str | os.PathLike) -> Path:
     return p
 
 
-def _parse_header(p: Path, buf: bytes, size: int):
+def _parse_header(p: Path, buf: bytes, size: int) -> tuple[GGUFInfo, list[tuple[str, tuple[int, ...], int, int]], int]:
     info = GGUFInfo(path=p, file_size=size)
     cur = _Cursor(buf)
     cur.take("I")  # magic, checked already
@@ -129,7 +169,12 @@ def _parse_header(p: Path, buf: bytes, size: int):
         raise ValueError(f"unsupported GGUF version {version}")
     for _ in range(n_kv):
         key = cur.string()
-        val = cur.value(cur.take("I"))
+        vtype = cur.take("I")
+        val = cur.value(vtype)
+        if vtype == _ARRAY:
+            info.array_lengths[key] = cur.last_array_len
+            if cur.last_array_sample is not None:
+                info.array_samples[key] = cur.last_array_sample
         if val is not None:
             info.metadata[key] = val
     tensors = []
@@ -177,7 +222,7 @@ def read_gguf(path: str | os.PathLike) -> GGUFInfo:
             raise TruncatedGGUFError(f"{str(p)!r} has a damaged GGUF header: {exc}; download or convert it again") \
                 from None
     end = data_start
-    for name, shape, ttype, offset in tensors:
+    for _name, shape, ttype, offset in tensors:
         if ttype in _GGML_BLOCK:
             blk, nbytes = _GGML_BLOCK[ttype]
             n = 1
@@ -190,4 +235,4 @@ def read_gguf(path: str | os.PathLike) -> GGUFInfo:
     return info
 
 
-__all__ = ["GGUFInfo", "read_gguf", "check_gguf_path"]
+__all__ = ["GGUFInfo", "read_gguf", "check_gguf_path", "sample_indices"]

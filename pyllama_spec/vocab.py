@@ -1,79 +1,130 @@
 """``Vocab``: tokenizer and special tokens of a model (borrowed from its ``Model``)."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
+from ._check import check_bool, check_int, check_str, check_token_ids
 from ._ffi import ffi, lib
-from .errors import ClosedError, InvalidArgumentError
+from ._locks import locked
+from .errors import ClosedError
+
+if TYPE_CHECKING:
+    import threading
+    from collections.abc import Iterable
+
+    from .model import Model
+
+
+# enum llama_vocab_type, in llama.h's order
+_VOCAB_KINDS = {0: "none", 1: "spm", 2: "bpe", 3: "wpm", 4: "ugm", 5: "rwkv", 6: "plamo2"}
 
 
 class Vocab:
     """The vocabulary of a :class:`~pyllama_spec.Model` (valid while the model is open).
 
-    Token ids are Python ints; special tokens that a model lacks are ``None``.
+    Token ids are Python ints; special tokens that a model lacks are ``None``. Calls share the
+    model's lock (``_locks.py``).
     """
 
-    def __init__(self, model, ptr):
+    def __init__(self, model: Model, ptr: Any) -> None:
         self._model = model  # keeps the llama_model alive
         self._raw = ptr
         self.n_tokens: int = lib.llama_vocab_n_tokens(ptr)
         self._piece_cache: dict[tuple[int, bool], bytes] = {}
 
     @property
-    def _ptr(self):
+    def _lock(self) -> threading.RLock:
+        return self._model._lock
+
+    @property
+    def _ptr(self) -> Any:
         if self._model._ptr is None:
             raise ClosedError(f"the model {self._model.path.name} is closed: its vocabulary is gone")
         return self._raw
 
-    def _special(self, tok: int) -> int | None:
+    @staticmethod
+    def _special(tok: int) -> int | None:
         return None if tok < 0 else int(tok)
 
     @property
+    @locked
     def bos(self) -> int | None:
         return self._special(lib.llama_vocab_bos(self._ptr))
 
     @property
+    @locked
     def eos(self) -> int | None:
         return self._special(lib.llama_vocab_eos(self._ptr))
 
     @property
+    @locked
     def eot(self) -> int | None:
         return self._special(lib.llama_vocab_eot(self._ptr))
 
     @property
+    @locked
     def nl(self) -> int | None:
         return self._special(lib.llama_vocab_nl(self._ptr))
 
     @property
+    @locked
     def pad(self) -> int | None:
         return self._special(lib.llama_vocab_pad(self._ptr))
 
     @property
+    @locked
     def mask(self) -> int | None:
         """The mask token (``tokenizer.ggml.mask_token_id``) that DFlash drafters fill blocks with."""
         return self._special(lib.llama_vocab_mask(self._ptr))
 
     @property
+    @locked
     def add_bos(self) -> bool:
         """Whether tokenize(add_special=True) prepends BOS."""
         return bool(lib.llama_vocab_get_add_bos(self._ptr))
 
+    @property
+    @locked
+    def add_eos(self) -> bool:
+        """Whether tokenize(add_special=True) appends EOS."""
+        return bool(lib.llama_vocab_get_add_eos(self._ptr))
+
+    @property
+    @locked
+    def kind(self) -> str:
+        """The tokenizer family: ``"spm"``, ``"bpe"``, ``"wpm"``, ``"ugm"``, ``"rwkv"``, ``"plamo2"``
+        or ``"none"`` (``llama_vocab_type``)."""
+        t = int(lib.llama_vocab_type(self._ptr))
+        return _VOCAB_KINDS.get(t, f"type {t}")
+
+    @locked
+    def raw_text(self, token: int) -> bytes:
+        """The vocabulary entry of ``token`` as stored, undecoded (for exact comparisons)."""
+        self._check(token)
+        return bytes(ffi.string(lib.llama_vocab_get_text(self._ptr, token)))
+
+    @locked
     def is_eog(self, token: int) -> bool:
         """True for end-of-generation tokens (EOS, EOT, ...)."""
-        return bool(lib.llama_vocab_is_eog(self._ptr, token))
+        return bool(lib.llama_vocab_is_eog(self._ptr, token))  # a set lookup in llama.cpp: any id is safe
 
+    @locked
     def is_control(self, token: int) -> bool:
         """True for control tokens (BOS, <|im_start|>, ...)."""
         self._check(token)  # llama.cpp indexes with .at(): an unknown id would terminate the process
         return bool(lib.llama_vocab_is_control(self._ptr, token))
 
+    @locked
     def text(self, token: int) -> str:
         """The raw vocabulary entry of ``token`` (as stored, e.g. with 'Ġ' for spaces)."""
         self._check(token)
         return ffi.string(lib.llama_vocab_get_text(self._ptr, token)).decode("utf-8", "replace")
 
-    def _check(self, token: int) -> None:
-        if not 0 <= token < self.n_tokens:
-            raise InvalidArgumentError(f"token id {token} is outside the vocabulary [0, {self.n_tokens})")
+    def _check(self, token: int) -> int:
+        return check_int("token", token, min=0, max=self.n_tokens - 1,
+                         what=f"a token id in [0, {self.n_tokens}) (outside the vocabulary otherwise)")
 
+    @locked
     def tokenize(self, text: str, *, add_special: bool = True, parse_special: bool = False) -> list[int]:
         """Text → token ids.
 
@@ -81,7 +132,12 @@ class Vocab:
             add_special: add BOS/EOS as the model's tokenizer configuration says.
             parse_special: turn special-token text such as ``<|im_start|>`` into the special token
                 (use for chat-template output); otherwise it is tokenized as plain text.
+
+        Raises:
+            InvalidTypeError: ``text`` is not a str, or a flag is not a bool.
         """
+        check_str("text", text)
+        add_special, parse_special = check_bool("add_special", add_special), check_bool("parse_special", parse_special)
         raw = text.encode("utf-8")
         n_max = len(raw) + 8
         while True:
@@ -90,9 +146,11 @@ class Vocab:
             if n >= 0:
                 return list(ffi.unpack(buf, n))
             if n == -(2**31):
+                from .errors import InvalidArgumentError
                 raise InvalidArgumentError("text too long to tokenize (token count overflows int32)")
             n_max = -n
 
+    @locked
     def token_to_piece(self, token: int, *, special: bool = False) -> bytes:
         """The bytes one token decodes to (may be part of a UTF-8 character).
 
@@ -104,6 +162,7 @@ class Vocab:
         if piece is not None:
             return piece
         self._check(token)
+        special = check_bool("special", special)
         size = 32
         while True:
             buf = ffi.new("char[]", size)
@@ -114,16 +173,22 @@ class Vocab:
                 return piece
             size = -n
 
-    def detokenize(self, tokens, *, remove_special: bool = False, unparse_special: bool = False) -> str:
+    @locked
+    def detokenize(self, tokens: Iterable[int], *, remove_special: bool = False,
+                   unparse_special: bool = False) -> str:
         """Token ids → text (invalid UTF-8 at the ends is replaced).
 
         Args:
             remove_special: drop a leading BOS / trailing EOS.
             unparse_special: render special tokens as their text.
+
+        Raises:
+            InvalidTypeError: ``tokens`` is not a list of ints.
+            InvalidArgumentError: an id outside the vocabulary.
         """
-        toks = list(tokens)
-        for t in toks:
-            self._check(t)
+        toks = check_token_ids("tokens", tokens, self.n_tokens)
+        remove_special = check_bool("remove_special", remove_special)
+        unparse_special = check_bool("unparse_special", unparse_special)
         arr = ffi.new("llama_token[]", toks)
         size = max(16, 8 * len(toks))
         while True:

@@ -34,7 +34,8 @@ def tiny_model(tiny):
 @pytest.fixture(scope="session")
 def tiny_gen(tiny):
     """A Generator over the tiny target with the DFlash and n-gram drafters (shared: generate()
-    starts from empty caches every call)."""
+    keeps only the prefix the caches hold exactly as a cold run builds it, so results do not
+    depend on the calls before)."""
     gen = ps.Generator(tiny["target"], drafters={"dflash": tiny["dflash"], "ngram": "ngram"},
                        n_ctx=1024, n_batch=64, n_ubatch=32)
     yield gen
@@ -47,7 +48,7 @@ def smollm2():
 
     try:
         return smollm2_path()
-    except RuntimeError as exc:  # no package registry on this machine
+    except ps.ModelNotFoundError as exc:  # no package registry on this machine
         pytest.skip(str(exc))
 
 
@@ -82,7 +83,8 @@ def close_logits(a, b):
 
     tol = 1e-2 if EXACT else 3e-2 * float(np.abs(b).max())
     np.testing.assert_allclose(a, b, rtol=1e-2, atol=tol)
-    assert (np.argmax(np.atleast_2d(a), axis=-1) == np.argmax(np.atleast_2d(b), axis=-1)).mean() >= (1.0 if EXACT else 0.9)
+    same = np.argmax(np.atleast_2d(a), axis=-1) == np.argmax(np.atleast_2d(b), axis=-1)
+    assert same.mean() >= (1.0 if EXACT else 0.9)
 
 
 def native_or_skip(name: str):

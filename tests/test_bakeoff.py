@@ -14,7 +14,8 @@ from pyllama_spec.study.prompts import Conversation, load_prompts, parse_jsonl
 
 THINK_TEMPLATE = (fixtures.CHATML.replace("{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}",
                                           "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}"
-                                          "{% if enable_thinking is defined and not enable_thinking %}{{ '<think></think>' }}"
+                                          "{% if enable_thinking is defined and not enable_thinking %}"
+                                          "{{ '<think></think>' }}"
                                           "{% endif %}{% endif %}"))
 
 #: the plots need the optional [plot] extra; everything else is checked without it
@@ -98,7 +99,8 @@ def test_results_schema_is_stable(sweep):
     assert set(res) == TOP_KEYS
     assert set(res["machine"]) == MACHINE_KEYS and res["machine"]["llama_cpp_build"] == ps._ffi.LLAMA_CPP_BUILD
     assert set(res["memory"]) == {"target", "drafters"} and set(res["memory"]["drafters"]) == {"dflash", "ngram"}
-    assert set(res["verify_ms"]) == {"plain", "dflash", "ngram"} and len(res["verify_ms"]["plain"]) == 32  # ngram auto: up to 31
+    # ngram auto: up to 31 drafts
+    assert set(res["verify_ms"]) == {"plain", "dflash", "ngram"} and len(res["verify_ms"]["plain"]) == 32
     for r in res["runs"]:
         assert set(r) == RUN_KEYS
     for p in res["points"]:
@@ -190,8 +192,9 @@ def test_prompt_sets_load():
         load_prompts("/nonexistent.jsonl")
 
 
-@pytest.mark.parametrize("kw, match", [({"runs": 0}, "runs"), ({"n_max": "x"}, "n_max"), ({"thinking": "maybe"}, "thinking"),
-                                        ({"temperature": [-1]}, "temperatures"), ({"turns": 0}, "turns")])
+@pytest.mark.parametrize("kw, match", [({"runs": 0}, "runs"), ({"n_max": "x"}, "n_max"),
+                                       ({"thinking": "maybe"}, "thinking"), ({"temperature": [-1]}, "temperatures"),
+                                       ({"turns": 0}, "turns")])
 def test_bad_settings_are_named(tiny, kw, match):
     with pytest.raises(InvalidArgumentError, match=match):
         ps.bakeoff(tiny["target"], {"ngram": "ngram"}, progress=False, **kw)

@@ -101,7 +101,7 @@ def test_linked_dflash_context(tiny, tiny_model):
     tgt = ps.Context(tiny_model, n_ctx=256, n_batch=64)
     dm = ps.Model(tiny["dflash"])
     assert dm.arch == "dflash" and dm.target_layer_ids == [1, 2] and dm.vocab.mask == tiny["<|mask|>"]
-    with pytest.raises(ps.ContextError, match="ctx_other"):
+    with pytest.raises(ps.InvalidArgumentError, match="ctx_other"):
         ps.Context(dm, n_ctx=256)
     drf = ps.Context(dm, n_ctx=256, n_batch=64, ctx_other=tgt, causal_attn=False)
     tgt.enable_layer_inputs(dm.target_layer_ids)
@@ -163,7 +163,7 @@ def test_non_causal_batch_must_fit_one_ubatch(tiny_model):
     ({"n_batch": 0}, "n_batch"),
 ])
 def test_bad_context_parameters(tiny_model, kwargs, match):
-    with pytest.raises(ps.ContextError, match=match):
+    with pytest.raises(ps.InvalidArgumentError, match=match):
         ps.Context(tiny_model, **kwargs)
 
 
@@ -219,3 +219,128 @@ def test_use_after_close_raises_instead_of_crashing(tiny):
         gen.generate("hi", max_tokens=2)
     with pytest.raises(ps.ClosedError):
         gen.generate(prompt_tokens=[1, 2], max_tokens=2)
+
+
+def test_views_are_read_only_and_outlive_close(tiny_model):
+    """Issues 12.8 / 13.4: a logits view kept across close() used to read reused memory (and was
+    writable into llama.cpp's buffer). Now it is read-only, its base keeps the Context's native
+    memory alive, and it still holds the last decode's values after close()."""
+    import gc
+    import weakref
+
+    c = ps.Context(tiny_model, n_ctx=256, n_batch=64)
+    toks = tiny_model.vocab.tokenize(PROMPT)[:20]
+    c.enable_layer_inputs([1])
+    c.decode(toks, logits="all")
+    views = {"logits": c.logits(), "row": c.logits_ith(3), "tap": c.layer_input(1)}
+    ref = {k: v.copy() for k, v in views.items()}
+    for v in views.values():
+        assert not v.flags.writeable and v.dtype == np.float32
+        with pytest.raises(ValueError, match="read-only"):
+            v[0] = 1.0
+    assert views["logits"].shape == (20, 264) and views["tap"].shape == (20, 64)
+    c.close()
+    with pytest.raises(ps.ClosedError):
+        c.logits()
+    junk = [np.ones(264 * 20, np.float32) for _ in range(50)]  # would reuse freed memory
+    for k, v in views.items():
+        np.testing.assert_array_equal(v, ref[k])
+    alive = weakref.ref(c)
+    del c, junk, v
+    gc.collect()
+    assert alive() is not None  # the views hold it
+    views.clear()
+    gc.collect()
+    assert alive() is None  # and free it with the last of them
+
+
+def test_views_survive_a_growing_decode(tiny_model):
+    """A decode that needs a larger output buffer than any before makes llama.cpp replace it; our
+    patch 0002 keeps the old one while a view reads it, and frees it once no view does."""
+    c = ps.Context(tiny_model, n_ctx=512, n_batch=128)
+    toks = tiny_model.vocab.tokenize(PROMPT * 3)[:128]
+    c.decode(toks[:4], logits="last")
+    v = c.logits()
+    ref = v.copy()
+    c.memory.clear()
+    c.decode(toks, logits="all")  # 128 output rows: a new, larger buffer
+    assert c._out_gen > c._out_gen_released  # the old buffer is kept for v
+    junk = [np.full(264 * 8, 7.0, np.float32) for _ in range(50)]
+    np.testing.assert_array_equal(v, ref)
+    del v, junk
+    c.memory.clear()
+    c.decode(toks[:4], logits="last")
+    assert c._out_gen == c._out_gen_released  # no view left: released at this decode
+    c.close()
+
+
+def test_closed_model_with_a_live_view(tiny):
+    m = ps.Model(tiny["target"])
+    c = ps.Context(m, n_ctx=256, n_batch=32)
+    c.decode(m.vocab.tokenize("abc"), logits="all")
+    v = c.logits()
+    ref = v.copy()
+    m.close()  # closes c first; both native objects wait for v
+    with pytest.raises(ps.ClosedError):
+        c.decode([1])
+    np.testing.assert_array_equal(v, ref)
+    del v, c, m
+    import gc
+    gc.collect()
+
+
+def test_ctx_other_is_checked_like_check_dflash_pair(tiny, tiny_model, tmp_path):
+    """Issue 12.2: linking a DFlash drafter's context to the wrong target through the public
+    Context API aborted the process (GGML_ASSERT(ggml_can_repeat(b, a)) for another hidden size,
+    an assert in src/models/dflash.cpp for another drafter); now it raises DrafterMismatchError."""
+    from pyllama_spec import fixtures
+
+    dm = ps.Model(tiny["dflash"])
+    wide = tmp_path / "wide.gguf"
+    fixtures.write_tiny_target(wide, n_layer=4, n_embd=32, seed=5)
+    other = ps.Context(ps.Model(wide), n_ctx=256, n_batch=32)
+    with pytest.raises(ps.DrafterMismatchError, match="hidden size 64 .* has 32"):
+        ps.Context(dm, n_ctx=256, n_batch=32, ctx_other=other, causal_attn=False)
+    tgt = ps.Context(tiny_model, n_ctx=256, n_batch=32)
+    drf = ps.Context(dm, n_ctx=256, n_batch=32, ctx_other=tgt, causal_attn=False)
+    with pytest.raises(ps.DrafterMismatchError, match="itself a DFlash drafter"):
+        ps.Context(dm, n_ctx=256, n_batch=32, ctx_other=drf, causal_attn=False)
+    shallow = tmp_path / "shallow.gguf"
+    fixtures.write_tiny_target(shallow, n_layer=2, n_embd=64, seed=6)
+    with pytest.raises(ps.DrafterMismatchError, match="layers"):
+        ps.Context(dm, n_ctx=256, n_batch=32, ctx_other=ps.Context(ps.Model(shallow), n_ctx=256), causal_attn=False)
+    with pytest.raises(ps.InvalidTypeError, match="ctx_other"):
+        ps.Context(dm, n_ctx=256, ctx_other="target")
+    closed = ps.Context(tiny_model, n_ctx=256, n_batch=32)
+    closed.close()
+    with pytest.raises(ps.ClosedError):
+        ps.Context(dm, n_ctx=256, ctx_other=closed)
+    assert drf.embd_input_width == 128  # the good pair still works
+
+
+def test_n_ctx_rounding_is_said(tiny_model, caplog):
+    """Issue 12.10: n_ctx=64 silently ran with 256 and the prompt-too-long error spoke of 256."""
+    c = ps.Context(tiny_model, n_ctx=64, n_batch=32)
+    assert (c.n_ctx, c.n_ctx_requested) == (256, 64)
+    assert "n_ctx=64 was rounded up to 256" in caplog.text
+    caplog.clear()
+    ps.Context(tiny_model, n_ctx=512, n_batch=32)
+    assert "rounded" not in caplog.text
+    gen = ps.Generator(tiny_model.path, n_ctx=64, n_batch=32)
+    with pytest.raises(ps.PromptTooLongError, match=r"n_ctx is 256 \(n_ctx=64 was rounded up to 256"):
+        gen.generate("y" * 300)
+    gen.close()
+
+
+def test_repack_is_refused_on_amx_cpus(tiny):
+    """Issue 12.3: repack=True segfaulted on the first multi-token decode on AMX CPUs."""
+    from pyllama_spec.model import cpu_has_amx
+
+    if not cpu_has_amx():
+        m = ps.Model(tiny["target"], repack=True)  # allowed elsewhere
+        assert m.n_layer == 4
+        return
+    with pytest.raises(ps.UnsupportedError, match="AMX"):
+        ps.Model(tiny["target"], repack=True)
+    with pytest.raises(ps.UnsupportedError, match="AMX"):
+        ps.Generator(tiny["target"], repack=True)

@@ -4,8 +4,7 @@ and the per-step choice of n_max="auto" (lossless, never longer than the ceiling
 import numpy as np
 import pytest
 
-from pyllama_spec.speculative.costmodel import (Acceptance, AutoDraftLength, CostModel, Measured, VerifyCost,
-                                                fit_costs)
+from pyllama_spec.speculative.costmodel import Acceptance, AutoDraftLength, CostModel, Measured, VerifyCost, fit_costs
 from pyllama_spec.speculative.drafters import Draft, Drafter
 from pyllama_spec.speculative.stats import SpecStats
 
@@ -48,7 +47,9 @@ def test_fit_recovers_known_costs_and_predicts_exactly():
     for n in (3, 5, 6, 7):
         tau = 1 + sum(round(STEPS * 0.8 ** (i + 1)) for i in range(n)) / STEPS
         assert model.tok_s(n) == pytest.approx(1e3 * tau / (V(n + 1) + D(n) + W(tau)), rel=1e-9)
-    best = max(range(1, 9), key=lambda n: 1e3 * model.acceptance.tau(n) / (V(n + 1) + D(n) + W(model.acceptance.tau(n))))
+    def tok_s(n):
+        return 1e3 * model.acceptance.tau(n) / (V(n + 1) + D(n) + W(model.acceptance.tau(n)))
+    best = max(range(1, 9), key=tok_s)
     assert model.best_n_max() == best
     t1 = plain.generation_ms / plain.n_generated
     assert model.break_even_tau(4) == pytest.approx((V(5) + D(4) + W(model.acceptance.tau(4))) / t1, rel=1e-9)

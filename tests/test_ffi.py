@@ -1,10 +1,12 @@
 """The extension matches the pinned llama.cpp and the public surface is what we export."""
+import pytest
+
 import pyllama_spec as ps
 from pyllama_spec._ffi import ffi, lib
 
 
 def test_commit_and_patches_baked_in():
-    from pyllama_spec import _ffi, _pin
+    from pyllama_spec import _pin
 
     built = ffi.string(lib.pyls_llama_cpp_commit()).decode()
     assert built == _pin.marker() == "+".join(("0c1e570", *_pin.PATCHES))
@@ -46,10 +48,26 @@ def test_exported_members():
     exported = set(ps.__all__)
     public = {n for n in dir(ps) if not n.startswith("_") and n not in {
         "backend", "batch", "chat", "context", "errors", "generator", "gguf_file", "memory", "model", "speculative",
-        "vocab", "fixtures", "assets", "native", "sampler", "cli"}}
+        "vocab", "fixtures", "drafter_fixtures", "assets", "native", "sampler", "cli", "pairing", "cache_reuse",
+        "placement", "batching", "rpc"}}
     assert exported - {"__version__"} == public
     for name in exported:
         assert getattr(ps, name) is not None
+
+
+def test_documented_submodules_are_attributes():
+    """Issue 12/13.8: ``import pyllama_spec as ps; ps.assets.smollm2_path()`` raised AttributeError."""
+    import subprocess
+    import sys
+
+    code = ("import pyllama_spec as ps; print(callable(ps.assets.smollm2_path), "
+            "callable(ps.fixtures.write_tiny_target), callable(ps.native.find_program), "
+            "callable(ps.pairing.check_dflash_pair))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["True"] * 4
+    with pytest.raises(AttributeError):
+        _ = ps.no_such_module
 
 
 def test_system_info_and_devices():
@@ -70,3 +88,24 @@ def test_llama_log_reaches_python_logging(tiny, caplog):
     lines = [r.getMessage() for r in caplog.records if r.name == "pyllama_spec.llama_cpp"]
     assert any("llama_model_loader" in m for m in lines)
     assert all("\n" not in m for m in lines)  # fragments are joined into whole lines
+
+
+def test_the_shim_header_is_its_cdef():
+    """Issue 13.5: the cdef of our extern "C" shim is read from shim.h itself (no hand copy)."""
+    import importlib.util
+    import re
+    from pathlib import Path
+
+    native = Path(ps.__file__).parent / "_native"
+    spec = importlib.util.spec_from_file_location("build_ffi", native / "build_ffi.py")
+    build_ffi = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(build_ffi)
+    header = (native / "shim.h").read_text()
+    cdef = build_ffi.shim_cdef(header)
+    code = [ln for ln in cdef.splitlines() if not ln.lstrip().startswith(("/*", "//"))]
+    assert not any(ln.lstrip().startswith(("#", 'extern "C"', "}")) for ln in code)
+    names = re.findall(r"\b(pyls_\w+)\s*\(", header)
+    assert len(names) >= 14 and set(names) == set(re.findall(r"\b(pyls_\w+)\s*\(", cdef))
+    for name in names:  # every shim function is reachable from Python: the built extension is current
+        assert hasattr(lib, name), name
+    assert not (native / "decl" / "taps.h").exists()

@@ -58,7 +58,7 @@ def test_smollm2_vocab(smollm2):
     s = "def fibonacci(n):\n    return n"
     assert v.detokenize(v.tokenize(s)) == s
     assert v.tokenize("<|im_start|>user", parse_special=True)[0] == 1
-    with pytest.raises(ps.ContextError, match="vocab_only"):
+    with pytest.raises(ps.InvalidArgumentError, match="vocab_only"):
         ps.Context(m)
 
 

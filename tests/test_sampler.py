@@ -32,7 +32,8 @@ def test_numpy_probs_filters():
                                np.array([0.5, 0.25, 0.15, 0, 0]) / 0.9)
     np.testing.assert_allclose(probs(logits, SamplingParams(temperature=1.0, min_p=0.35)), [2 / 3, 1 / 3, 0, 0, 0])
     hot = probs(logits, SamplingParams(temperature=2.0))
-    np.testing.assert_allclose(hot, np.sqrt([0.5, 0.25, 0.15, 0.07, 0.03]) / np.sqrt([0.5, 0.25, 0.15, 0.07, 0.03]).sum())
+    root = np.sqrt([0.5, 0.25, 0.15, 0.07, 0.03])
+    np.testing.assert_allclose(hot, root / root.sum())
     assert probs(logits, SamplingParams()).tolist() == [1, 0, 0, 0, 0]
     rng = np.random.default_rng(0)
     draws = np.bincount([sample(p, rng) for _ in range(20000)], minlength=5) / 20000
@@ -68,7 +69,8 @@ def test_fast_rows_equal_the_reference(kw):
         np.testing.assert_allclose(dense[i], ref, rtol=2e-4, atol=2e-7)
 
 
-@pytest.mark.parametrize("kw", [dict(temperature=0.9, top_k=6), dict(temperature=1.1), dict(temperature=1.0, top_p=0.8)])
+@pytest.mark.parametrize("kw", [dict(temperature=0.9, top_k=6), dict(temperature=1.1),
+                                dict(temperature=1.0, top_p=0.8)])
 def test_fast_rows_draw_from_their_distribution(kw):
     from scipy import stats
 

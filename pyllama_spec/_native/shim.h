@@ -12,6 +12,8 @@ float * pyls_get_embeddings_layer_inp(struct llama_context * ctx, uint32_t lid);
 void pyls_set_embeddings_nextn(struct llama_context * ctx, bool value, bool masked);
 float * pyls_get_embeddings_nextn(struct llama_context * ctx);
 struct llama_context * pyls_get_ctx_other(struct llama_context * ctx);
+uint32_t pyls_output_buffer_reallocs(const struct llama_context * ctx);
+void pyls_release_replaced_outputs(struct llama_context * ctx);
 int32_t pyls_model_dflash_selector_top_k(const struct llama_model * model);
 const int32_t * pyls_model_target_layer_ids(const struct llama_model * model);
 uint32_t pyls_model_target_layer_ids_n(const struct llama_model * model);
@@ -22,7 +24,15 @@ int32_t pyls_batch_ext_add_embd_rows(struct llama_batch_ext * batch, llama_seq_i
                                      bool output);
 int32_t pyls_batch_ext_add_tokens(struct llama_batch_ext * batch, llama_seq_id seq_id, const llama_token * tokens,
                                   int32_t n_tokens, const llama_pos * pos, const int8_t * output);
+float * pyls_get_embeddings_nextn_ith(struct llama_context * ctx, int32_t i);
+void pyls_set_nextn_layer_offset(struct llama_context * ctx, int32_t offset);
+int32_t pyls_batch_ext_add_token_rows(struct llama_batch_ext * batch, llama_seq_id seq_id, const llama_token * tokens,
+                                      const float * embd, int32_t n_rows, int32_t n_embd, const llama_pos * pos,
+                                      const int8_t * output);
+bool pyls_dflash_set_inject(struct llama_context * ctx, const float * rows, int32_t n_rows);
 const char * pyls_llama_cpp_commit(void);
+int32_t pyls_rpc_add_server(const char * endpoint);
+const char * pyls_model_dev_output(const struct llama_model * model);
 
 #ifdef __cplusplus
 }

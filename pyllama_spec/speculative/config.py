@@ -7,8 +7,9 @@ Frozen and validated on construction, like :class:`~pyllama_spec.SamplingParams`
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Any
 
-from ..errors import InvalidArgumentError
+from .._check import check_bool, check_choice, check_int, check_str
 
 #: verification rules: llama.cpp's (sample the target, accept while equal) and speculative sampling
 VERIFY_MODES = ("match", "rejection")
@@ -47,20 +48,17 @@ class SpecConfig:
     sync_stages: bool = True
     backend_sampling: bool = True
 
-    def __post_init__(self):
-        if self.drafter is not None and not isinstance(self.drafter, str):
-            raise InvalidArgumentError(f"drafter must be a drafter's name (str) or None, got {self.drafter!r}")
-        if self.n_max is not None and self.n_max != AUTO and (not isinstance(self.n_max, int)
-                                                              or isinstance(self.n_max, bool) or self.n_max < 0):
-            raise InvalidArgumentError(f"n_max must be an int ≥ 0, 'auto' (chosen per step) or None (the drafter's "
-                                       f"default), got {self.n_max!r}")
-        if self.verify not in VERIFY_MODES:
-            raise InvalidArgumentError(f"verify must be one of {VERIFY_MODES}, got {self.verify!r}")
-        for name in ("sync_stages", "backend_sampling"):
-            if not isinstance(getattr(self, name), bool):
-                raise InvalidArgumentError(f"{name} must be True or False, got {getattr(self, name)!r}")
+    def __post_init__(self) -> None:
+        check_str("drafter", self.drafter, none_ok=True)
+        if not (isinstance(self.n_max, str) and self.n_max == AUTO):
+            object.__setattr__(self, "n_max", check_int(
+                "n_max", self.n_max, min=0, none_ok=True,
+                what="an int ≥ 0, 'auto' (chosen per step) or None (the drafter's default)"))
+        check_choice("verify", self.verify, VERIFY_MODES)
+        check_bool("sync_stages", self.sync_stages)
+        check_bool("backend_sampling", self.backend_sampling)
 
-    def replace(self, **changes) -> "SpecConfig":
+    def replace(self, **changes: Any) -> SpecConfig:
         """A copy with ``changes`` applied (validated again)."""
         return replace(self, **changes)
 

@@ -48,10 +48,16 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..errors import InvalidArgumentError
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from ..context import Context
 
 #: stages charged to the drafter (D); ``verify`` is V; every other stage and the glue is W
 DRAFT_STAGES = ("draft", "draft_sample")
@@ -147,7 +153,7 @@ class Acceptance:
             raise InvalidArgumentError(f"acceptance is measured up to n_max={self.n_max}, asked for {n}")
 
     @classmethod
-    def pooled(cls, points) -> "Acceptance":
+    def pooled(cls, points: Any) -> Acceptance:
         """Pool :class:`Measured` points (or anything with ``n_max, n_steps, accepted_at, drafted_at``):
         position i uses the points whose ``n_max`` exceeds i."""
         n = max((p.n_max for p in points), default=0)
@@ -197,11 +203,11 @@ class Measured:
     def tok_s(self) -> float:
         return 1e3 * self.n_generated / self.generation_ms if self.generation_ms else float("nan")
 
-    def stage_per_step(self, names) -> float:
+    def stage_per_step(self, names: Any) -> float:
         return sum(self.stage_ms.get(k, 0.0) for k in names) / self.n_steps if self.n_steps else 0.0
 
     @classmethod
-    def from_results(cls, results) -> "Measured":
+    def from_results(cls, results: Any) -> Measured:
         """Pool :class:`~pyllama_spec.GenerationResult` objects of one configuration."""
         results = list(results)
         if not results:
@@ -221,7 +227,7 @@ class Measured:
                    stage_ms=stages)
 
 
-def _line(x, y) -> tuple[float, float]:
+def _line(x: Any, y: Any) -> tuple[float, float]:
     """Least-squares intercept and slope ≥ 0 (a negative slope is noise: then the mean, slope 0)."""
     x, y = np.asarray(x, float), np.asarray(y, float)
     if len(x) < 2 or np.ptp(x) < 1e-9:
@@ -232,7 +238,7 @@ def _line(x, y) -> tuple[float, float]:
     return float(icept), float(slope)
 
 
-def fit_costs(points, plain: Measured | None = None, verify: VerifyCost | None = None) -> StepCosts:
+def fit_costs(points: Any, plain: Measured | None = None, verify: VerifyCost | None = None) -> StepCosts:
     """Fit V, D and W (module docstring) from the :class:`Measured` points of one drafter.
 
     Args:
@@ -269,7 +275,7 @@ class CostModel:
     plain_ms_per_token: float | None = None
 
     @classmethod
-    def fit(cls, points, plain: Measured | None = None, verify: VerifyCost | None = None) -> "CostModel":
+    def fit(cls, points: Any, plain: Measured | None = None, verify: VerifyCost | None = None) -> CostModel:
         """Fit from a drafter's :class:`Measured` points (and plain decoding, when measured)."""
         points = [p for p in points if p.n_max > 0 and p.n_steps]
         plain_ms = plain.generation_ms / plain.n_generated if plain is not None and plain.n_generated else None
@@ -287,7 +293,7 @@ class CostModel:
         """τ*(n) = T(n) / T₁: the τ above which n_max = n beats plain decoding (None without T₁)."""
         return self.ms_per_step(n) / self.plain_ms_per_token if self.plain_ms_per_token else None
 
-    def best_n_max(self, candidates=None) -> int:
+    def best_n_max(self, candidates: Any = None) -> int:
         """The n_max of highest predicted tok/s among ``candidates`` (default 1..``acceptance.n_max``)."""
         cands = list(candidates or range(1, self.acceptance.n_max + 1))
         if not cands:
@@ -304,7 +310,8 @@ class CostModel:
 
 
 # -- measuring V(R) directly --------------------------------------------------------------------------
-def measure_verify_ms(ctx, n_rows: int, tokens, *, depth: int = 256, layer_ids=(), reps: int = 3) -> list[float]:
+def measure_verify_ms(ctx: Context, n_rows: int, tokens: Sequence[int], *, depth: int = 256,
+                      layer_ids: Sequence[int] = (), reps: int = 3) -> list[float]:
     """ms of the target decoding a verify batch of R = 1..``n_rows`` rows (every row an output) after
     ``depth`` cached positions; median of ``reps`` calls after one warm-up, each ended by a sync.
 
@@ -370,8 +377,8 @@ class AutoDraftLength:
         prior: weight (in tokens) of a confidence before its bin has data / of the acceptance prior.
     """
 
-    def __init__(self, verify_ms, stats, *, state: AutoState | None = None, prior: float = 4.0,
-                 clock=time.perf_counter):
+    def __init__(self, verify_ms: Any, stats: Any, *, state: AutoState | None = None, prior: float = 4.0,
+                 clock: Any = time.perf_counter) -> None:
         # more rows never cost less: a measured dip is noise, and would make a sure miss look free
         vm = [float(v) for v in np.maximum.accumulate(np.asarray(verify_ms, dtype=float))]
         self.verify = VerifyCost(list(range(1, len(vm) + 1)), vm)
@@ -385,13 +392,13 @@ class AutoDraftLength:
     def _bins(self, c: np.ndarray) -> np.ndarray:
         return np.minimum((c * self.n_bins).astype(int), self.n_bins - 1)
 
-    def calibrated(self, conf) -> np.ndarray:
+    def calibrated(self, conf: Any) -> np.ndarray:
         """ĉ: confidences mapped to the acceptance rate seen for their bin (shrunk to c by ``prior``)."""
         c = np.clip(np.asarray(conf, dtype=float), 0.0, 1.0)
         b = self._bins(c)
         return (self.state.bin_accepted[b] + self.prior * c) / (self.state.bin_tried[b] + self.prior)
 
-    def survival(self, draft) -> np.ndarray:
+    def survival(self, draft: Any) -> np.ndarray:
         """p_i: probability that the first i + 1 tokens of ``draft`` are all accepted."""
         n = len(draft.tokens)
         if draft.confidence is not None:

@@ -1,6 +1,6 @@
 """The speculative decoding loop, one readable function.
 
-    prefill(prompt[:-1]) → observe
+    prefill(prompt[n_keep:-1]) → observe                        # n_keep: a prefix kept from the last call
     repeat:
         draft   = drafter.propose(last, n_past, n_max)            # DFlash: one non-causal pass
         verify  = target.decode([last] + draft)                   # one batch, every row an output
@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -39,6 +40,9 @@ from .stats import SpecStats
 from .timing import StageTimer
 from .verify import accept_prefix, verify_greedy, verify_match, verify_rejection
 
+if TYPE_CHECKING:
+    from .costmodel import AutoDraftLength
+
 
 @dataclass
 class StepOutput:
@@ -50,11 +54,11 @@ class StepOutput:
 def speculative_generate(target: Context, drafter: Drafter | None, prompt: list, *, max_tokens: int,
                          n_max: int, sp: SamplingParams, verify: str, stats: SpecStats, timer: StageTimer,
                          rng: np.random.Generator, backend_sampling: bool = True,
-                         draft_length=None) -> Iterator[StepOutput]:
+                         n_keep: int = 0, draft_length: AutoDraftLength | None = None) -> Iterator[StepOutput]:
     """Run the loop; yields the tokens each step commits (EOS included, then stops).
 
     Args:
-        target: the target context (its cache is cleared first).
+        target: the target context (its cache is cleared first, but for the first ``n_keep`` positions).
         drafter: None for plain decoding through the same path (empty drafts).
         prompt: token ids, at least one.
         max_tokens: most tokens to commit (the caller cuts at stop strings).
@@ -63,16 +67,23 @@ def speculative_generate(target: Context, drafter: Drafter | None, prompt: list,
         verify: ``"match"`` (llama.cpp's rule) or ``"rejection"`` (speculative sampling).
         backend_sampling: let llama.cpp draw the target's tokens in the decode graph when the rule
             allows it (greedy, match, plain decoding); False reads logits and samples with numpy.
+        n_keep: prefix reuse: positions ``[0, n_keep)`` of both caches stay as the previous
+            generation left them and only ``prompt[n_keep:-1]`` is prefilled. The caller (the
+            Generator's ``reuse_prefix``) guarantees that both caches hold ``prompt[:n_keep]`` there
+            and that ``n_keep < len(prompt)``; 0 starts from empty caches.
         draft_length: ``n_max="auto"``: an object whose ``trim(draft)`` returns the prefix of each
             proposal worth verifying (``costmodel.AutoDraftLength``); ``n_max`` is then the ceiling.
 
-    The caller (``Generator``) validates sizes; this function assumes ``len(prompt) < n_ctx``.
+    The caller (``Generator``) validates sizes; this function assumes ``len(prompt) < n_ctx_seq``.
     """
     if verify not in VERIFY_MODES:
         raise PyllamaSpecError(f"verify must be one of {VERIFY_MODES}, got {verify!r}")
     vocab = target.model.vocab
     mem = target.memory
-    mem.clear()
+    if n_keep:
+        mem.seq_rm(0, n_keep)  # nothing after the kept prefix remains
+    else:
+        mem.clear()
     # the target records exactly the layer inputs the active drafter reads (none without one)
     target.set_layer_inputs(drafter.target_layer_ids if drafter is not None else [])
     host_rule = verify == "rejection" and not sp.greedy and drafter is not None
@@ -80,22 +91,28 @@ def speculative_generate(target: Context, drafter: Drafter | None, prompt: list,
     chain = SamplerChain.from_params(sp) if backend_sampling and fits and not host_rule else None
     target.set_sampler(chain)
     if drafter is not None:
-        drafter.begin(prompt[:-1])
+        # n_keep > 0 only for drafters that said they hold that prefix (Drafter.cached_prefix), so
+        # drafters that never keep one may define begin(prompt)
+        if n_keep:
+            drafter.begin(prompt[:-1], n_keep)
+        else:
+            drafter.begin(prompt[:-1])
     # with the match rule the drafter proposes its argmax, as llama.cpp's drafters do
     dsp = sp if verify == "rejection" else SamplingParams()
     try:
         yield from _run(target, drafter, prompt, vocab, mem, chain, max_tokens=max_tokens, n_max=n_max, sp=sp,
-                        dsp=dsp, verify=verify, stats=stats, timer=timer, rng=rng, draft_length=draft_length)
+                        dsp=dsp, verify=verify, stats=stats, timer=timer, rng=rng, n_keep=n_keep,
+                        draft_length=draft_length)
     finally:
         target.set_sampler(None)  # the user's own decodes get logits again
 
 
 def _run(target, drafter, prompt, vocab, mem, chain, *, max_tokens, n_max, sp, dsp, verify, stats, timer, rng,
-         draft_length):
-    # prefill: everything but the last prompt token, chunked by n_batch
+         n_keep, draft_length):
+    # prefill: everything but the last prompt token (and the kept prefix), chunked by n_batch
     timer.mark("prefill_start")
     n_prefill = len(prompt) - 1
-    for i in range(0, n_prefill, target.n_batch):
+    for i in range(n_keep, n_prefill, target.n_batch):
         chunk = prompt[i:min(i + target.n_batch, n_prefill)]
         pos = np.arange(i, i + len(chunk), dtype=np.int32)
         with timer("prefill", target):
@@ -107,7 +124,7 @@ def _run(target, drafter, prompt, vocab, mem, chain, *, max_tokens, n_max, sp, d
     last = int(prompt[-1])
     n_past = n_prefill
     n_out = 0
-    n_ctx = target.n_ctx
+    n_ctx = target.n_ctx_seq  # what sequence 0 can hold (n_ctx unless the context has several streams)
     while True:
         room = min(n_ctx - n_past - 1, max_tokens - n_out - 1)
         draft = Draft(tokens=[])
@@ -154,6 +171,7 @@ def _run(target, drafter, prompt, vocab, mem, chain, *, max_tokens, n_max, sp, d
         for j, t in enumerate(committed):
             if vocab.is_eog(t):
                 committed = committed[:j + 1]
+                stats.truncate_last(j + 1)  # tokens after the EOS were accepted but are not delivered
                 finish = "eos"
                 # nothing at or after the EOS stays cached
                 eos_pos = n_past - (k + 1) + j + 1

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .._check import check_float, check_int
 from ..errors import InvalidArgumentError
 
 
@@ -31,19 +32,13 @@ class SamplingParams:
     min_p: float = 0.0
     seed: int | None = None
 
-    def __post_init__(self):
-        def bad(name, value, allowed):
-            raise InvalidArgumentError(f"{name} must be {allowed}, got {value!r}")
-        if not isinstance(self.temperature, (int, float)) or not np.isfinite(self.temperature) or self.temperature < 0:
-            bad("temperature", self.temperature, "a finite number ≥ 0 (0 = greedy)")
-        if not isinstance(self.top_k, (int, np.integer)) or self.top_k < 0:
-            bad("top_k", self.top_k, "an int ≥ 0 (0 = off)")
-        if not isinstance(self.top_p, (int, float)) or not 0.0 < self.top_p <= 1.0:
-            bad("top_p", self.top_p, "in (0, 1] (1 = off)")
-        if not isinstance(self.min_p, (int, float)) or not 0.0 <= self.min_p < 1.0:
-            bad("min_p", self.min_p, "in [0, 1) (0 = off)")
-        if self.seed is not None and (not isinstance(self.seed, (int, np.integer)) or self.seed < 0):
-            bad("seed", self.seed, "None or an int ≥ 0")
+    def __post_init__(self) -> None:
+        # wrong types raise InvalidTypeError (a bool is not a number here), wrong values InvalidArgumentError
+        check_float("temperature", self.temperature, min=0.0, what="a finite number ≥ 0 (0 = greedy)")
+        check_int("top_k", self.top_k, min=0, what="an int ≥ 0 (0 = off)")
+        check_float("top_p", self.top_p, min=0.0, max=1.0, min_open=True, what="in (0, 1] (1 = off)")
+        check_float("min_p", self.min_p, min=0.0, max=1.0, max_open=True, what="in [0, 1) (0 = off)")
+        check_int("seed", self.seed, min=0, none_ok=True, what="None or an int ≥ 0")
 
     @property
     def greedy(self) -> bool:

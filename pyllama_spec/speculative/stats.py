@@ -4,6 +4,12 @@ Conventions: a *step* is one target verify call. ``n_drafted`` counts draft toke
 verification, ``n_accepted`` those the target agreed with. Each step also commits one
 token of the target's own (the bonus), so the mean accepted length
 τ = (n_accepted + n_steps) / n_steps = tokens committed per verify step (τ = 1 without a drafter).
+
+Only delivered tokens count: when generation ends inside a step's committed tokens (an EOS,
+a stop token or the end of a stop string), :meth:`SpecStats.truncate_last` drops the tokens
+after that point, and the last counted token takes the bonus's place. So at the end
+``n_accepted + n_steps`` is exactly the number of tokens generated (the delivered ones plus
+the EOS / stop token / stop-string tokens that ended the output): ``GenerationResult.n_generated``.
 """
 from __future__ import annotations
 
@@ -50,7 +56,20 @@ class SpecStats:
             if i < n_acc:
                 self.accepted_at[i] += 1
 
-    def merge(self, other: "SpecStats") -> None:
+    def truncate_last(self, n_kept: int) -> None:
+        """Count only the first ``n_kept`` (≥ 1) of the tokens the last step committed: the
+        step's accepted length becomes ``n_kept − 1`` (no-op when it already is shorter), and
+        the per-position counts above it are taken back. Drafted counts stay (they were verified)."""
+        if not self.acceptance_lengths or n_kept < 1:
+            return
+        a = self.acceptance_lengths[-1]
+        keep = min(a, n_kept - 1)
+        for i in range(keep, a):
+            self.accepted_at[i] -= 1
+        self.n_accepted -= a - keep
+        self.acceptance_lengths[-1] = keep
+
+    def merge(self, other: SpecStats) -> None:
         """Add another run's counters to these (same n_max)."""
         self.n_steps += other.n_steps
         self.n_drafted += other.n_drafted

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 STAGES = ("tokenize", "prefill", "extract", "inject", "draft", "draft_sample", "verify", "accept",
           "rollback", "detokenize")
@@ -33,23 +34,23 @@ class StageTimer:
     stage_marks: dict = field(default_factory=dict)
     _t0: float = 0.0
     _name: str = ""
-    _ctx: object = None
+    _ctx: Any = None
 
-    def __call__(self, name: str, ctx=None):
+    def __call__(self, name: str, ctx: Any = None) -> StageTimer:
+        """Time stage ``name``; with ``ctx`` (a Context) and ``sync``, wait for its queued GPU work at the end."""
         self._name, self._ctx = name, ctx
         return self
 
-    def __enter__(self):
+    def __enter__(self) -> StageTimer:
         self._t0 = time.perf_counter()
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         if self.sync and self._ctx is not None:
             self._ctx.synchronize()
         st = self.stages.setdefault(self._name, StageTime())
         st.seconds += time.perf_counter() - self._t0
         st.count += 1
-        return False
 
     def start_wall(self) -> None:
         self._wall0 = time.perf_counter()

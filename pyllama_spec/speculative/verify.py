@@ -19,12 +19,14 @@ logits; these functions are the host path (and rejection sampling, which needs p
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from .sampling import SamplingParams, densify, filtered_rows, sample, sample_rows
 
 
-def accept_prefix(target_tokens, draft) -> tuple[int, int]:
+def accept_prefix(target_tokens: Sequence[int] | np.ndarray, draft: Sequence[int]) -> tuple[int, int]:
     """The match rule on tokens already drawn per row: ``target_tokens`` ``(n+1,)`` (one per verify
     row), ``draft`` ``n`` ids → ``(k, target_tokens[k])`` with k the length of the agreeing prefix."""
     n = len(draft)
@@ -34,18 +36,19 @@ def accept_prefix(target_tokens, draft) -> tuple[int, int]:
     return k, int(target_tokens[k])
 
 
-def verify_greedy(target_logits: np.ndarray, draft) -> tuple[int, int]:
+def verify_greedy(target_logits: np.ndarray, draft: Sequence[int]) -> tuple[int, int]:
     """Args: target_logits ``(n+1, n_vocab)``; draft: ``n`` token ids."""
     return accept_prefix(np.argmax(target_logits, axis=1), draft)
 
 
-def verify_match(target_logits: np.ndarray, draft, sp: SamplingParams, rng: np.random.Generator) -> tuple[int, int]:
+def verify_match(target_logits: np.ndarray, draft: Sequence[int], sp: SamplingParams,
+                 rng: np.random.Generator) -> tuple[int, int]:
     """Args: target_logits ``(n+1, n_vocab)``; draft: ``n`` token ids; one independent draw per row."""
     return accept_prefix(sample_rows(*filtered_rows(target_logits, sp), rng), draft)
 
 
-def verify_rejection(target_logits: np.ndarray, draft, draft_probs: np.ndarray | None, sp: SamplingParams,
-                     rng: np.random.Generator) -> tuple[int, int]:
+def verify_rejection(target_logits: np.ndarray, draft: Sequence[int], draft_probs: np.ndarray | None,
+                     sp: SamplingParams, rng: np.random.Generator) -> tuple[int, int]:
     """Args: target_logits ``(n+1, n_vocab)``; draft: ``n`` ids drawn from ``draft_probs`` ``(n, n_vocab)``,
     or None for a deterministic drafter (q one-hot at each draft token: accept with p(d), else
     draw from p without d — as likely to accept as :func:`verify_match`)."""

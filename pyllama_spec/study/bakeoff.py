@@ -6,6 +6,7 @@ import logging
 import os
 import time
 from pathlib import Path
+from typing import Any
 
 from ..errors import InvalidArgumentError
 from .machine import machine_info
@@ -19,22 +20,22 @@ log = logging.getLogger("pyllama_spec")
 SCHEMA = "pyllama_spec.bakeoff/1"
 
 
-def _specs(drafters) -> dict:
-    """``{name: spec}`` from a dict, or from ``"name=path"`` / ``"kind"`` strings (the CLI's ``-d``)."""
+def _specs(drafters: Any) -> dict[str, Any]:
+    """``{name: spec}`` from a dict, or from ``"name=path"`` / ``"name=kind:path"`` / ``"kind"`` strings
+    (the CLI's ``-d``, read as ``pyllama-spec generate`` reads it)."""
+    from ..cli import _drafter_specs
+
     if drafters is None:
         return {}
     if isinstance(drafters, dict):
         return dict(drafters)
-    out = {}
-    for item in drafters:
-        name, _, spec = str(item).partition("=")
-        out[name] = spec or name
-    return out
+    return _drafter_specs([str(item) for item in drafters])
 
 
-def bakeoff(target, drafters=None, *, n_max=(1, 2, 3, 4, 7, 15), prompts="builtin:coding-chat", turns: int | None = 4,
-            thinking=None, temperature=(0.0,), runs: int = 3, max_tokens: int = 128, native: bool = False,
-            out=None, plots: bool = True, seed: int = 0, n_ctx: int = 4096, n_gpu_layers: int = -1,
+def bakeoff(target: str | os.PathLike, drafters: Any = None, *, n_max: Any = (1, 2, 3, 4, 7, 15),
+            prompts: Any = "builtin:coding-chat", turns: int | None = 4, thinking: Any = None,
+            temperature: Any = (0.0,), runs: int = 3, max_tokens: int = 128, native: bool = False,
+            out: Any = None, plots: bool = True, seed: int = 0, n_ctx: int = 4096, n_gpu_layers: int = -1,
             progress: bool = True, verify_reps: int = 3, generator_kwargs: dict | None = None) -> dict:
     """Compare drafters on one target: every drafter × n_max × thinking × temperature, plus plain
     decoding, over a prompt set of (multi-turn) chats, ``runs`` times.
@@ -126,8 +127,8 @@ def bakeoff(target, drafters=None, *, n_max=(1, 2, 3, 4, 7, 15), prompts="builti
         verify_ms = {"plain": gen.verify_ms(max_rows, reps=verify_reps)}
         for name in gen.drafters:
             verify_ms[name] = gen.verify_ms(max_rows, drafter=name, reps=verify_reps)
-        for name in [None, *gen.drafters]:  # warm-up: first-call costs (graph reserve, page faults)
-            gen.generate("Hello", drafter=name, max_tokens=8)
+        for warm in [None, *gen.drafters]:  # warm-up: first-call costs (graph reserve, page faults)
+            gen.generate("Hello", drafter=warm, max_tokens=8)
 
         total = len(points) * runs * runner.generations_per_run
         bar = tqdm(total=total, desc="bakeoff", unit="gen", disable=not progress, dynamic_ncols=True)
@@ -173,13 +174,13 @@ def bakeoff(target, drafters=None, *, n_max=(1, 2, 3, 4, 7, 15), prompts="builti
     return results
 
 
-def write_outputs(results: dict, out, *, plots: bool = True) -> dict:
+def write_outputs(results: dict, out: Any, *, plots: bool = True) -> dict:
     """Write results.json, results.csv, REPORT.md (and the PNGs) into ``out``; returns the paths."""
     from .report import write_csv, write_report
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    paths = {"json": "results.json", "csv": "results.csv", "report": "REPORT.md"}
+    paths: dict[str, Any] = {"json": "results.json", "csv": "results.csv", "report": "REPORT.md"}
     results["outputs"] = paths
 
     def dump():

@@ -3,6 +3,7 @@ units, a title naming the model, the machine and the date, and a legend."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from .machine import machine_label
 from .summary import STEP_STAGES
@@ -17,7 +18,7 @@ def _plt():
     return plt
 
 
-def _title(ax_or_fig, what: str, results: dict, fig=False) -> None:
+def _title(ax_or_fig: Any, what: str, results: dict, fig: Any = False) -> None:
     m, model = results["machine"], results["model"]
     sub = f"{model['target_desc']} · {machine_label(m)} · {m['date'].split()[0]}"
     if fig:
@@ -26,12 +27,12 @@ def _title(ax_or_fig, what: str, results: dict, fig=False) -> None:
         ax_or_fig.set_title(f"{what}\n{sub}", fontsize=10)
 
 
-def _setting(p) -> str:
+def _setting(p: Any) -> str:
     th = {True: ", thinking on", False: ", thinking off", None: ""}[p["thinking"]]
     return f"T={p['temperature']:g}{th}"
 
 
-def _settings(points) -> list:
+def _settings(points: Any) -> list:
     return sorted({(p["temperature"], p["thinking"]) for p in points}, key=lambda k: (k[0], str(k[1])))
 
 
@@ -40,11 +41,11 @@ def _fixed(points, drafter, setting):
                    and (p["temperature"], p["thinking"]) == setting], key=lambda p: p["n_max"])
 
 
-def _drafters(points) -> list:
+def _drafters(points: Any) -> list:
     return sorted({p["drafter"] for p in points if p["drafter"]})
 
 
-def acceptance_per_position(results, out: Path, plt) -> Path | None:
+def acceptance_per_position(results: Any, out: Path, plt: Any) -> Path | None:
     pts = results["points"]
     drafters = _drafters(pts)
     if not drafters:
@@ -69,7 +70,7 @@ def acceptance_per_position(results, out: Path, plt) -> Path | None:
     return path
 
 
-def speed_and_tau(results, out: Path, plt) -> Path | None:
+def speed_and_tau(results: Any, out: Path, plt: Any) -> Path | None:
     from matplotlib.lines import Line2D
 
     pts = results["points"]
@@ -130,7 +131,7 @@ def speed_and_tau(results, out: Path, plt) -> Path | None:
     return path
 
 
-def stage_time(results, out: Path, plt) -> Path:
+def stage_time(results: Any, out: Path, plt: Any) -> Path:
     pts = [p for p in results["points"] if (p["temperature"], p["thinking"]) == _settings(results["points"])[0]]
     pts = sorted(pts, key=lambda p: (p["drafter"] is not None, p["drafter"] or "",
                                      isinstance(p["n_max"], str), p["n_max"] if isinstance(p["n_max"], int) else 0))
@@ -160,7 +161,7 @@ def stage_time(results, out: Path, plt) -> Path:
     return path
 
 
-def memory(results, out: Path, plt) -> Path:
+def memory(results: Any, out: Path, plt: Any) -> Path:
     mem = results["memory"]
     comps = [("target", mem["target"])] + [(n, d) for n, d in mem["drafters"].items()]
     fig, ax = plt.subplots(figsize=(max(5, 1.6 * len(comps) + 2), 4.4))
@@ -185,7 +186,7 @@ def memory(results, out: Path, plt) -> Path:
     return path
 
 
-def depth(results, out: Path, plt) -> Path | None:
+def depth(results: Any, out: Path, plt: Any) -> Path | None:
     pts = results["points"]
     if max((len(p["by_turn"]) for p in pts), default=0) < 2:
         return None
@@ -220,7 +221,7 @@ def depth(results, out: Path, plt) -> Path | None:
     return path
 
 
-def thinking(results, out: Path, plt) -> Path | None:
+def thinking(results: Any, out: Path, plt: Any) -> Path | None:
     pts = results["points"]
     values = sorted({p["thinking"] for p in pts if p["thinking"] is not None})
     if len(values) < 2:
@@ -253,7 +254,7 @@ def thinking(results, out: Path, plt) -> Path | None:
     return path
 
 
-def draw_all(results: dict, out) -> list[Path]:
+def draw_all(results: dict, out: Any) -> list[Path]:
     """Every plot that the results have data for; returns the files written."""
     plt = _plt()
     out = Path(out)

@@ -24,6 +24,7 @@ import json
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 from ..errors import InvalidArgumentError
 
@@ -54,7 +55,7 @@ class Conversation:
         return msgs
 
 
-def _parse(obj, where: str) -> Conversation:
+def _parse(obj: Any, where: str) -> Conversation:
     if not isinstance(obj, dict):
         raise InvalidArgumentError(f"{where}: expected a JSON object, got {type(obj).__name__}")
     cid = str(obj.get("id", where))
@@ -99,7 +100,7 @@ def parse_jsonl(text: str, source: str = "prompts") -> list[Conversation]:
     return out
 
 
-def load_prompts(spec) -> list[Conversation]:
+def load_prompts(spec: Any) -> list[Conversation]:
     """``"builtin:NAME"``, a ``.jsonl`` path, or a list of :class:`Conversation` / strings (one turn each).
 
     Raises:
@@ -113,7 +114,7 @@ def load_prompts(spec) -> list[Conversation]:
         if name not in BUILTIN:
             raise InvalidArgumentError(f"unknown built-in prompt set {name!r}; known: "
                                        + ", ".join(f"builtin:{b}" for b in BUILTIN))
-        text = resources.files("pyllama_spec").joinpath("data", "prompts", f"{name}.jsonl").read_text("utf-8")
+        text = (resources.files("pyllama_spec") / "data" / "prompts" / f"{name}.jsonl").read_text("utf-8")
         return parse_jsonl(text, spec)
     path = Path(spec)
     if not path.is_file():

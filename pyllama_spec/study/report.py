@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import json
+from typing import Any
 
 from .machine import machine_label
 from .summary import STEP_STAGES
@@ -21,7 +22,7 @@ def _cell(v):
     return json.dumps(v) if isinstance(v, (list, dict)) else v
 
 
-def write_csv(results: dict, path) -> None:
+def write_csv(results: dict, path: Any) -> None:
     """results.csv: one row per configuration (the point columns, stage ms per step, per-position
     acceptance); runs.csv beside it: one row per generation."""
     pts = results["points"]
@@ -51,18 +52,18 @@ def _f(v, fmt="{:.2f}", none="–"):
     return fmt.format(v)
 
 
-def _table(header, rows) -> list[str]:
+def _table(header: Any, rows: Any) -> list[str]:
     out = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     out += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
     return out + [""]
 
 
-def _setting(p) -> str:
+def _setting(p: Any) -> str:
     th = {True: "thinking on", False: "thinking off", None: ""}[p["thinking"]]
     return f"T={p['temperature']:g}" + (f", {th}" if th else "")
 
 
-def _name(p) -> str:
+def _name(p: Any) -> str:
     return p["drafter"] or "plain"
 
 
@@ -72,7 +73,7 @@ def _order(points):
                                          if isinstance(p["n_max"], int) else 0))
 
 
-def _drafted_positions(p) -> int:
+def _drafted_positions(p: Any) -> int:
     """How many draft positions the point's steps used (an "auto" ceiling can lie far beyond them)."""
     if p["n_max"] != "auto":
         return len(p["accepted_per_position"])
@@ -80,7 +81,7 @@ def _drafted_positions(p) -> int:
     return max(counts, default=0)
 
 
-def write_report(results: dict, path) -> None:
+def write_report(results: dict, path: Any) -> None:
     """REPORT.md from a results dict."""
     m, s, model = results["machine"], results["settings"], results["model"]
     pts = _order(results["points"])
@@ -147,16 +148,18 @@ def write_report(results: dict, path) -> None:
           "After prefill; `other` = Python glue between stages. ms/step × steps = generation time.", ""]
     L += _table(["setting", "drafter", "n_max"] + list(STEP_STAGES) + ["total"],
                 [[_setting(p), _name(p), p["n_max"] if p["drafter"] else "–"]
-                 + [_f(p["stages_ms_per_step"].get(k), "{:.3f}") for k in STEP_STAGES] + [_f(p["ms_per_step"], "{:.3f}")]
+                 + [_f(p["stages_ms_per_step"].get(k), "{:.3f}") for k in STEP_STAGES]
+                 + [_f(p["ms_per_step"], "{:.3f}")]
                  for p in pts])
 
     turns = max((len(p["by_turn"]) for p in pts), default=0)
     if turns > 1:
         L += ["## Per turn (context depth)", "",
               "Turn t's prompt holds the earlier turns and answers. Cells: generation tok/s / τ / acceptance.", ""]
-        L += _table(["setting", "drafter", "n_max", "prompt tok/s"] + [f"turn {t + 1} (≈{int(p0)} tok)" for t, p0 in
-                                                                     enumerate(b["n_prompt_mean"] for b in pts[0]["by_turn"])],
-                    [[_setting(p), _name(p), p["n_max"] if p["drafter"] else "–", _f(p["prompt_tokens_per_s"], "{:.0f}")]
+        cols = [f"turn {t + 1} (≈{int(p0)} tok)" for t, p0 in enumerate(b["n_prompt_mean"] for b in pts[0]["by_turn"])]
+        L += _table(["setting", "drafter", "n_max", "prompt tok/s"] + cols,
+                    [[_setting(p), _name(p), p["n_max"] if p["drafter"] else "–",
+                      _f(p["prompt_tokens_per_s"], "{:.0f}")]
                      + [f"{_f(b['tokens_per_s'], '{:.1f}')} / {_f(b['tau'])} / {_f(b['acceptance'], '{:.0%}')}"
                         for b in p["by_turn"]] for p in pts])
 

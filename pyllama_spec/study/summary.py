@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import statistics
 from collections import Counter
+from typing import Any
 
 from ..speculative.costmodel import CostModel, Measured
 
@@ -56,7 +57,7 @@ def measured(runs: list[dict]) -> Measured:
                     stage_ms=stages)
 
 
-def _key(r) -> tuple:
+def _key(r: Any) -> tuple:
     return (r["drafter"], r["n_max"], r["temperature"], r["thinking"])
 
 
@@ -86,7 +87,7 @@ def summarize_points(runs: list[dict]) -> list[dict]:
     for key, rs in groups.items():
         row = {"drafter": key[0], "kind": rs[0]["kind"], "n_max": key[1], "temperature": key[2], "thinking": key[3],
                "n_runs": len({r["run"] for r in rs}), **_pooled(rs)}
-        per_run = {}
+        per_run: dict[int, list[dict]] = {}
         for r in rs:
             per_run.setdefault(r["run"], []).append(r)
         speeds = [sum(x["n_generated"] for x in v) / sum(x["generation_s"] for x in v) for v in per_run.values()]
@@ -96,7 +97,7 @@ def summarize_points(runs: list[dict]) -> list[dict]:
         for r in rs:
             counts.update({int(k): v for k, v in r["draft_length_counts"].items()})
         row["draft_length_counts"] = {str(k): v for k, v in sorted(counts.items())}
-        by_turn = {}
+        by_turn: dict[int, list[dict]] = {}
         for r in rs:
             by_turn.setdefault(r["turn"], []).append(r)
         row["by_turn"] = [{"turn": t, "n_prompt_mean": statistics.mean(x["n_prompt"] for x in v),
@@ -108,7 +109,8 @@ def summarize_points(runs: list[dict]) -> list[dict]:
             "tokens_per_s": statistics.mean(x["tokens_per_s"] for x in nat if x["tokens_per_s"] is not None)
             if any(x["tokens_per_s"] is not None for x in nat) else None,
             "acceptance": (sum(x["n_accept"] or 0 for x in nat) / sum(x["n_drafted"] for x in nat)
-                           if all(x["n_drafted"] is not None for x in nat) and sum(x["n_drafted"] for x in nat) else None),
+                           if all(x["n_drafted"] is not None for x in nat) and sum(x["n_drafted"] for x in nat)
+                           else None),
             "same_tokens": sum(x["same_tokens"] for x in nat) / len(nat), "n": len(nat)}
         points.append(row)
     for p in points:  # speed-up against plain decoding in the same setting

@@ -10,10 +10,11 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import dataclass
+from typing import Any
 
 from ..errors import InvalidArgumentError
 from ..speculative.config import AUTO
-from .prompts import Conversation, load_prompts
+from .prompts import Conversation
 
 log = logging.getLogger("pyllama_spec")
 
@@ -35,7 +36,7 @@ class Point:
         return "plain" if self.drafter is None else f"{self.drafter} n_max={self.n_max}"
 
 
-def native_spec_type(drafter) -> str | None:
+def native_spec_type(drafter: Any) -> str | None:
     """llama.cpp's ``--spec-type`` reproducing this drafter, or None (no equivalent program mode).
 
     A drafter may name it (``native_spec_type`` attribute); else its kind when llama.cpp knows
@@ -49,7 +50,7 @@ def native_spec_type(drafter) -> str | None:
     return f"draft-{drafter.kind}" if f"draft-{drafter.kind}" in LLAMA_SPEC_TYPES else None
 
 
-def drafter_file(gen, name: str, spec) -> str | None:
+def drafter_file(gen: Any, name: str, spec: Any) -> str | None:
     """The drafter's model file (the spec when it is a file, else its model's path), or None."""
     if isinstance(spec, (str, os.PathLike)) and os.path.isfile(spec):
         return os.fspath(spec)
@@ -57,7 +58,7 @@ def drafter_file(gen, name: str, spec) -> str | None:
     return os.fspath(model.path) if model is not None and hasattr(model, "path") else None
 
 
-def thinking_effect(gen) -> bool:
+def thinking_effect(gen: Any) -> bool:
     """Whether the target's chat template reads ``enable_thinking`` (renders differently on/off)."""
     from ..chat import render_chat
 
@@ -71,7 +72,7 @@ def thinking_effect(gen) -> bool:
         return False
 
 
-def make_points(gen, n_max_values, temperatures, thinking_values) -> tuple[list[Point], list[str]]:
+def make_points(gen: Any, n_max_values: Any, temperatures: Any, thinking_values: Any) -> tuple[list[Point], list[str]]:
     """Plain + every drafter × n_max (clamped to what the drafter can make, duplicates dropped), for
     each temperature and thinking value. Returns the points and notes about clamping."""
     notes, points = [], []
@@ -92,7 +93,7 @@ def make_points(gen, n_max_values, temperatures, thinking_values) -> tuple[list[
     return points, notes
 
 
-def parse_thinking(values) -> list:
+def parse_thinking(values: Any) -> list:
     """``"on"/"off"/True/False/None`` (or a comma list) → ``[True, False, None]`` values."""
     if values is None:
         return [None]
@@ -109,11 +110,11 @@ def parse_thinking(values) -> list:
     return list(dict.fromkeys(out))
 
 
-def parse_n_max(values) -> list:
+def parse_n_max(values: Any) -> list[int | str]:
     """Ints ≥ 1 and ``"auto"`` (or a comma list of them)."""
     if isinstance(values, (int, str)):
         values = str(values).split(",")
-    out = []
+    out: list[int | str] = []
     for v in values:
         if str(v).strip() == AUTO:
             out.append(AUTO)
@@ -133,8 +134,9 @@ def parse_n_max(values) -> list:
 class Runner:
     """Runs the points over the conversations; ``on_generation`` is called after each generation."""
 
-    def __init__(self, gen, conversations: list[Conversation], *, turns: int | None, max_tokens: int, seed: int,
-                 native: bool, drafter_files: dict, n_ctx: int, n_gpu_layers: int, on_generation=None):
+    def __init__(self, gen: Any, conversations: list[Conversation], *, turns: int | None, max_tokens: int, seed: int,
+                 native: bool, drafter_files: dict, n_ctx: int, n_gpu_layers: int,
+                 on_generation: Any = None) -> None:
         self.gen, self.max_tokens, self.seed = gen, max_tokens, seed
         self.convs = [Conversation(c.id, c.turns[:turns] if turns else c.turns, c.system, c.raw) for c in conversations]
         self.native, self.drafter_files, self.n_ctx, self.n_gpu_layers = native, drafter_files, n_ctx, n_gpu_layers
@@ -179,7 +181,7 @@ class Runner:
                 self.on_generation(point, rec)
         return out
 
-    def _native(self, point: Point, res) -> dict | None:
+    def _native(self, point: Point, res: Any) -> dict | None:
         plan = self.native_plan(point)
         if plan is None:
             return None

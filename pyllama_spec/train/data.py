@@ -30,7 +30,8 @@ import numpy as np
 
 LANGS = ["Python", "JavaScript", "TypeScript", "C", "C++", "Rust", "Go", "Java", "Bash", "SQL", "Ruby", "Kotlin"]
 TASKS = [
-    "a function that reverses a string", "a debounce function", "a throttle function", "binary search over a sorted array",
+    "a function that reverses a string", "a debounce function", "a throttle function",
+    "binary search over a sorted array",
     "a function that checks whether a number is prime", "FizzBuzz", "a linked list with push and pop",
     "a function that merges two sorted lists", "quicksort", "a function that counts word frequencies in a text",
     "a stack class", "a queue implemented with two stacks", "a function that flattens a nested list",
@@ -98,7 +99,8 @@ def chat_prompts(n: int, seed: int = 0, snippets: list | None = None) -> list:
     """``n`` distinct chat prompts (``[{"role": "user", "content": ...}]``) from the templates;
     ``snippets`` (source code strings) feed the explain / review templates."""
     rng = random.Random(seed)
-    out, seen = [], set()
+    out: list = []
+    seen: set = set()
     tries = 0
     while len(out) < n:
         tries += 1
@@ -153,7 +155,8 @@ def code_prompts(n: int, seed: int = 0, chunk_chars: int = 600, root=None) -> li
             texts.append(text)
         if len(texts) >= n:
             break
-    out, seen = [], set()
+    out: list = []
+    seen: set = set()
     for _ in range(20 * n):
         if len(out) >= n or not texts:
             break

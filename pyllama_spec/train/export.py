@@ -1,10 +1,20 @@
-"""Export a trained drafter: an HF-format DFlash checkpoint and a GGUF for the pinned llama.cpp.
+"""Export a trained drafter as a GGUF for the pinned llama.cpp (and DFlash also as an HF checkpoint).
 
-The HF folder holds ``config.json`` (``architectures: ["DFlashDraftModel"]`` with a
+GGUFs are written directly with gguf-py, the tokenizer metadata copied from the target's GGUF, so
+no HF target folder is needed (llama.cpp's converter requires one). One writer per kind, each
+following llama.cpp's loader for that architecture:
+
+* ``dflash`` (``src/models/dflash.cpp``): :func:`pyllama_spec.fixtures.write_dflash_gguf`;
+* ``eagle3`` (``src/models/eagle3.cpp``; metadata as ``conversion/llama.py`` writes it):
+  ``eagle3.target_layers`` (3 layer-input ids), ``eagle3.target_hidden_size``,
+  ``eagle3.norm_before_residual``; tensors ``fc``, ``blk.0.{attn_norm, attn_norm_2, attn_q/k/v,
+  attn_output, ffn_norm, ffn_gate/up/down}``, ``output_norm`` and, with a draft vocabulary of its
+  own, ``output`` + ``d2t`` (int64, absolute target token ids);
+* ``draft``: a plain ``llama`` / ``qwen3`` model (``output.weight`` only when not tied, as the target).
+
+The DFlash HF folder holds ``config.json`` (``architectures: ["DFlashDraftModel"]`` with a
 ``dflash_config``: block size, target layer ids in HF counting, mask token) and
-``model.safetensors`` with the z-lab parameter names. The GGUF is written directly with
-gguf-py, tokenizer metadata copied from the target's GGUF — so no HF target folder is needed
-(llama.cpp's converter requires one).
+``model.safetensors`` with the z-lab parameter names.
 """
 from __future__ import annotations
 
@@ -13,11 +23,12 @@ from pathlib import Path
 
 import numpy as np
 
-from ..fixtures import write_dflash_gguf
-from .model import DFlashConfig, DFlashDrafter
+from ..fixtures import _copy_tokenizer, write_dflash_gguf
+
+QUANTS = ("f32", "f16", "q8_0")
 
 # ours -> (GGUF name, HF name), per layer where {i} appears
-_NAMES = {
+_DFLASH_NAMES = {
     "fc.weight": ("fc.weight", "fc.weight"),
     "enc_norm.weight": ("enc.output_norm.weight", "hidden_norm.weight"),
     "out_norm.weight": ("output_norm.weight", "norm.weight"),
@@ -33,28 +44,40 @@ _NAMES = {
     "layers.{i}.up.weight": ("blk.{i}.ffn_up.weight", "layers.{i}.mlp.up_proj.weight"),
     "layers.{i}.down.weight": ("blk.{i}.ffn_down.weight", "layers.{i}.mlp.down_proj.weight"),
 }
+_EAGLE3_NAMES = {
+    "fc.weight": "fc.weight", "attn_norm.weight": "blk.0.attn_norm.weight",
+    "hidden_norm.weight": "blk.0.attn_norm_2.weight", "q.weight": "blk.0.attn_q.weight",
+    "k.weight": "blk.0.attn_k.weight", "v.weight": "blk.0.attn_v.weight", "o.weight": "blk.0.attn_output.weight",
+    "ffn_norm.weight": "blk.0.ffn_norm.weight", "gate.weight": "blk.0.ffn_gate.weight",
+    "up.weight": "blk.0.ffn_up.weight", "down.weight": "blk.0.ffn_down.weight",
+    "out_norm.weight": "output_norm.weight", "lm_head": "output.weight",
+}
 
 
-def _arrays(model: DFlashDrafter) -> dict:
+def _state(model) -> dict:
+    return {k: v.detach().float().cpu().numpy() for k, v in model.state_dict().items()}
+
+
+def _dflash_arrays(model) -> dict:
     out = {}
-    sd = {k: v.detach().float().cpu().numpy() for k, v in model.state_dict().items()}
-    for ours, arr in sd.items():
+    for ours, arr in _state(model).items():
         parts = ours.split(".")
         key = ours if parts[0] != "layers" else ".".join(["layers", "{i}", *parts[2:]])
         i = parts[1] if parts[0] == "layers" else None
-        gg, hf = _NAMES[key]
+        gg, hf = _DFLASH_NAMES[key]
         out[ours] = (gg.format(i=i), hf.format(i=i), arr)
     return out
 
 
-def export_hf(model: DFlashDrafter, out_dir, *, extra: dict | None = None) -> Path:
-    """Write ``config.json`` + ``model.safetensors`` (z-lab names) into ``out_dir``."""
+def export_hf(model, out_dir, *, extra: dict | None = None) -> Path:
+    """Write a DFlash drafter's ``config.json`` + ``model.safetensors`` (z-lab names) into ``out_dir``."""
     from safetensors.numpy import save_file
 
-    c: DFlashConfig = model.c
+    c = model.c
     d = Path(out_dir)
     d.mkdir(parents=True, exist_ok=True)
-    save_file({hf: np.ascontiguousarray(a) for _, hf, a in _arrays(model).values()}, str(d / "model.safetensors"))
+    save_file({hf: np.ascontiguousarray(a) for _, hf, a in _dflash_arrays(model).values()},
+              str(d / "model.safetensors"))
     cfg = {
         "architectures": ["DFlashDraftModel"], "model_type": "qwen3",
         "hidden_size": c.n_embd, "num_hidden_layers": c.n_layer, "num_attention_heads": c.n_head,
@@ -70,14 +93,120 @@ def export_hf(model: DFlashDrafter, out_dir, *, extra: dict | None = None) -> Pa
     return d
 
 
-def export_gguf(model: DFlashDrafter, path, *, target, quant: str = "q8_0", name: str = "DFlash drafter") -> dict:
-    """Write the drafter as a GGUF for the pinned llama.cpp (``quant``: f32, f16 or q8_0)."""
-    c: DFlashConfig = model.c
-    weights = {gg: a for gg, _, a in _arrays(model).values()}
+def export_dflash_gguf(model, path, *, target, quant: str = "q8_0", name: str = "DFlash drafter") -> dict:
+    """Write a DFlash drafter (:class:`.model.DFlashModel`) as a GGUF (``quant``: f32, f16 or q8_0)."""
+    c = model.c
+    weights = {gg: a for gg, _, a in _dflash_arrays(model).values()}
     return write_dflash_gguf(path, target=target, weights=weights, n_layer=c.n_layer, n_head=c.n_head,
                              n_head_kv=c.n_head_kv, head_dim=c.head_dim, n_ff=c.n_ff, block_size=c.block_size,
                              target_layers=c.target_layer_ids, mask_token_id=c.mask_token_id, rms_eps=c.rms_eps,
                              quant=quant, name=name)
 
 
-__all__ = ["export_hf", "export_gguf"]
+def _writer(path, arch: str, *, target, name: str, c, n_layer: int, quant: str):
+    """A GGUFWriter with the hyperparameters every llama.cpp architecture reads, and the target's
+    tokenizer (the drafter shares the target's vocabulary)."""
+    import gguf
+
+    if quant not in QUANTS:
+        raise ValueError(f"quant must be one of {QUANTS}, got {quant!r}")
+    w = gguf.GGUFWriter(str(path), arch)
+    w.add_name(name)
+    w.add_context_length(c.n_ctx)
+    w.add_embedding_length(c.n_embd)
+    w.add_feed_forward_length(c.n_ff)
+    w.add_block_count(n_layer)
+    w.add_head_count(c.n_head)
+    w.add_head_count_kv(c.n_head_kv)
+    w.add_key_length(c.head_dim)
+    w.add_value_length(c.head_dim)
+    w.add_rope_dimension_count(c.head_dim)
+    w.add_rope_freq_base(float(c.rope_base))
+    w.add_layer_norm_rms_eps(float(c.rms_eps))
+    w.add_vocab_size(c.n_vocab)
+    w.add_file_type({"f32": gguf.LlamaFileType.ALL_F32, "f16": gguf.LlamaFileType.MOSTLY_F16,
+                     "q8_0": gguf.LlamaFileType.MOSTLY_Q8_0}[quant])
+    _copy_tokenizer(w, target)
+    return w
+
+
+def _add_tensor(w, name: str, arr: np.ndarray, quant: str) -> None:
+    """Norms and vectors stay f32; matrices in ``quant`` (q8_0 needs rows of a multiple of 32:
+    others fall back to f16)."""
+    import gguf
+
+    arr = np.ascontiguousarray(arr, dtype=np.float32)
+    if arr.ndim == 1 or quant == "f32":
+        w.add_tensor(name, arr)
+    elif quant == "f16" or arr.shape[-1] % 32:
+        w.add_tensor(name, arr.astype(np.float16))
+    else:
+        q = gguf.quants.quantize(arr, gguf.GGMLQuantizationType.Q8_0)
+        w.add_tensor(name, q, raw_shape=q.shape, raw_dtype=gguf.GGMLQuantizationType.Q8_0)
+
+
+def _close(w) -> None:
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def export_eagle3_gguf(model, path, *, target, quant: str = "q8_0", name: str = "EAGLE-3 head") -> dict:
+    """Write an EAGLE-3 head (:class:`.eagle3.Eagle3Model`) as the ``eagle3`` GGUF llama.cpp loads.
+
+    Returns:
+        ``{"target_layers", "draft_vocab"}``.
+    """
+    c = model.c
+    w = _writer(path, "eagle3", target=target, name=name, c=c, n_layer=1, quant=quant)
+    w.add_array("eagle3.target_layers", [int(i) for i in c.target_layer_ids])
+    w.add_uint32("eagle3.target_hidden_size", c.n_embd)
+    w.add_bool("eagle3.norm_before_residual", False)
+    w.add_bool("eagle3.norm_before_fc", False)
+    state = _state(model)
+    for ours, gg in _EAGLE3_NAMES.items():
+        if ours in state:
+            _add_tensor(w, gg, state[ours], quant)
+    if c.draft_vocab:
+        w.add_tensor("d2t", np.asarray(c.d2t, dtype=np.int64))
+    _close(w)
+    return {"target_layers": list(c.target_layer_ids), "draft_vocab": c.draft_vocab}
+
+
+def export_draft_gguf(model, path, *, target, quant: str = "q8_0", name: str = "draft model") -> dict:
+    """Write a draft model (:class:`.draft_lm.DraftLM`) as a normal ``llama`` / ``qwen3`` GGUF, for
+    llama.cpp's ``draft-simple`` speculation.
+
+    Returns:
+        ``{"arch", "n_layer", "n_embd"}``.
+    """
+    from .draft_lm import _LAYER_NAMES
+
+    c = model.c
+    w = _writer(path, c.arch, target=target, name=name, c=c, n_layer=c.n_layer, quant=quant)
+    state = _state(model)
+    _add_tensor(w, "token_embd.weight", state.pop("tok_embd"), quant)
+    _add_tensor(w, "output_norm.weight", state.pop("out_norm.weight"), quant)
+    if "head" in state:
+        _add_tensor(w, "output.weight", state.pop("head"), quant)
+    for key, arr in state.items():
+        _, i, rest = key.split(".", 2)  # layers.{i}.<param>
+        _add_tensor(w, f"blk.{i}.{_LAYER_NAMES[rest]}.weight", arr, quant)
+    _close(w)
+    return {"arch": c.arch, "n_layer": c.n_layer, "n_embd": c.n_embd}
+
+
+def export_gguf(model, path, *, target, quant: str = "q8_0", name: str | None = None) -> dict:
+    """Write any trained drafter as its GGUF (dispatch on the model's class)."""
+    from .draft_lm import DraftLM
+    from .eagle3 import Eagle3Model
+
+    if isinstance(model, Eagle3Model):
+        return export_eagle3_gguf(model, path, target=target, quant=quant, name=name or "EAGLE-3 head")
+    if isinstance(model, DraftLM):
+        return export_draft_gguf(model, path, target=target, quant=quant, name=name or "draft model")
+    return export_dflash_gguf(model, path, target=target, quant=quant, name=name or "DFlash drafter")
+
+
+__all__ = ["export_hf", "export_gguf", "export_dflash_gguf", "export_eagle3_gguf", "export_draft_gguf", "QUANTS"]

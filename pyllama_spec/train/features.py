@@ -67,7 +67,7 @@ def extract(target_path, sequences: list, layer_ids: list, *, n_gpu_layers: int 
             feats[i] = np.concatenate(parts, axis=0)
             i += 1
         else:
-            group = []
+            group: list = []
             n = 0
             while (i < len(sequences) and len(group) < n_pack and
                    n + len(sequences[i]["tokens"]) <= n_batch):

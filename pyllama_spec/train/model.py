@@ -14,6 +14,7 @@ Reference: Chen et al. 2026, arXiv 2602.06036; z-lab ``dflash/model.py``. RoPE i
 from __future__ import annotations
 
 import math
+import typing
 from dataclasses import asdict, dataclass
 
 import torch
@@ -42,7 +43,7 @@ class DFlashConfig:
         return asdict(self)
 
     @classmethod
-    def for_target(cls, info, n_vocab: int, **kwargs) -> "DFlashConfig":
+    def for_target(cls, info, n_vocab: int, **kwargs) -> DFlashConfig:
         """A drafter shaped like the target whose GGUF header is ``info`` (:class:`GGUFInfo`): same
         hidden size (llama.cpp's DFlash graph requires it), heads, FFN width, RoPE base and context."""
         a = info.arch
@@ -67,14 +68,29 @@ class RMSNorm(nn.Module):
         return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)).to(x.dtype) * self.weight
 
 
-def rope(x, pos, base: float):
-    """NeoX RoPE. x: (B, H, T, D), pos: (B, T) int."""
+def _angles(x, pos, base: float):
     d = x.shape[-1]
     inv = 1.0 / (base ** (torch.arange(0, d, 2, device=x.device, dtype=torch.float32) / d))
     ang = pos.float()[:, None, :, None] * inv  # (B, 1, T, D/2)
-    cos, sin = ang.cos().to(x.dtype), ang.sin().to(x.dtype)
+    return ang.cos().to(x.dtype), ang.sin().to(x.dtype)
+
+
+def rope(x, pos, base: float):
+    """NeoX RoPE (llama.cpp ``LLAMA_ROPE_TYPE_NEOX``: dimension i pairs with i + D/2).
+    x: (B, H, T, D), pos: (B, T) int."""
+    d = x.shape[-1]
+    cos, sin = _angles(x, pos, base)
     x1, x2 = x[..., : d // 2], x[..., d // 2:]
     return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
+
+
+def rope_norm(x, pos, base: float):
+    """Normal RoPE (llama.cpp ``LLAMA_ROPE_TYPE_NORM``, used by llama and EAGLE-3 GGUFs: dimension
+    2i pairs with 2i + 1; HF checkpoints reach this layout through the converter's q/k permutation).
+    x: (B, H, T, D), pos: (B, T) int."""
+    cos, sin = _angles(x, pos, base)
+    x1, x2 = x[..., 0::2], x[..., 1::2]
+    return torch.stack([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1).flatten(-2)
 
 
 class Layer(nn.Module):
@@ -120,9 +136,11 @@ class Layer(nn.Module):
         return h + self.down(F.silu(self.gate(x)) * self.up(x))
 
 
-class DFlashDrafter(nn.Module):
-    """The trainable part of a DFlash drafter; the target's token embedding and output head
-    are frozen buffers passed in (``tok_embd``, ``head``: ``(n_vocab, n_embd)``)."""
+class DFlashModel(nn.Module):
+    """The DFlash drafter network in PyTorch, for training (the inference-time drafter is
+    :class:`pyllama_spec.speculative.drafters.dflash.DFlashDrafter`, which runs the exported GGUF
+    in llama.cpp). The trainable part; the target's token embedding and output head are frozen
+    buffers passed in (``tok_embd``, ``head``: ``(n_vocab, n_embd)``)."""
 
     def __init__(self, c: DFlashConfig, tok_embd: torch.Tensor, head: torch.Tensor):
         super().__init__()
@@ -132,6 +150,8 @@ class DFlashDrafter(nn.Module):
         self.enc_norm = RMSNorm(c.n_embd, c.rms_eps)
         self.layers = nn.ModuleList(Layer(c) for _ in range(c.n_layer))
         self.out_norm = RMSNorm(c.n_embd, c.rms_eps)
+        self.tok_embd: torch.Tensor
+        self.head: torch.Tensor
         self.register_buffer("tok_embd", tok_embd, persistent=False)
         self.register_buffer("head", head, persistent=False)
         self.reset_parameters()
@@ -154,7 +174,7 @@ class DFlashDrafter(nn.Module):
         """
         g = self.enc_norm(self.fc(feats))
         h = F.embedding(block_tokens, self.tok_embd).to(g.dtype)
-        for layer in self.layers:
+        for layer in typing.cast("list[Layer]", self.layers):
             k_ctx, v_ctx = layer.ctx_kv(g, ctx_pos)
             h = layer(h, block_pos, k_ctx, v_ctx, mask)
         return self.out_norm(h)
@@ -163,4 +183,4 @@ class DFlashDrafter(nn.Module):
         return h @ self.head.to(h.dtype).T
 
 
-__all__ = ["DFlashConfig", "DFlashDrafter"]
+__all__ = ["DFlashConfig", "DFlashModel", "RMSNorm", "rope", "rope_norm"]

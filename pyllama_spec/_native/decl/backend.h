@@ -13,6 +13,9 @@ const char * ggml_backend_dev_name(ggml_backend_dev_t device);
 const char * ggml_backend_dev_description(ggml_backend_dev_t device);
 void ggml_backend_dev_memory(ggml_backend_dev_t device, size_t * free, size_t * total);
 enum ggml_backend_dev_type ggml_backend_dev_type(ggml_backend_dev_t device);
+ggml_backend_reg_t ggml_backend_dev_backend_reg(ggml_backend_dev_t device);
+const char * ggml_backend_reg_name(ggml_backend_reg_t reg);
+bool llama_supports_rpc(void);
 
 extern "Python" void _pyls_log_callback(enum ggml_log_level, const char *, void *);
 extern "Python" bool _pyls_progress_callback(float, void *);

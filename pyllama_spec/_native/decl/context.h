@@ -9,6 +9,7 @@ struct llama_context_params {
     uint32_t n_outputs_max_per_seq;
     int32_t  n_threads;
     int32_t  n_threads_batch;
+    enum llama_context_type ctx_type;
     enum llama_pooling_type pooling_type;
     enum llama_flash_attn_type flash_attn_type;
     enum ggml_type type_k;
@@ -39,6 +40,7 @@ struct llama_context * llama_init_from_model(struct llama_model * model, struct 
 void llama_free(struct llama_context * ctx);
 
 uint32_t llama_n_ctx(const struct llama_context * ctx);
+uint32_t llama_n_ctx_seq(const struct llama_context * ctx);
 uint32_t llama_n_batch(const struct llama_context * ctx);
 uint32_t llama_n_ubatch(const struct llama_context * ctx);
 uint32_t llama_n_seq_max(const struct llama_context * ctx);

@@ -12,6 +12,7 @@ struct llama_model_params {
     bool check_tensors;
     bool use_extra_bufts;
     bool no_host;
+    bool load_mtp;
     ...;
 };
 
@@ -24,6 +25,8 @@ enum llama_rope_type llama_model_rope_type(const struct llama_model * model);
 int32_t llama_model_n_ctx_train(const struct llama_model * model);
 int32_t llama_model_n_embd(const struct llama_model * model);
 int32_t llama_model_n_embd_inp(const struct llama_model * model);
+int32_t llama_model_n_embd_out(const struct llama_model * model);
+int32_t llama_model_n_layer_nextn(const struct llama_model * model);
 int32_t llama_model_n_layer(const struct llama_model * model);
 int32_t llama_model_n_head(const struct llama_model * model);
 int32_t llama_model_n_head_kv(const struct llama_model * model);

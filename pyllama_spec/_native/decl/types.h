@@ -10,6 +10,7 @@ typedef int32_t llama_token;
 typedef int32_t llama_seq_id;
 typedef struct ggml_backend_device * ggml_backend_dev_t;
 typedef struct ggml_backend_buffer_type * ggml_backend_buffer_type_t;
+typedef struct ggml_backend_reg * ggml_backend_reg_t;
 
 #define LLAMA_DEFAULT_SEED ...
 #define LLAMA_TOKEN_NULL ...
@@ -26,10 +27,11 @@ enum llama_rope_type { LLAMA_ROPE_TYPE_NONE, LLAMA_ROPE_TYPE_NORM, LLAMA_ROPE_TY
                        LLAMA_ROPE_TYPE_MROPE, ... };
 enum llama_load_mode { LLAMA_LOAD_MODE_AUTO, LLAMA_LOAD_MODE_NONE, LLAMA_LOAD_MODE_MMAP, ... };
 enum llama_process_type { LLAMA_PROCESS_TYPE_ENCODE, LLAMA_PROCESS_TYPE_DECODE, ... };
+enum llama_context_type { LLAMA_CONTEXT_TYPE_DEFAULT, LLAMA_CONTEXT_TYPE_MTP, ... };
 enum llama_vocab_type { LLAMA_VOCAB_TYPE_NONE, LLAMA_VOCAB_TYPE_SPM, LLAMA_VOCAB_TYPE_BPE, ... };
 enum llama_token_attr { LLAMA_TOKEN_ATTR_CONTROL, ... };
 enum ggml_backend_dev_type { GGML_BACKEND_DEVICE_TYPE_CPU, GGML_BACKEND_DEVICE_TYPE_GPU,
-                             GGML_BACKEND_DEVICE_TYPE_ACCEL, ... };
+                             GGML_BACKEND_DEVICE_TYPE_IGPU, GGML_BACKEND_DEVICE_TYPE_ACCEL, ... };
 
 typedef void (*ggml_log_callback)(enum ggml_log_level level, const char * text, void * user_data);
 typedef bool (*llama_progress_callback)(float progress, void * user_data);

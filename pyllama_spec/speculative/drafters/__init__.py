@@ -3,7 +3,7 @@
 A drafter is created for one target :class:`~pyllama_spec.Context` (it keeps it as
 ``self.target``) and lives as long as the generator. Per generation the loop calls::
 
-    begin(prompt)                                   # a new generation over these prompt tokens
+    begin(prompt[, n_keep])                         # a new generation over these prompt tokens
     observe(tokens, positions, n_commit, timer)     # after every target decode: the decoded
                                                     # tokens/positions (its batch rows, in order),
                                                     # of which the first n_commit are committed
@@ -18,6 +18,26 @@ so that, between steps, the drafter's state covers exactly the committed positio
 chunks (every row committed) and after each verify (``[last, drafts…]``, the first ``k + 1``
 committed); a drafter may use the rejected rows (e.g. inject all rows with one fixed shape and
 drop the rejected ones in ``rollback``), as llama.cpp's drafters do.
+
+**Prefix reuse** (``Generator.generate(reuse_prefix=True)``, the default). Between generations
+the target keeps its KV cache, and a new prompt that starts like the tokens it holds is decoded
+only from where they differ. Before ``begin`` the generator asks the drafter
+``cached_prefix(prompt)``: how many leading tokens of ``prompt`` its own state still holds exactly
+as a cold run would have built it. The kept prefix ``n_keep`` is at most that (and at most what
+the target holds); then ``begin(prompt, n_keep)`` must keep the drafter's state for positions
+``[0, n_keep)`` and drop everything at or after ``n_keep`` — the loop observes only
+``[n_keep, len(prompt))``. A drafter that keeps nothing returns 0 (the default): the target then
+starts cold too, because observe() could not be given the rows of a kept prefix, and ``begin``
+is called with the prompt alone (so such drafters may define ``begin(self, prompt)``).
+Per kind: state rebuilt from the tokens alone (n-gram) → ``len(prompt)``; per-position state fed
+by the target (DFlash's injected features, EAGLE-3, a draft model's own KV cache) → the length of
+the common prefix of ``prompt`` and the tokens that state was built from, or 0 when something
+else changed it (``Context.cache_version``).
+
+**Several sequences** (``Generator.generate_batch``): ``batched(n_seq)`` returns a
+:class:`~pyllama_spec.speculative.drafters.batch.BatchDrafter` that drafts for sequences
+``0 .. n_seq-1`` of the target at once (DFlash: every sequence's block in one decode). Kinds
+without one raise UnsupportedError.
 
 Capabilities are class or instance attributes that the loop reads:
 
@@ -34,14 +54,20 @@ Register new kinds with :func:`register_drafter`; :func:`create_drafter` builds 
 """
 from __future__ import annotations
 
+import os
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from ...errors import InvalidArgumentError
+from ...errors import InvalidArgumentError, InvalidTypeError, UnsupportedError
 from ..sampling import SamplingParams
+from ..timing import StageTimer
+
+if TYPE_CHECKING:
+    from ...context import Context
+    from .batch import BatchDrafter
 
 
 @dataclass
@@ -62,7 +88,7 @@ class Draft:
     probs: np.ndarray | None = None
     confidence: np.ndarray | None = None
 
-    def prefix(self, n: int) -> "Draft":
+    def prefix(self, n: int) -> Draft:
         """The first ``n`` tokens (with their probabilities and confidences)."""
         return Draft(tokens=self.tokens[:n], probs=None if self.probs is None else self.probs[:n],
                      confidence=None if self.confidence is None else self.confidence[:n])
@@ -77,30 +103,60 @@ class Drafter(ABC):
     Class attributes:
         kind: registry name: llama.cpp's ``--spec-type`` name where one exists (``"dflash"``,
             ``"ngram-simple"``, ...).
+        aliases: further names :func:`create_drafter` accepts (e.g. ``"draft"`` for
+            ``"draft-simple"``).
         supports_rejection: ``propose`` can return probabilities.
         n_max_limit: the longest draft block this drafter can make (tokens).
         n_max_default: the draft block used when the caller gives no ``n_max`` (tokens).
     """
     kind: ClassVar[str] = ""
+    aliases: ClassVar[tuple[str, ...]] = ()
     supports_rejection: ClassVar[bool] = False
     n_max_limit: int = 16
     n_max_default: int = 4
 
-    def __init__(self, target) -> None:
+    def __init__(self, target: Context) -> None:
         self.target = target
         #: target layers whose inputs ``observe`` reads (empty: no taps needed)
         self.target_layer_ids: list[int] = []
 
-    def begin(self, prompt: list[int]) -> None:
-        """A new generation over ``prompt`` starts (the target's cache is empty)."""
+    def begin(self, prompt: list[int], n_keep: int = 0) -> None:
+        """A new generation over ``prompt`` (the tokens the target's cache will hold once the prompt
+        is prefilled, i.e. the prompt without its last token) starts. Positions ``[0, n_keep)`` are
+        kept from the previous generation (``n_keep ≤ cached_prefix(prompt)``, see the module
+        docstring) and are not observed again; nothing at or after ``n_keep`` may remain."""
 
-    def observe(self, tokens: list[int], positions: np.ndarray, n_commit: int, timer) -> None:
+    def cached_prefix(self, prompt: list[int]) -> int:
+        """How many leading tokens of ``prompt`` this drafter's state holds exactly as a cold run
+        over ``prompt`` would build it (the most ``begin`` can keep). 0 here: no reuse."""
+        return 0
+
+    def save_state(self) -> dict | None:
+        """A snapshot of sequence 0's per-position state for a
+        :class:`~pyllama_spec.cache_reuse.ConversationState` — ``{"tokens": [...], "data": bytes}`` —
+        or None when there is nothing to save (a state rebuilt from the prompt, or none)."""
+        return None
+
+    def load_state(self, state: dict) -> None:
+        """Restore what :meth:`save_state` returned (the target's cache is restored alongside)."""
+
+    def batched(self, n_seq: int) -> BatchDrafter:
+        """A :class:`~pyllama_spec.speculative.drafters.batch.BatchDrafter` drafting for sequences
+        ``0 .. n_seq-1`` of the target at once (``Generator.generate_batch``).
+
+        Raises:
+            UnsupportedError: this kind drafts for one sequence only.
+        """
+        raise UnsupportedError(f"drafter kind {self.kind!r} drafts for one sequence at a time; generate_batch "
+                               "works with drafters that implement batched() (dflash, ngram)")
+
+    def observe(self, tokens: list[int], positions: np.ndarray, n_commit: int, timer: StageTimer) -> None:
         """The target decoded ``tokens`` at ``positions`` (its last decode's rows, in order);
         the first ``n_commit`` of them are committed, the others were rejected drafts."""
 
     @abstractmethod
     def propose(self, last_token: int, n_past: int, n_max: int, sp: SamplingParams,
-                rng: np.random.Generator, timer) -> Draft:
+                rng: np.random.Generator, timer: StageTimer) -> Draft:
         """Propose at most ``n_max`` tokens to follow ``last_token`` (at position ``n_past``)."""
 
     def on_accept(self, n_drafted: int, n_accepted: int) -> None:
@@ -110,7 +166,7 @@ class Drafter(ABC):
     def rollback(self, n_past: int) -> None:
         """Forget positions ≥ ``n_past``."""
 
-    def memory_report(self) -> dict:
+    def memory_report(self) -> dict[str, float]:
         """Weights / KV cache / compute buffers in MiB (empty for drafters without a model)."""
         return {}
 
@@ -122,14 +178,20 @@ _REGISTRY: dict[str, type[Drafter]] = {}
 
 
 def register_drafter(cls: type[Drafter]) -> type[Drafter]:
-    """Class decorator: make ``cls`` creatable by ``create_drafter(cls.kind, ...)``.
+    """Class decorator: make ``cls`` creatable by ``create_drafter(cls.kind, ...)`` (and by each
+    of ``cls.aliases``).
 
     Raises:
+        InvalidTypeError: ``cls`` is not a Drafter subclass.
         InvalidArgumentError: ``cls.kind`` is empty.
     """
+    if not (isinstance(cls, type) and issubclass(cls, Drafter)):
+        raise InvalidTypeError(f"register_drafter takes a Drafter subclass, got {cls!r}")
     if not cls.kind:
         raise InvalidArgumentError("a drafter class needs a non-empty `kind`")
     _REGISTRY[cls.kind] = cls
+    for alias in cls.aliases:
+        _REGISTRY[alias] = cls
     return cls
 
 
@@ -138,19 +200,41 @@ def drafter_kinds() -> list[str]:
     return sorted(_REGISTRY)
 
 
-def create_drafter(kind: str, target, **kwargs) -> Drafter:
+def create_drafter(kind: str, target: Context, **kwargs: Any) -> Drafter:
     """Build a drafter of ``kind`` for the target :class:`~pyllama_spec.Context`.
 
     Raises:
+        InvalidTypeError: ``kind`` is not a str.
         InvalidArgumentError: unknown kind (the message lists the known ones).
     """
+    if not isinstance(kind, str):
+        raise InvalidTypeError(f"kind must be a drafter kind (str), got {kind!r}")
     try:
         cls = _REGISTRY[kind]
     except KeyError:
-        raise InvalidArgumentError(f"unknown drafter kind {kind!r}; known kinds: {', '.join(drafter_kinds())}") from None
+        raise InvalidArgumentError(f"unknown drafter kind {kind!r}; known kinds: "
+                                   f"{', '.join(drafter_kinds())}") from None
     return cls(target, **kwargs)
 
 
-from . import dflash, ngram  # noqa: E402,F401  (registration)
+def drafter_kind_of_file(path: str | os.PathLike) -> str:
+    """The drafter kind a ``.gguf`` file is for, from its header (as llama.cpp's
+    ``common_speculative_types_from_gguf`` tells DFlash from DSpark): ``dflash`` files are
+    ``"draft-dflash"`` (``"draft-dspark"`` with a Markov head), ``eagle3`` files
+    ``"draft-eagle3"``, Gemma-4 assistants ``"draft-mtp"``, any other model ``"draft-simple"``.
 
-__all__ = ["Drafter", "Draft", "register_drafter", "create_drafter", "drafter_kinds"]
+    Raises:
+        ModelNotFoundError, NotGGUFError, TruncatedGGUFError: not a readable GGUF file.
+    """
+    from ...gguf_file import read_gguf
+
+    info = read_gguf(path)
+    if info.arch == "dflash":
+        return "draft-dspark" if "markov_w1.weight" in info.tensors else "draft-dflash"
+    return {"eagle3": "draft-eagle3", "gemma4-assistant": "draft-mtp"}.get(info.arch, "draft-simple")
+
+
+# registration
+from . import dflash, draft_simple, dspark, eagle3, mtp, ngram, ngram_cache, ngram_map, ngram_mod  # noqa: E402,F401
+
+__all__ = ["Drafter", "Draft", "register_drafter", "create_drafter", "drafter_kinds", "drafter_kind_of_file"]

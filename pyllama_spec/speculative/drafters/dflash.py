@@ -17,21 +17,36 @@ on the CPU the top-k costs about what the argmax chain it replaces does (an 8-ro
 SmolLM2 drafter: the same within noise, measured on two shared, loaded cores — re-measure on a quiet
 machine before quoting a number).
 The probability over 10 candidates slightly overstates the full softmax's when the tail is heavy, as
-llama.cpp's ``--spec-draft-p-min`` check does.
+llama.cpp's ``--spec-draft-p-min`` check does (``p_min`` is applied to it, on the backend too).
+
+The drafter's context mirrors the target's stream layout (same ``n_ctx`` and ``n_seq_max``):
+single generations use sequence 0, ``generate_batch`` sequences ``0 .. n-1`` through
+:meth:`DFlashDrafter.batched`, whose one decode drafts every sequence's block (llama.cpp's
+``draft()`` for ``n_seq > 1``). Between generations the injected features stay: a new prompt that
+starts with the tokens they were made for keeps them (prefix reuse, :meth:`DFlashDrafter.cached_prefix`).
 """
 from __future__ import annotations
 
 import logging
+import os
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..._check import check_float, check_int
+from ...backend import supports_gpu_offload
 from ...context import Context
-from ...errors import InvalidArgumentError, DrafterMismatchError, UnsupportedError
-from ...gguf_file import read_gguf
-from ...model import TAPPABLE_ARCHS, Model
+from ...errors import InvalidArgumentError, UnsupportedError
+from ...model import Model
+from ...pairing import check_dflash_pair
 from ...sampler import SamplerChain
 from ..sampling import SamplingParams, densify, filtered_rows, sample_rows
+from ..timing import StageTimer
 from . import Draft, Drafter, register_drafter
+from ._pick import pick
+
+if TYPE_CHECKING:
+    from .batch import BatchDrafter
 
 log = logging.getLogger("pyllama_spec")
 
@@ -45,134 +60,218 @@ def _top_prob(logits: np.ndarray) -> np.ndarray:
     return 1.0 / np.exp(lg - lg.max(axis=1, keepdims=True)).sum(axis=1)
 
 
-def check_dflash_pair(target_model: Model, drafter_path) -> dict:
-    """Check a DFlash drafter file against a loaded target before llama.cpp loads it.
-
-    llama.cpp aborts the process (GGML_ASSERT) on several mismatches, so they are caught here.
-
-    Returns:
-        ``{"block_size", "target_layer_ids", "mask_token_id", "causal"}`` from the drafter's metadata.
-
-    Raises:
-        DrafterMismatchError: not a DFlash file, or built for another target.
-        UnsupportedError: DFlash2 / DSpark drafters (not driven by this loop yet).
-    """
-    info = read_gguf(drafter_path)
-    name = info.path.name
-    if info.arch != "dflash":
-        raise DrafterMismatchError(f"{name} is a {info.arch!r} model, not a DFlash drafter "
-                                   "(general.architecture must be 'dflash')")
-    if target_model.arch not in TAPPABLE_ARCHS:
-        raise DrafterMismatchError(f"target architecture {target_model.arch!r} does not expose layer inputs in "
-                                   f"llama.cpp, so no DFlash drafter can run on it; supported: "
-                                   f"{', '.join(sorted(TAPPABLE_ARCHS))}")
-    ids = info.get("dflash.target_layers")
-    if not ids:
-        raise DrafterMismatchError(f"{name} has no dflash.target_layers metadata")
-    n_layer = target_model.n_layer
-    bad = [i for i in ids if not 0 <= int(i) < n_layer]
-    if bad:
-        raise DrafterMismatchError(f"{name} reads target layers {ids}, but {target_model.path.name} has "
-                                   f"{n_layer} layers (ids {bad} out of range): it was made for another target")
-    n_embd = int(info.get("dflash.embedding_length", 0))
-    if n_embd != target_model.n_embd:
-        raise DrafterMismatchError(f"{name} has hidden size {n_embd} but the target {target_model.path.name} has "
-                                   f"{target_model.n_embd}: it was made for another target")
-    tokens = info.tensors.get("token_embd.weight")
-    n_vocab_dft = tokens[1] if tokens else None
-    out = info.tensors.get("output.weight")
-    if out is not None and out[1] != target_model.n_vocab:
-        raise DrafterMismatchError(f"{name} has an output head of {out[1]} tokens but the target's vocabulary has "
-                                   f"{target_model.n_vocab}")
-    if n_vocab_dft is not None and n_vocab_dft != target_model.n_vocab:
-        raise DrafterMismatchError(f"{name} has {n_vocab_dft} token embeddings but the target has "
-                                   f"{target_model.n_vocab}")
-    fc = info.tensors.get("fc.weight")
-    if fc is None or fc[0] != len(ids) * n_embd:
-        raise DrafterMismatchError(f"{name}: fc.weight has shape {fc}, expected ({len(ids) * n_embd}, {n_embd})")
-    if int(info.get("dflash.selector_top_k", 0)) > 0 or "markov_w1.weight" in info.tensors:
-        raise UnsupportedError(f"{name} is a DFlash2/DSpark drafter; this loop drives plain DFlash only")
-    mask = info.get("tokenizer.ggml.mask_token_id")
-    if mask is None or not 0 <= int(mask) < target_model.n_vocab:
-        raise DrafterMismatchError(f"{name} has no valid tokenizer.ggml.mask_token_id (got {mask!r})")
-    block = int(info.get("dflash.block_size", 16))
-    if block < 2:
-        raise DrafterMismatchError(f"{name}: dflash.block_size must be ≥ 2, got {block}")
-    return {"block_size": block, "target_layer_ids": [int(i) for i in ids], "mask_token_id": int(mask),
-            "causal": bool(info.get("dflash.attention.causal", False))}
-
-
 @register_drafter
 class DFlashDrafter(Drafter):
     """A DFlash drafter model running in its own llama.cpp context linked to the target's.
 
     Args:
         target: the target :class:`~pyllama_spec.Context`.
-        path: the drafter ``.gguf`` (``general.architecture = "dflash"``).
+        path: the drafter ``.gguf`` (``general.architecture = "dflash"``). A DFlash2 file
+            (``dflash.selector_top_k > 0``) makes a :class:`~.dflash2.DFlash2Drafter`.
+        p_min: stop the draft at the first row whose top candidate (softmax over the 10 best
+            logits) is below this (``--spec-draft-p-min``; 0 = never).
+        n_min: drop drafts shorter than this.
         n_gpu_layers: layers of the drafter to offload (-1 = all).
+        device: the device that holds the drafter's layers and KV cache (a name from
+            ``pyllama_spec.devices()``, e.g. ``"CUDA1"``; ``"CPU"``); default: the one that holds the
+            target's output head, which the drafter borrows for its logits (with the target split
+            over GPUs: the last of them). Elsewhere, that product runs on the head's device.
         type_k, type_v, flash_attn: the drafter's KV cache (default: like llama.cpp's).
+        fused_inject: inject each verify step's committed target features in the next draft
+            decode (patch 0006) instead of a separate decode; default: when the drafter runs on a
+            GPU. Plain DFlash only (DFlash2 / DSpark inject separately).
 
     Raises:
         DrafterMismatchError: the file is not a DFlash drafter for this target.
+        InvalidArgumentError, InvalidTypeError: ``p_min`` outside [0, 1], a negative ``n_min``, an
+            unknown device.
+        UnsupportedError: ``fused_inject=True`` for a DFlash2 / DSpark file.
     """
-    kind = "dflash"
+    kind = "draft-dflash"
+    aliases = ("dflash",)
     supports_rejection = True
 
-    def __init__(self, target: Context, path=None, *, n_gpu_layers: int = -1, flash_attn="auto",
-                 type_k: str = "f16", type_v: str = "f16", repack: bool = False):
+    def __new__(cls, target: Context | None = None, path: str | os.PathLike | None = None,
+                **kwargs: Any) -> DFlashDrafter:
+        # one --spec-type for both: a DFlash2 file (a selector over the block) gets its own class
+        if (cls is DFlashDrafter and path is not None and target is not None
+                and check_dflash_pair(target.model, path)["selector_top_k"] > 0):
+            from .dflash2 import DFlash2Drafter
+            cls = DFlash2Drafter
+        return super().__new__(cls)
+
+    def __init__(self, target: Context, path: str | os.PathLike | None = None, *, p_min: float = 0.0,
+                 n_min: int = 0, n_gpu_layers: int = -1, flash_attn: bool | str = "auto", type_k: str = "f16",
+                 type_v: str = "f16", repack: bool = False, fused_inject: bool | None = None,
+                 device: str | None = None):
         if path is None:
             raise InvalidArgumentError("a DFlash drafter needs the path of its .gguf file")
+        p_min = check_float("p_min", p_min, min=0.0, max=1.0)
+        n_min = check_int("n_min", n_min, min=0)
         meta = check_dflash_pair(target.model, path)
         super().__init__(target)
+        self.meta = meta
+        self.p_min, self.n_min = float(p_min), int(n_min)
         self.block_size = meta["block_size"]
         self.target_layer_ids = meta["target_layer_ids"]
         self.mask_token = meta["mask_token_id"]
         self.n_max_limit = self.block_size - 1
         self.n_max_default = min(7, self.n_max_limit)
-        self.model = Model(path, n_gpu_layers=n_gpu_layers, repack=repack)
-        # The whole noise block must be one ubatch (non-causal attention), and the drafter
-        # holds every committed position, like the target (common_speculative_init_result).
-        n_ubatch = max(target.n_ubatch, self.block_size)
-        # outputs: at most one block (llama.cpp sizes its sampling graph and buffers by this)
+        if device is not None and not isinstance(device, str):
+            raise InvalidArgumentError(f"device must be a device name (see pyllama_spec.devices()) or None, got "
+                                       f"{device!r}")
+        # The drafter computes its logits with the target's output head, and a llama.cpp backend
+        # computes only with its own device's buffers (ggml_backend_sched aborts otherwise): the
+        # head's device is always in the drafter's device list; with another device chosen the
+        # drafter's own layers all go there (share 0 for the head's device).
+        head = target.model.output_device
+        self.device = head if device is None else device
+        if head == "CPU" or self.device == head:
+            placement: dict[str, Any] = {"devices": [self.device],
+                                         "n_gpu_layers": 0 if self.device == "CPU" else n_gpu_layers}
+        elif self.device == "CPU":
+            placement = {"devices": [head], "n_gpu_layers": 0}
+        else:
+            placement = {"devices": [self.device, head], "tensor_split": [1.0, 0.0], "n_gpu_layers": n_gpu_layers}
+        self.model = Model(path, repack=repack, **placement)
+        # The whole noise block must be one ubatch (non-causal attention) — for a batched draft,
+        # every sequence's block — and the drafter holds every committed position of every
+        # sequence, in the target's stream layout (common_speculative_init_result).
+        n_seq = target.n_seq_max
+        n_ubatch = max(target.n_ubatch, self.block_size * n_seq)
+        # outputs: at most one block per sequence (llama.cpp sizes its sampling graph and buffers by this)
         self.ctx = Context(self.model, n_ctx=target.n_ctx, n_batch=max(target.n_batch, n_ubatch),
-                           n_ubatch=n_ubatch, ctx_other=target, causal_attn=meta["causal"],
-                           flash_attn=flash_attn, type_k=type_k, type_v=type_v,
-                           n_outputs_max=self.block_size, n_outputs_max_per_seq=self.block_size)
+                           n_ubatch=n_ubatch, n_seq_max=n_seq, kv_unified=target.kv_unified, ctx_other=target,
+                           causal_attn=meta["causal"], flash_attn=flash_attn, type_k=type_k, type_v=type_v,
+                           n_outputs_max=self.block_size * n_seq, n_outputs_max_per_seq=self.block_size,
+                           n_threads=target.n_threads, n_threads_batch=target.n_threads_batch)
         self.ctx.set_embeddings_nextn(True, True)
         #: draw the greedy draft in the decode graph (False: read logits, argmax on the host)
         self.backend_sampling = True
+        #: inject a step's committed features in the same decode as the next draft block
+        #: (vendor/patches/0006-dflash-fused-inject: one drafter call per step instead of two). Default:
+        #: when the drafter runs on a GPU; on the CPU the placeholder rows' extra layer compute costs
+        #: more than the call it saves
+        self.fused_inject = ((supports_gpu_offload() and n_gpu_layers != 0 and self.device != "CPU")
+                             if fused_inject is None else bool(fused_inject))
+        if meta["selector_top_k"] > 0 or meta["markov"]:
+            # patch 0006 injects for plain DFlash graphs only; DFlash2 / DSpark inject separately
+            if fused_inject:
+                self.close()
+                raise UnsupportedError(f"{self.model.path.name} is a DFlash2/DSpark drafter: fused injection "
+                                       "(fused_inject=True) works with plain DFlash drafters only")
+            self.fused_inject = False
+        # staged (features, positions) of committed rows that the next propose() injects (fused);
+        # they count as held: begin() and save_state() inject them first
+        self._pending: tuple[np.ndarray, np.ndarray] | None = None
+        # prefix reuse: the tokens whose features sequence 0 of the cache holds (staged rows
+        # included), valid while the cache is at version _version (anything else that touched it
+        # makes the record void)
+        self._tokens: list[int] = []
+        self._version = -1
 
-    def begin(self, prompt) -> None:
-        self.ctx.memory.clear()
+    def _settle(self) -> None:
+        self._version = self.ctx.cache_version
 
-    def observe(self, tokens, positions, n_commit, timer) -> None:
+    def cached_prefix(self, prompt: list[int]) -> int:
+        if self.ctx.cache_version != self._version:
+            return 0
+        n = min(len(prompt), len(self._tokens))
+        mismatch = np.flatnonzero(np.asarray(prompt[:n]) != np.asarray(self._tokens[:n], dtype=np.int64))
+        return int(mismatch[0]) if mismatch.size else n
+
+    def begin(self, prompt: list[int], n_keep: int = 0) -> None:
+        if n_keep:
+            if self._pending is not None:  # staged rows of the kept prefix go into the cache now
+                feats, pos = self._pending
+                keep = pos < n_keep
+                self._pending = (feats[keep], pos[keep]) if keep.any() else None
+                self.flush()
+            self.ctx.memory.seq_rm(0, n_keep)  # features of [0, n_keep) stay; nothing after
+            del self._tokens[n_keep:]
+        else:
+            self._pending = None
+            self.ctx.memory.clear()
+            self._tokens = []
+        self._settle()
+
+    def observe(self, tokens: list[int], positions: np.ndarray, n_commit: int, timer: StageTimer) -> None:
         # only the committed rows: the same cache as llama.cpp's inject-all-then-remove, less work
         with timer("extract"):
             feats = np.concatenate([self.target.layer_input(i)[:n_commit] for i in self.target_layer_ids], axis=1)
-        with timer("inject", self.ctx):
-            self.ctx.decode_embd(feats, positions[:n_commit])
+        self.flush(timer)
+        if self.fused_inject and n_commit <= self.block_size:
+            # a verify step's rows: staged for the next propose(), which decodes them with its block
+            self._pending = (feats, np.asarray(positions[:n_commit], dtype=np.int32).copy())
+        else:
+            with timer("inject", self.ctx):
+                self.ctx.decode_embd(feats, positions[:n_commit])
+        if n_commit:
+            del self._tokens[int(positions[0]):]
+            self._tokens.extend(int(t) for t in tokens[:n_commit])
+        self._settle()
 
-    def propose(self, last_token, n_past, n_max, sp: SamplingParams, rng, timer) -> Draft:
+    def flush(self, timer: StageTimer | None = None) -> None:
+        """Inject staged features now (a separate decode), so that the drafter's cache holds every
+        committed position; ``propose`` does it in its own decode otherwise."""
+        if self._pending is None:
+            return
+        feats, pos = self._pending
+        self._pending = None
+        if timer is None:
+            self.ctx.decode_embd(feats, pos)
+            return
+        with timer("inject", self.ctx):
+            self.ctx.decode_embd(feats, pos)
+
+    def propose(self, last_token: int, n_past: int, n_max: int, sp: SamplingParams, rng: np.random.Generator,
+                timer: StageTimer) -> Draft:
         n_max = min(n_max, self.n_max_limit)
         if n_max <= 0:
             return Draft(tokens=[])
         # each block row's best candidates are picked in the decode graph (llama.cpp's backend sampling:
         # no logits copied); sampling from q needs q itself, so then the logits come back
         if sp.greedy and self.backend_sampling:
-            if not self.ctx.samplers:
+            chain = self.ctx.samplers.get(0)
+            if chain is None or chain.draws:  # none yet, or a batched draft's draw chain
                 self.ctx.set_sampler(SamplerChain.candidates(DRAFT_TOP_K))  # fresh: llama.cpp sets each up once
         else:
-            self.ctx.set_sampler(None)
+            for seq in list(self.ctx.samplers):  # (a batched draft may have left chains on other sequences)
+                self.ctx.set_sampler(None, seq)
+        if self.ctx._reserve_pending:
+            # a sampler change: llama.cpp re-reserves its graphs at the next decode, which it cannot do
+            # for a fused one (GGML_ASSERT in src/models/dflash.cpp): the staged rows go in separately
+            self.flush(timer)
         block = np.full(n_max + 1, self.mask_token, dtype=np.int32)
         block[0] = last_token
-        with timer("draft", self.ctx):
-            self.ctx.decode(block, np.arange(n_past, n_past + n_max + 1, dtype=np.int32), logits="all")
+        pos = np.arange(n_past, n_past + n_max + 1, dtype=np.int32)
+        if self._pending is not None:
+            # fused: placeholders at the staged rows' positions, then the block (patch 0006)
+            feats, pos_inj = self._pending
+            self._pending = None
+            n_inj = len(pos_inj)
+            block = np.concatenate([np.full(n_inj, self.mask_token, dtype=np.int32), block])
+            pos = np.concatenate([pos_inj, pos])
+            flags = np.concatenate([np.zeros(n_inj, dtype=np.int8), np.ones(n_max + 1, dtype=np.int8)])
+            with timer("draft", self.ctx):
+                self.ctx.stage_dflash_inject(feats)
+                self.ctx.decode(block, pos, logits=flags)
+        else:
+            with timer("draft", self.ctx):
+                self.ctx.decode(block, pos, logits="all")
         with timer("draft_sample"):
-            if self.ctx.samplers:
+            if 0 in self.ctx.samplers:
                 cands = [self.ctx.sampled_candidates(i) for i in range(1, n_max + 1)]
                 best = [int(np.argmax(lg)) for _, lg in cands]
-                draft = Draft(tokens=[int(ids[j]) for (ids, _), j in zip(cands, best)],
-                              confidence=_top_prob(np.stack([lg for _, lg in cands])))
+                tokens = [int(ids[j]) for (ids, _), j in zip(cands, best)]
+                conf = _top_prob(np.stack([lg for _, lg in cands]))
+                if self.p_min > 0.0:  # llama.cpp's cut: the first row whose top candidate is below p_min
+                    low = np.flatnonzero(conf < self.p_min)
+                    n_keep = int(low[0]) if low.size else len(tokens)
+                    tokens, conf = tokens[:n_keep], conf[:n_keep]
+                draft = Draft(tokens=tokens, confidence=conf)
+            elif self.p_min > 0.0:  # a cut at the first unsure row: row by row, as llama.cpp
+                draft = self._read_block(self.ctx.logits()[1:], sp, rng)
             elif sp.greedy:
                 logits = self.ctx.logits()[1:]
                 draft = Draft(tokens=[int(t) for t in np.argmax(logits, axis=1)], confidence=_top_prob(logits))
@@ -182,18 +281,74 @@ class DFlashDrafter(Drafter):
                 probs = densify(*rows, self.target.model.n_vocab)
                 draft = Draft(tokens=[int(t) for t in toks], probs=probs,
                               confidence=probs[np.arange(len(toks)), toks].astype(np.float64))
+            if len(draft.tokens) < self.n_min:
+                draft = Draft(tokens=[])
         with timer("rollback"):
             # the noise block never stays in the drafter's cache
             self.ctx.memory.seq_rm(0, n_past)
+        self._settle()
         return draft
 
-    def rollback(self, n_past: int) -> None:
-        self.ctx.memory.seq_rm(0, n_past)
+    def _read_block(self, logits: np.ndarray, sp: SamplingParams, rng: np.random.Generator,
+                    conf: np.ndarray | None = None) -> Draft:
+        """Draft tokens from the block's rows of logits ``(n, n_vocab)``, stopping at the first row
+        whose top candidate is below ``p_min`` (or, with ``conf``, whose confidence is)."""
+        tokens: list[int] = []
+        qs: list[np.ndarray] = []
+        for i, row in enumerate(logits):
+            if conf is not None and conf[i] < self.p_min:
+                break
+            tok, q = pick(row, sp, rng, 0.0 if conf is not None else self.p_min)
+            if tok is None:
+                break
+            tokens.append(tok)
+            if q is not None:
+                qs.append(q)
+        if len(tokens) < self.n_min:
+            return Draft(tokens=[])
+        n = len(tokens)
+        probs = np.stack(qs).astype(np.float32) if qs else None
+        if conf is not None:  # (DSpark: its confidence head)
+            confidence = np.asarray(conf[:n], dtype=np.float64)
+        elif probs is not None:
+            confidence = probs[np.arange(n), tokens].astype(np.float64)
+        else:
+            confidence = _top_prob(logits[:n]) if n else np.zeros(0)
+        return Draft(tokens=tokens, probs=probs, confidence=confidence)
 
-    def memory_report(self) -> dict:
+    def rollback(self, n_past: int) -> None:
+        if self._pending is not None:
+            feats, pos = self._pending
+            keep = pos < n_past
+            self._pending = (feats[keep], pos[keep]) if keep.any() else None
+        self.ctx.memory.seq_rm(0, n_past)
+        del self._tokens[n_past:]
+        self._settle()
+
+    def save_state(self) -> dict | None:
+        if self.ctx.cache_version != self._version:
+            return None
+        self.flush()  # staged rows belong to the state
+        self._settle()
+        return {"tokens": list(self._tokens), "data": self.ctx.memory.state_get(0)}
+
+    def load_state(self, state: dict) -> None:
+        self._pending = None
+        self.ctx.memory.clear()
+        self._tokens = []
+        self._settle()  # a failed restore leaves an empty, consistent cache
+        self.ctx.memory.state_set(state["data"], 0)
+        self._tokens = [int(t) for t in state["tokens"]]
+        self._settle()
+
+    def batched(self, n_seq: int) -> BatchDrafter:
+        from .dflash_batch import DFlashBatch
+
+        return DFlashBatch(self, n_seq)
+
+    def memory_report(self) -> dict[str, float]:
         return self.ctx.memory_summary()
 
     def close(self) -> None:
         self.ctx.close()
         self.model.close()
-

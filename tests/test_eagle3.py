@@ -1,0 +1,87 @@
+"""draft-eagle3: an EAGLE-3 head on the tiny llama/qwen3 targets (issue 9) against llama.cpp's
+``--spec-type draft-eagle3``."""
+import pytest
+
+import pyllama_spec as ps
+from pyllama_spec import fixtures
+from pyllama_spec.speculative.drafters.eagle3 import Eagle3Drafter
+
+from .drafter_helpers import compare_with_native
+
+PROMPT = "hello there, how are you"
+
+
+@pytest.fixture(scope="module")
+def heads(tmp_path_factory):
+    """A bigram-ish llama target with a random head, an echo head (often right) and a random head
+    with its own hidden size, embedding and LM head; a qwen3 target with a random head."""
+    d = tmp_path_factory.mktemp("eagle3")
+    t = d / "target.gguf"
+    info = fixtures.write_tiny_target(t, arch="llama", n_layer=4, n_embd=64, seed=21, layer_scale=0.1)
+    fixtures.write_eagle3_drafter(d / "random.gguf", target=t, seed=1)
+    fixtures.write_eagle3_drafter(d / "echo.gguf", target=t, echo=True, target_layers=[0, 2, 3])
+    fixtures.write_eagle3_drafter(d / "wide.gguf", target=t, n_embd=96, n_head=4, seed=2)
+    q = d / "qwen3.gguf"
+    fixtures.write_tiny_target(q, arch="qwen3", n_layer=6, n_embd=64, seed=3)
+    fixtures.write_eagle3_drafter(d / "qwen3_head.gguf", target=q, target_layers=[2, 3, 5], seed=4)
+    return {"target": t, "qwen3": q, "dir": d, **{k: d / f"{k}.gguf" for k in ("random", "echo", "wide", "qwen3_head")},
+            **info}
+
+
+@pytest.fixture(scope="module")
+def gen(heads):
+    g = ps.Generator(heads["target"], drafters={k: heads[k] for k in ("random", "echo", "wide")},
+                     n_ctx=1024, n_batch=64, n_ubatch=32)
+    yield g
+    g.close()
+
+
+@pytest.mark.parametrize("name,n_max", [("random", 3), ("echo", 1), ("echo", 4), ("wide", 2)])
+def test_matches_native_token_for_token(gen, heads, name, n_max):
+    ours, nat, steps = compare_with_native(gen, name, target=heads["target"], drafter_file=heads[name],
+                                           spec_type="draft-eagle3", prompt=PROMPT, n_max=n_max)
+    if name == "echo":
+        assert 0.4 < ours.stats.acceptance_rate < 1.0
+
+
+def test_qwen3_target(heads):
+    with ps.Generator(heads["qwen3"], drafters={"eagle3": heads["qwen3_head"]}, n_ctx=512, n_batch=32) as g:
+        compare_with_native(g, "eagle3", target=heads["qwen3"], drafter_file=heads["qwen3_head"],
+                            spec_type="draft-eagle3", prompt=PROMPT, n_max=3, n_ctx=512)
+
+
+def test_prompt_longer_than_a_batch_and_one_token_prompt(gen, heads):
+    """The deferred boundary crosses prefill chunks (n_batch 64) and survives a 1-token prompt."""
+    long_prompt = "abcdefghij " * 12
+    plain = gen.generate(long_prompt, max_tokens=20)
+    r = gen.generate(long_prompt, drafter="echo", n_max=3, max_tokens=20)
+    assert r.tokens == plain.tokens and len(r.prompt_tokens) > 64 and r.stats.n_accepted > 0
+    compare_with_native(gen, "echo", target=heads["target"], drafter_file=heads["echo"],
+                        spec_type="draft-eagle3", prompt=long_prompt, n_max=3)
+    one = gen.generate(prompt_tokens=[5], drafter="echo", n_max=3, max_tokens=12)
+    assert one.tokens == gen.generate(prompt_tokens=[5], max_tokens=12).tokens
+
+
+def test_taps_and_memory(gen):
+    d = gen.drafters["echo"]
+    assert d.kind == "draft-eagle3" and d.target_layer_ids == [0, 2, 3]
+    gen.generate(PROMPT, drafter="echo", max_tokens=4)
+    assert gen.ctx.enabled_layer_inputs == [0, 2, 3]
+    mem = d.memory_report()
+    assert mem["kv_cache_mib"] > 0
+
+
+def test_mismatched_heads_raise(gen, heads, tiny):
+    d = heads["dir"]
+    fixtures.write_eagle3_drafter(d / "other_size.gguf", target=heads["target"], target_hidden_size=128)
+    with pytest.raises(ps.DrafterMismatchError, match="hidden size 128.*has 64"):
+        Eagle3Drafter(gen.ctx, d / "other_size.gguf")
+    with pytest.raises(ps.DrafterMismatchError, match=r"6 layers|has 4 layers"):
+        # a head for the 6-layer qwen3 target reads layer 5, which the 4-layer llama lacks
+        Eagle3Drafter(gen.ctx, heads["qwen3_head"])
+    fixtures.write_eagle3_drafter(d / "final.gguf", target=heads["target"], target_layers=[1, 2, 4])
+    with pytest.raises(ps.DrafterMismatchError, match="final hidden state"):
+        Eagle3Drafter(gen.ctx, d / "final.gguf")
+    with pytest.raises(ps.DrafterMismatchError, match="not an EAGLE-3 head"):
+        Eagle3Drafter(gen.ctx, tiny["dflash"])
+    assert gen.generate(PROMPT, drafter="echo", max_tokens=4).stats.n_steps > 0

@@ -1,0 +1,126 @@
+"""llama.cpp's RPC backend on loopback (issue 14): target layers served by ggml-rpc-server
+processes this test starts on 127.0.0.1 (killed at the end, and ending by themselves after a few
+minutes whatever happens), with the same tokens as the local run.
+
+The runs that use the servers happen in a child process: ggml-rpc aborts the process that loses
+its server, and RPC devices stay registered for the life of a process."""
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+import pyllama_spec as ps
+from pyllama_spec import rpc
+
+from .conftest import assert_same_tokens
+
+PROMPT = "the layers of this model live in another process"
+
+
+def _server_or_skip():
+    if not rpc.available():
+        pytest.skip("built without the RPC backend (PYLLAMA_SPEC_RPC=OFF)")
+    try:
+        rpc.server_program()
+    except ps.UnsupportedError as exc:
+        pytest.skip(str(exc))
+
+
+def test_endpoints_are_checked_before_llama_cpp_sees_them():
+    for bad in ("localhost", ":50052", "host:0", "host:99999", "host:port", 50052):
+        with pytest.raises(ps.InvalidArgumentError, match="host:port"):
+            rpc.parse_endpoint(bad)
+    closed = f"127.0.0.1:{rpc.free_port()}"
+    with pytest.raises(ConnectionError, match="no RPC server answers"):
+        rpc.add_server(closed)
+    assert not rpc.reachable(closed)
+    # something that listens but is not an RPC server: refused, not an abort
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(1)
+
+    def answer_nonsense():
+        conn, _ = srv.accept()
+        conn.recv(64)
+        conn.sendall(b"HTTP/1.1 400 Bad Request\r\n\r\n")
+        conn.close()
+    t = threading.Thread(target=answer_nonsense, daemon=True)
+    t.start()
+    with pytest.raises(ConnectionError, match="not a ggml RPC server"):
+        rpc.probe(f"127.0.0.1:{srv.getsockname()[1]}", timeout=5)
+    t.join(5)
+    srv.close()
+
+
+def test_local_server_leaves_nothing_running():
+    # `timeout` runs the server as its child: ending only `timeout` would leave the server listening
+    # until its lifetime ran out (its own process group, killed as a whole, is what ends both)
+    _server_or_skip()
+    with rpc.local_server(threads=1, devices=["CPU"], lifetime=120) as ep:
+        assert rpc.probe(ep)[0] == rpc.PROTO_MAJOR
+    deadline = time.monotonic() + 10
+    while rpc.reachable(ep, 0.2) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not rpc.reachable(ep, 0.2)
+
+
+CHILD = r"""
+import json, sys, time
+import pyllama_spec as ps
+from pyllama_spec import rpc
+target, dflash, prompt = sys.argv[1:4]
+out = {}
+lend = dict(threads=1, lifetime=240, devices=["CPU"])  # the servers lend their CPU (also in a GPU build)
+with rpc.local_server(**lend) as ep1, rpc.local_server(**lend) as ep2:
+    assert rpc.probe(ep1)[0] == rpc.PROTO_MAJOR
+    kw = dict(n_ctx=1024, n_batch=64, n_ubatch=32, devices=[])  # devices=[]: no local GPU, the servers only
+    # the last layer and the output head served through one server; the DFlash drafter's layers on
+    # this machine's CPU (its logits use the head, on the server)
+    g = ps.Generator(target, drafters={"dflash": dflash}, rpc_servers=[ep1], n_gpu_layers=2, drafter_device="CPU", **kw)
+    out["devices"] = g.model.devices
+    out["head"] = g.model.output_device
+    out["drafter_devices"] = g.drafters["dflash"].model.devices
+    out["listed"] = [d["name"] for d in ps.devices() if d["backend"] == "RPC"]
+    out["plain"] = g.generate(prompt, max_tokens=24).tokens
+    r = g.generate(prompt, drafter="dflash", n_max=5, max_tokens=24, reuse_prefix=False)
+    out["dflash"] = r.tokens
+    out["verify_ms_per_step"] = 1e3 * r.timings["verify"]["seconds"] / r.stats.n_steps
+    g.close()
+    # every layer and the head on two servers, split 1:3; the drafter on the server without the head
+    g = ps.Generator(target, drafters={"dflash": dflash}, rpc_servers=[ep1, ep2], tensor_split=[3, 1],
+                     drafter_device="RPC0", **kw)
+    out["split_devices"] = g.model.devices
+    out["split_head"] = g.model.output_device
+    out["split_drafter_devices"] = g.drafters["dflash"].model.devices
+    out["split"] = g.generate(prompt, max_tokens=24).tokens
+    out["split_dflash"] = g.generate(prompt, drafter="dflash", n_max=5, max_tokens=24, reuse_prefix=False).tokens
+    g.close()
+print("RESULT " + json.dumps(out))
+"""
+
+
+def test_target_layers_served_over_loopback(tiny, tiny_gen):
+    _server_or_skip()
+    ref_plain = tiny_gen.generate(PROMPT, max_tokens=24, reuse_prefix=False)
+    ref = tiny_gen.generate(PROMPT, drafter="dflash", n_max=5, max_tokens=24, reuse_prefix=False)
+    root = str(Path(ps.__file__).resolve().parents[1])
+    env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    r = subprocess.run([sys.executable, "-c", CHILD, str(tiny["target"]), str(tiny["dflash"]), PROMPT],
+                       check=False, capture_output=True, text=True, timeout=300, env=env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = json.loads(next(line for line in r.stdout.splitlines() if line.startswith("RESULT "))[7:])
+    assert out["devices"] == ["RPC0"] and out["listed"] == ["RPC0"] and out["head"] == "RPC0"
+    assert out["drafter_devices"] == []  # its layers on the CPU (the head's device is still in its list)
+    assert out["split_devices"] == ["RPC0", "RPC1"] and out["split_head"] == "RPC1"
+    assert out["split_drafter_devices"] == ["RPC0", "RPC1"]  # its layers on RPC0, the head on RPC1
+    assert out["plain"] == out["split"] and out["dflash"] == out["split_dflash"]  # CPU on both servers
+    assert_same_tokens(out["plain"], ref_plain.tokens)  # (exact unless the local run was on a GPU)
+    assert_same_tokens(out["dflash"], ref.tokens)
+    print(f"loopback RPC: verify {out['verify_ms_per_step']:.2f} ms/step (local: "
+          f"{1e3 * ref.timings['verify']['seconds'] / ref.stats.n_steps:.2f})")
