@@ -453,21 +453,24 @@ class Generator:
             tokens: ids to fill the cache with (default: the BOS token, repeated).
             depth: positions cached before the measured batch (capped by n_ctx).
         """
-        if not isinstance(n_rows, int) or n_rows < 1:
-            raise InvalidArgumentError(f"n_rows must be an int ≥ 1, got {n_rows!r}")
-        if drafter is not None and drafter not in self.drafters:
-            raise InvalidArgumentError(f"unknown drafter {drafter!r}; this generator has: {', '.join(self.drafters)}")
-        taps = tuple(self.drafters[drafter].target_layer_ids) if drafter is not None else ()
-        key = next(((t, r) for t, r in self._verify_ms if t == taps and r >= n_rows), (taps, n_rows))
-        if key not in self._verify_ms:
-            if self._active is not None:
-                self._active.invalidate()  # the measurement reuses the target's cache
-            fill = list(tokens) if tokens else [self.model.vocab.bos or 0]
-            self._verify_ms[key] = measure_verify_ms(self.ctx, n_rows, fill, depth=min(depth, self.ctx.n_ctx // 2),
-                                                     layer_ids=taps, reps=reps)
-            self.ctx.memory.clear()
-            self._ledger.forget()  # the target's cache no longer holds a conversation
-        return list(self._verify_ms[key][:n_rows])
+        with self._lock:  # (it decodes on the target context)
+            if not isinstance(n_rows, int) or n_rows < 1:
+                raise InvalidArgumentError(f"n_rows must be an int ≥ 1, got {n_rows!r}")
+            if drafter is not None and drafter not in self.drafters:
+                raise InvalidArgumentError(f"unknown drafter {drafter!r}; this generator has: "
+                                           f"{', '.join(self.drafters)}")
+            taps = tuple(self.drafters[drafter].target_layer_ids) if drafter is not None else ()
+            key = next(((t, r) for t, r in self._verify_ms if t == taps and r >= n_rows), (taps, n_rows))
+            if key not in self._verify_ms:
+                if self._active is not None:
+                    self._active.invalidate()  # the measurement reuses the target's cache
+                fill = list(tokens) if tokens else [self.model.vocab.bos or 0]
+                self._verify_ms[key] = measure_verify_ms(self.ctx, n_rows, fill,
+                                                         depth=min(depth, self.ctx.n_ctx // 2), layer_ids=taps,
+                                                         reps=reps)
+                self.ctx.memory.clear()
+                self._ledger.forget()  # the target's cache no longer holds a conversation
+            return list(self._verify_ms[key][:n_rows])
 
     def resolve_n_max(self, drafter: str | None, n_max: int | str | None = None) -> int:
         """The draft length a generation with ``drafter`` and ``n_max`` would use (the drafter's default
