@@ -67,10 +67,13 @@ class Bench:
         self.ctx = self.gen.ctx
         self.dft = self.gen.drafters["dflash"]
         self.fused_default = getattr(self.dft, "fused_inject", False)
+        if hasattr(self.dft, "backend_sampling"):
+            self.dft.backend_sampling = a.drafter_backend == "on"
         n_vocab = self.gen.model.n_vocab
         rng = np.random.default_rng(0)
         # a fixed "prompt" of ordinary ids (fixtures' big targets have filler tokens beyond 264)
-        self.prompt = [int(t) for t in rng.integers(300, min(n_vocab, 20000), a.depth + 1)]
+        lo = 300 if n_vocab > 600 else 3  # (tiny fixtures: 264 tokens)
+        self.prompt = [int(t) for t in rng.integers(lo, min(n_vocab, 20000), a.depth + 1)]
         self.timer = StageTimer(sync=True)
 
     # -- the target ------------------------------------------------------------------------------
@@ -169,6 +172,7 @@ class Bench:
     # -- whole generations -------------------------------------------------------------------------
     def loop(self) -> list[dict]:
         kw = dict(prompt_tokens=self.prompt[:self.a.depth], max_tokens=self.a.max_tokens)
+        backend = {"auto": "auto", "on": True, "off": False}[self.a.backend_sampling]
         out = []
         # the DFlash drafter with its injection fused into the draft decode (patch 0006) and split
         fused_modes = (True, False) if hasattr(self.dft, "fused_inject") else (False,)
@@ -177,8 +181,9 @@ class Bench:
             for drafter, n_max, fused in configs:
                 if hasattr(self.dft, "fused_inject"):
                     self.dft.fused_inject = fused
-                self.gen.generate(drafter=drafter, n_max=n_max or None, sync_stages=sync, **kw)  # warm-up
-                rs = [self.gen.generate(drafter=drafter, n_max=n_max or None, sync_stages=sync, **kw)
+                spec = ps.SpecConfig(drafter=drafter, n_max=n_max or None, sync_stages=sync, backend_sampling=backend)
+                self.gen.generate(spec=spec, **kw)  # warm-up
+                rs = [self.gen.generate(spec=spec, **kw)
                       for _ in range(self.a.runs)]
                 r = min(rs, key=lambda x: x.generation_seconds)
                 steps = max(1, r.stats.n_steps)
@@ -275,6 +280,10 @@ def main() -> None:
     ap.add_argument("-ngl", "--n-gpu-layers", type=int, default=-1)
     ap.add_argument("--sections", default="verify,drafter,loop")
     ap.add_argument("--profile", action="store_true", help="GPU kernel tables (needs torch with CUDA)")
+    ap.add_argument("--backend-sampling", choices=["auto", "on", "off"], default="auto",
+                    help="the target's greedy tokens drawn in the decode graph (on) or by the host (off, auto)")
+    ap.add_argument("--drafter-backend", choices=["on", "off"], default="on",
+                    help="the DFlash drafter's greedy draft drawn in its decode graph (on) or by the host's argmax")
     ap.add_argument("--json")
     a = ap.parse_args()
     b = Bench(a)

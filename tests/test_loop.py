@@ -441,3 +441,34 @@ def test_model_drafters_use_the_generators_threads(tiny):
     gen = ps.Generator(tiny["target"], drafters={"dflash": tiny["dflash"]}, n_ctx=256, n_threads=1)
     assert gen.ctx.n_threads == gen.drafters["dflash"].ctx.n_threads == 1
     gen.close()
+
+
+@pytest.mark.parametrize("drafter,n_max", [(None, None), ("dflash", 3), ("dflash", 7), ("ngram", 4)])
+def test_backend_and_host_sampling_give_the_same_greedy_tokens(tiny_gen, plain, drafter, n_max):
+    """The target's tokens drawn by llama.cpp's sampler chain in the decode graph (backend_sampling
+    True), by the host's argmax (False) and by the default ('auto': the host at T = 0) are the same,
+    and equal plain decoding; with the backend the drafter's and target's chains are detached after."""
+    outs = {}
+    for backend in (True, False, "auto"):
+        spec = ps.SpecConfig(drafter=drafter, n_max=n_max, backend_sampling=backend)
+        r = tiny_gen.generate(PROMPTS[0], max_tokens=40, spec=spec)
+        outs[backend] = r.tokens
+        assert not tiny_gen.ctx.samplers  # the target's chain never outlives its generation
+    assert outs[True] == outs[False] == outs["auto"] == plain[PROMPTS[0]][:40]
+
+
+def test_backend_sampling_at_temperature_draws_valid_seeded_tokens(tiny_gen):
+    """At T > 0 'auto' samples on the backend: reproducible for one seed, different across seeds."""
+    sp = dict(max_tokens=24, temperature=0.9)
+    a = tiny_gen.generate(PROMPTS[0], seed=3, **sp).tokens
+    b = tiny_gen.generate(PROMPTS[0], seed=3, **sp).tokens
+    c = [tiny_gen.generate(PROMPTS[0], seed=s, **sp).tokens for s in range(4, 8)]
+    assert a == b and any(x != a for x in c)
+    assert all(0 <= t < tiny_gen.model.n_vocab for t in a)
+
+
+@pytest.mark.parametrize("bad", ["yes", 1, None])
+def test_backend_sampling_values(bad):
+    with pytest.raises(ps.errors.InvalidTypeError, match="backend_sampling"):
+        ps.SpecConfig(backend_sampling=bad)
+    assert ps.SpecConfig(backend_sampling=np.bool_(True)).backend_sampling is True

@@ -90,3 +90,45 @@ def test_fast_rows_draw_from_their_distribution(kw):
         keep = p > 0
         assert counts[i, ~keep].sum() == 0
         assert stats.chisquare(counts[i, keep], p[keep] * n).pvalue > 1e-3
+
+
+def test_dense_rows_two_level_draw_equals_one_inverse_cdf():
+    """sample_rows on a full-vocabulary row searches block sums then one block: with the same
+    uniforms it picks what one inverse CDF over the whole row picks (V not a multiple of 256, zeros
+    inside, a row with all its mass in one token at the end)."""
+    from pyllama_spec.speculative.sampling import sample_rows
+
+    rng = np.random.default_rng(3)
+    V = 5000
+    p = rng.random((4, V)).astype(np.float32) ** 4
+    p[1, :2500] = 0.0
+    p[2, :] = 0.0
+    p[2, V - 1] = 1.0
+    p /= p.sum(axis=1, keepdims=True)
+    for seed in range(300):
+        got = sample_rows(None, p, np.random.default_rng(seed))
+        c = np.cumsum(p, axis=1, dtype=np.float64)
+        u = np.random.default_rng(seed).random(4) * c[:, -1]
+        want = np.minimum((c <= u[:, None]).sum(axis=1), V - 1)
+        assert (got == want).all() or (np.abs(got - want) <= 1).all()  # a boundary within float64 rounding
+        assert p[np.arange(4), got].min() > 0 and got[2] == V - 1
+
+
+def test_dense_rows_two_level_draw_chi2():
+    from scipy import stats
+
+    from pyllama_spec.speculative.sampling import sample_rows
+
+    rng = np.random.default_rng(5)
+    V = 1500  # above the one-level cut-off (4 blocks of 256)
+    logits = rng.standard_normal(V) * 2
+    p = np.exp(logits - logits.max())
+    p[p < 0.05] = 0.0
+    p /= p.sum()
+    rows = np.repeat(p[None].astype(np.float32), 50, axis=0)
+    counts = np.zeros(V)
+    for _ in range(200):
+        np.add.at(counts, sample_rows(None, rows, rng), 1)
+    keep = p > 0
+    assert counts[~keep].sum() == 0
+    assert stats.chisquare(counts[keep], p[keep] / p[keep].sum() * counts.sum()).pvalue > 1e-3

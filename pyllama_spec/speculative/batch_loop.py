@@ -83,14 +83,15 @@ class BatchLoop:
         verify: ``"match"`` or ``"rejection"``.
         stats: one :class:`SpecStats` per sequence (filled in).
         timer: the stage timer of the whole batch.
-        backend_sampling: draw the target's tokens in the decode graph where the rule allows it.
+        backend_sampling: draw the target's tokens in the decode graph where the rule allows it
+            (``"auto"``: at temperature > 0 only, as :func:`~.loop.speculative_generate`).
 
     Raises:
         InvalidArgumentError: more sequences than the context has streams, or than fit one decode.
     """
 
     def __init__(self, target: Context, drafter: BatchDrafter | None, seqs: list[SeqSpec], *, sp: SamplingParams,
-                 verify: str, stats: list[SpecStats], timer: StageTimer, backend_sampling: bool = True):
+                 verify: str, stats: list[SpecStats], timer: StageTimer, backend_sampling: bool | str = "auto"):
         if verify not in VERIFY_MODES:
             raise InvalidArgumentError(f"verify must be one of {VERIFY_MODES}, got {verify!r}")
         n = len(seqs)
@@ -120,7 +121,8 @@ class BatchLoop:
         n_max_all = max(s.spec.n_max for s in self.seqs)
         fits = n_max_all + 1 <= target.n_outputs_max_per_seq
         try:
-            if self.backend_sampling and fits and not host_rule:
+            use_backend = self.backend_sampling is True or (self.backend_sampling == "auto" and not self.sp.greedy)
+            if use_backend and fits and not host_rule:
                 for i, s in enumerate(self.seqs):
                     s.chain = SamplerChain.from_params(self.sp)
                     target.set_sampler(s.chain, i)

@@ -9,7 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
+import numpy as np
+
 from .._check import check_bool, check_choice, check_int, check_str
+from ..errors import InvalidTypeError
 
 #: verification rules: llama.cpp's (sample the target, accept while equal) and speculative sampling
 VERIFY_MODES = ("match", "rejection")
@@ -34,10 +37,13 @@ class SpecConfig:
         sync_stages: synchronize the backend at stage boundaries, so each stage's clock holds the
             GPU work it queued; False lets the loop run free (fastest; GPU time then lands in the
             stage that next reads a result).
-        backend_sampling: let llama.cpp draw the target's and the drafter's tokens inside the
-            decode graph where the rule allows it (greedy, match, plain decoding): no logits are
-            copied to the host. False reads logits and samples with numpy (the reference path;
-            rejection sampling always does, as it needs both distributions).
+        backend_sampling: let llama.cpp draw the target's tokens inside the decode graph where
+            the rule allows it (match and plain decoding): no logits are copied to the host.
+            ``"auto"`` (default) does so at temperature > 0 only, where it is fastest (H200,
+            SmolLM2: plain decoding at T=0.8 835 vs 651 tok/s on the host), and takes the host's
+            argmax at T=0, which was faster there (865 vs 780 tok/s: llama.cpp's sampling graph
+            adds an argmax kernel and a copy per row; benchmarks/RESULTS.md). True / False force
+            either path. Rejection sampling always reads logits: it needs both distributions.
 
     Raises:
         InvalidArgumentError: a value of the wrong type or out of range (the message names it).
@@ -46,7 +52,7 @@ class SpecConfig:
     n_max: int | str | None = None
     verify: str = "match"
     sync_stages: bool = True
-    backend_sampling: bool = True
+    backend_sampling: bool | str = "auto"
 
     def __post_init__(self) -> None:
         check_str("drafter", self.drafter, none_ok=True)
@@ -56,7 +62,11 @@ class SpecConfig:
                 what="an int ≥ 0, 'auto' (chosen per step) or None (the drafter's default)"))
         check_choice("verify", self.verify, VERIFY_MODES)
         check_bool("sync_stages", self.sync_stages)
-        check_bool("backend_sampling", self.backend_sampling)
+        if not (isinstance(self.backend_sampling, str) and self.backend_sampling == "auto"):
+            if not isinstance(self.backend_sampling, (bool, np.bool_)):
+                raise InvalidTypeError("backend_sampling must be True, False or 'auto' (backend sampling at "
+                                       f"temperature > 0 only), got {self.backend_sampling!r}")
+            object.__setattr__(self, "backend_sampling", bool(self.backend_sampling))
 
     def replace(self, **changes: Any) -> SpecConfig:
         """A copy with ``changes`` applied (validated again)."""

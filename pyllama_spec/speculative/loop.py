@@ -53,7 +53,7 @@ class StepOutput:
 
 def speculative_generate(target: Context, drafter: Drafter | None, prompt: list, *, max_tokens: int,
                          n_max: int, sp: SamplingParams, verify: str, stats: SpecStats, timer: StageTimer,
-                         rng: np.random.Generator, backend_sampling: bool = True,
+                         rng: np.random.Generator, backend_sampling: bool | str = "auto",
                          n_keep: int = 0, draft_length: AutoDraftLength | None = None) -> Iterator[StepOutput]:
     """Run the loop; yields the tokens each step commits (EOS included, then stops).
 
@@ -66,7 +66,8 @@ def speculative_generate(target: Context, drafter: Drafter | None, prompt: list,
         sp: sampling settings of the target (and of the drafter with ``verify="rejection"``).
         verify: ``"match"`` (llama.cpp's rule) or ``"rejection"`` (speculative sampling).
         backend_sampling: let llama.cpp draw the target's tokens in the decode graph when the rule
-            allows it (greedy, match, plain decoding); False reads logits and samples with numpy.
+            allows it (greedy, match, plain decoding); False reads logits and samples with numpy;
+            ``"auto"``: the backend at temperature > 0, the host's argmax at T = 0.
         n_keep: prefix reuse: positions ``[0, n_keep)`` of both caches stay as the previous
             generation left them and only ``prompt[n_keep:-1]`` is prefilled. The caller (the
             Generator's ``reuse_prefix``) guarantees that both caches hold ``prompt[:n_keep]`` there
@@ -88,7 +89,8 @@ def speculative_generate(target: Context, drafter: Drafter | None, prompt: list,
     target.set_layer_inputs(drafter.target_layer_ids if drafter is not None else [])
     host_rule = verify == "rejection" and not sp.greedy and drafter is not None
     fits = n_max + 1 <= target.n_outputs_max_per_seq  # llama.cpp's sampling graph is sized for that many rows
-    chain = SamplerChain.from_params(sp) if backend_sampling and fits and not host_rule else None
+    use_backend = backend_sampling is True or (backend_sampling == "auto" and not sp.greedy)
+    chain = SamplerChain.from_params(sp) if use_backend and fits and not host_rule else None
     target.set_sampler(chain)
     if drafter is not None:
         # n_keep > 0 only for drafters that said they hold that prefix (Drafter.cached_prefix), so

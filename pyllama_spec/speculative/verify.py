@@ -49,30 +49,46 @@ def verify_match(target_logits: np.ndarray, draft: Sequence[int], sp: SamplingPa
 
 def verify_rejection(target_logits: np.ndarray, draft: Sequence[int], draft_probs: np.ndarray | None,
                      sp: SamplingParams, rng: np.random.Generator) -> tuple[int, int]:
-    """Args: target_logits ``(n+1, n_vocab)``; draft: ``n`` ids drawn from ``draft_probs`` ``(n, n_vocab)``,
-    or None for a deterministic drafter (q one-hot at each draft token: accept with p(d), else
-    draw from p without d — as likely to accept as :func:`verify_match`)."""
+    """Speculative sampling (Leviathan et al. 2023, "Fast Inference from Transformers via
+    Speculative Decoding", Algorithm 1; Chen et al. 2023): accept draft token ``d_i`` with
+    probability ``min(1, p_i(d_i) / q_i(d_i))``; at the first rejection draw from the residual
+    ``max(p_k - q_k, 0)``; after ``n`` acceptances draw the bonus token from ``p_n``.
+
+    Args:
+        target_logits: ``(n+1, n_vocab)`` float32, the verify rows.
+        draft: ``n`` ids drawn from ``draft_probs``.
+        draft_probs: ``(n, n_vocab)`` q, or None for a deterministic drafter (q one-hot at each
+            draft token: accept with p(d), else draw from p without d — as likely to accept as
+            :func:`verify_match`).
+
+    Returns:
+        ``(n_accepted, next_token)``.
+
+    Only the rows the walk reaches are turned into distributions (a rejection at row k leaves rows
+    k+1.. untouched), one uniform is drawn per row reached, then one draw for the last token.
+    """
     n = len(draft)
-    p = densify(*filtered_rows(target_logits, sp), target_logits.shape[1])  # (n+1, V) float32
+    V = target_logits.shape[1]
     d = np.asarray(draft, dtype=np.int64)
-    rows = np.arange(n)
-    pd = p[rows, d].astype(np.float64)
-    qd = np.ones(n) if draft_probs is None else np.asarray(draft_probs[rows, d], dtype=np.float64)
     u = rng.random(n)
-    ok = (qd > 0.0) & (u * qd < pd)  # u < min(1, p/q), without dividing
-    k = int(np.argmin(ok)) if n and not ok.all() else n
-    if k == n:
-        return n, sample(p[n], rng)
-    if qd[k] <= 0.0:  # the drafter could not have drawn it: treat as a rejection
-        return k, sample(p[k], rng)
-    pk = p[k].astype(np.float64)
-    if draft_probs is None:
-        resid = pk.copy()
-        resid[d[k]] = 0.0
-    else:
-        resid = np.maximum(pk - draft_probs[k], 0.0)
-    total = resid.sum()
-    return k, sample(resid / total if total > 0 else pk, rng)
+    for k in range(n + 1):
+        pk = densify(*filtered_rows(target_logits[k:k + 1], sp), V)[0]  # (V,) float32
+        if k == n:
+            return n, sample(pk, rng)
+        pd = float(pk[d[k]])
+        qd = 1.0 if draft_probs is None else float(draft_probs[k, d[k]])
+        if qd > 0.0 and u[k] * qd < pd:  # u < min(1, p/q), without dividing
+            continue
+        if qd <= 0.0:  # the drafter could not have drawn it: treat as a rejection
+            return k, sample(pk, rng)
+        if draft_probs is None:
+            resid = pk.astype(np.float64)
+            resid[d[k]] = 0.0
+        else:
+            resid = np.maximum(pk.astype(np.float64) - draft_probs[k], 0.0)
+        total = resid.sum()
+        return k, sample(resid / total if total > 0 else pk.astype(np.float64), rng)
+    raise AssertionError("unreachable")
 
 
 __all__ = ["accept_prefix", "verify_greedy", "verify_match", "verify_rejection"]
