@@ -29,6 +29,7 @@ from .errors import (
     InvalidArgumentError,
     InvalidBatchError,
     InvalidTypeError,
+    NoOutputError,
     UnsupportedError,
     check_decode,
 )
@@ -799,7 +800,7 @@ class Context:
                                        "no logits; read sampled_tokens(), or detach the sampler first")
         p = lib.llama_get_logits_ith(self.ptr, i)
         if p == ffi.NULL:
-            raise IndexError(f"batch row {i} has no logits (was it flagged for output?)")
+            raise NoOutputError(f"batch row {i} has no logits: flag it for output in decode(logits=...)")
         return self._view(p, (self._n_vocab,))
 
     @locked

@@ -45,6 +45,10 @@ class InvalidTypeError(InvalidArgumentError, TypeError):
     str is); the message names it, the accepted types and what was received."""
 
 
+class NoOutputError(InvalidArgumentError, IndexError):
+    """A row of the last decode that produced no output (logits / embeddings) was read."""
+
+
 class ClosedError(PyllamaSpecError, ValueError):
     """The Model, Context or Generator was closed; create a new one."""
 
@@ -138,7 +142,7 @@ def check_decode(rc: int, what: str) -> None:
 
 
 __all__ = [
-    "PyllamaSpecError", "InvalidArgumentError", "InvalidTypeError", "ClosedError", "ModelLoadError",
+    "PyllamaSpecError", "InvalidArgumentError", "InvalidTypeError", "NoOutputError", "ClosedError", "ModelLoadError",
     "ModelNotFoundError", "NotGGUFError", "TruncatedGGUFError",
     "ContextError", "DecodeError", "KVCacheFullError", "InvalidBatchError", "DecodeAbortedError",
     "PromptTooLongError", "DrafterMismatchError", "UnsupportedError", "check_decode",

@@ -472,3 +472,41 @@ def test_backend_sampling_values(bad):
     with pytest.raises(ps.errors.InvalidTypeError, match="backend_sampling"):
         ps.SpecConfig(backend_sampling=bad)
     assert ps.SpecConfig(backend_sampling=np.bool_(True)).backend_sampling is True
+
+
+def test_rejection_reads_supports_rejection_and_checks_the_probabilities(tiny_gen, plain):
+    """verify='rejection' at T > 0 takes q only from a drafter that declares it; a q of the wrong
+    shape, or none from a drafter that declares it, raises a library error naming the drafter, and
+    the Generator stays usable."""
+    n_vocab = tiny_gen.model.n_vocab
+
+    class Fixed(Drafter):
+        kind = "fixed-probs-test"
+        supports_rejection = True
+        probs_shape: tuple | None = (2, n_vocab)
+
+        def propose(self, last_token, n_past, n_max, sp, rng, timer):
+            toks = [5, 6][:n_max]
+            if self.probs_shape is None:
+                return Draft(tokens=toks)
+            q = np.full(self.probs_shape, 1.0 / self.probs_shape[-1])
+            return Draft(tokens=toks, probs=q[:len(toks)] if self.probs_shape[0] == 2 else q)
+
+    d = Fixed(tiny_gen.ctx)
+    tiny_gen.add_drafter("fixed", d)
+    try:
+        kw = dict(drafter="fixed", n_max=2, max_tokens=12, temperature=0.9, seed=1, verify="rejection")
+        r = tiny_gen.generate(PROMPTS[0], **kw)
+        assert r.stats.n_drafted > 0 and (len(r.tokens) == 12 or r.finish_reason == "eos")
+        d.probs_shape = (2, n_vocab - 1)
+        with pytest.raises(ps.InvalidArgumentError, match="fixed-probs-test.*shape"):
+            tiny_gen.generate(PROMPTS[0], **kw)
+        d.probs_shape = None
+        with pytest.raises(ps.PyllamaSpecError, match="supports_rejection=True but returned no probabilities"):
+            tiny_gen.generate(PROMPTS[0], **kw)
+        type(d).supports_rejection = False  # then q is one-hot at the draft tokens: no probabilities needed
+        r = tiny_gen.generate(PROMPTS[0], **kw)
+        assert r.stats.n_drafted > 0 and (len(r.tokens) == 12 or r.finish_reason == "eos")
+        assert tiny_gen.generate(PROMPTS[0], max_tokens=48).tokens == plain[PROMPTS[0]]
+    finally:
+        del tiny_gen.drafters["fixed"]

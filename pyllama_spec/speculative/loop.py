@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..context import Context
-from ..errors import PyllamaSpecError
+from ..errors import InvalidArgumentError, PyllamaSpecError
 from ..sampler import SamplerChain
 from .config import VERIFY_MODES
 from .drafters import Draft, Drafter
@@ -49,6 +49,22 @@ class StepOutput:
     """Tokens committed by one step, and whether generation ends here (and why)."""
     tokens: list
     finish_reason: str | None = None
+
+
+def _check_draft_probs(drafter: Drafter, draft: Draft, n_vocab: int) -> None:
+    """Rejection sampling reads q from a drafter that says it has it (``supports_rejection``):
+    ``Draft.probs`` must then be ``(len(tokens), n_vocab)``; a drafter without the capability is
+    verified as deterministic (q one-hot) whatever it returns."""
+    if not drafter.supports_rejection:
+        return
+    if draft.probs is None:
+        raise PyllamaSpecError(f"drafter {drafter.kind!r} has supports_rejection=True but returned no probabilities "
+                               "for verify='rejection' at temperature > 0: return Draft(tokens, probs) from propose()")
+    shape = np.shape(draft.probs)
+    if shape != (len(draft.tokens), n_vocab):
+        raise InvalidArgumentError(f"drafter {drafter.kind!r} returned probabilities of shape {shape}, expected "
+                                   f"{(len(draft.tokens), n_vocab)} (one row per draft token over the target's "
+                                   "vocabulary): fix its propose()")
 
 
 def speculative_generate(target: Context, drafter: Drafter | None, prompt: list, *, max_tokens: int,
@@ -135,6 +151,8 @@ def _run(target, drafter, prompt, vocab, mem, chain, *, max_tokens, n_max, sp, d
             if len(draft.tokens) > min(n_max, room):
                 raise PyllamaSpecError(f"drafter {drafter.kind!r} proposed {len(draft.tokens)} tokens, more than the "
                                        f"{min(n_max, room)} asked for (n_max, or the room left): fix its propose()")
+            if verify == "rejection" and not sp.greedy and draft.tokens:
+                _check_draft_probs(drafter, draft, target.model.n_vocab)
             if draft_length is not None:  # n_max="auto": verify only the prefix the cost model prefers
                 draft = draft_length.trim(draft)
         n_d = len(draft.tokens)
@@ -150,7 +168,8 @@ def _run(target, drafter, prompt, vocab, mem, chain, *, max_tokens, n_max, sp, d
                 if sp.greedy:
                     k, bonus = verify_greedy(logits, draft.tokens)
                 elif verify == "rejection":  # a drafter without probabilities is deterministic (q one-hot)
-                    k, bonus = verify_rejection(logits, draft.tokens, draft.probs, sp, rng)
+                    q = draft.probs if drafter is not None and drafter.supports_rejection else None
+                    k, bonus = verify_rejection(logits, draft.tokens, q, sp, rng)
                 else:
                     k, bonus = verify_match(logits, draft.tokens, sp, rng)
         stats.record(n_d, k)

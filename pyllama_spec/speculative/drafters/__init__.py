@@ -43,9 +43,10 @@ Capabilities are class or instance attributes that the loop reads:
 
 * ``target_layer_ids`` — the target's layer inputs that ``observe`` reads (``Context.layer_input``);
   the loop turns on exactly these taps for the generation (and none for a drafter without them).
-* ``supports_rejection`` — ``propose`` returns the drafter's probabilities (``Draft.probs``). For
-  ``verify="rejection"`` a drafter without them counts as deterministic (q = one-hot at each
-  draft token), which is exact and accepts as often as the match rule.
+* ``supports_rejection`` — ``propose`` returns the drafter's probabilities (``Draft.probs``,
+  ``(len(tokens), n_vocab)``; the loop checks both and raises otherwise). For ``verify="rejection"``
+  a drafter without the capability counts as deterministic (q = one-hot at each draft token,
+  whatever it returns), which is exact and accepts as often as the match rule.
 * ``n_max_limit`` / ``n_max_default`` — the longest draft block it can make, and the one used
   when the caller gives none.
 
