@@ -7,6 +7,7 @@ the exact command, the seed and the data set's hash, so that a run can be repeat
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
+from typing import Any
 
 from ..errors import InvalidArgumentError
 
@@ -52,7 +53,7 @@ class TrainConfig:
     kind: str = "dflash"
     data: str | None = None
     max_len: int = 1024
-    layers: list | None = None
+    layers: list[int] | None = None
     drafter_layers: int | None = None
     block_size: int = 8
     n_max: int | None = None
@@ -73,7 +74,7 @@ class TrainConfig:
     eval_prompts: int = 40
     eval_tokens: int = 128
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise InvalidArgumentError(f"kind must be one of {sorted(KINDS)}, got {self.kind!r}")
         if self.quant not in QUANTS:
@@ -119,11 +120,11 @@ class TrainConfig:
             return self.block_size - 1
         return self.n_max or 7
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict) -> TrainConfig:
+    def from_dict(cls, d: dict[str, Any]) -> TrainConfig:
         """Rebuild from :meth:`to_dict` (unknown keys raise, so a misspelt setting is not ignored)."""
         names = {f.name for f in fields(cls)}
         unknown = sorted(set(d) - names)

@@ -21,12 +21,22 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import random
 import sysconfig
 from collections import deque
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from ..model import Model
+
+#: a chat: ``[{"role": "user", "content": ...}]``
+Messages = list[dict[str, str]]
 
 LANGS = ["Python", "JavaScript", "TypeScript", "C", "C++", "Rust", "Go", "Java", "Bash", "SQL", "Ruby", "Kotlin"]
 TASKS = [
@@ -95,12 +105,12 @@ CODE_ASK = ["Explain what this code does:", "Find a possible bug in this code:",
             "Rewrite this code to be more readable:", "Write a unit test for this code:"]
 
 
-def chat_prompts(n: int, seed: int = 0, snippets: list | None = None) -> list:
+def chat_prompts(n: int, seed: int = 0, snippets: Sequence[str] | None = None) -> list[Messages]:
     """``n`` distinct chat prompts (``[{"role": "user", "content": ...}]``) from the templates;
     ``snippets`` (source code strings) feed the explain / review templates."""
     rng = random.Random(seed)
-    out: list = []
-    seen: set = set()
+    out: list[Messages] = []
+    seen: set[str] = set()
     tries = 0
     while len(out) < n:
         tries += 1
@@ -134,18 +144,18 @@ def chat_prompts(n: int, seed: int = 0, snippets: list | None = None) -> list:
     return out
 
 
-def source_files(root=None) -> list:
+def source_files(root: str | os.PathLike | None = None) -> list[Path]:
     """The ``.py`` files under ``root`` (default: this Python's standard library), sorted."""
-    root = Path(root or sysconfig.get_paths()["stdlib"])
-    return sorted(f for f in root.rglob("*.py") if "site-packages" not in f.parts)
+    base = Path(root or sysconfig.get_paths()["stdlib"])
+    return sorted(f for f in base.rglob("*.py") if "site-packages" not in f.parts)
 
 
-def code_prompts(n: int, seed: int = 0, chunk_chars: int = 600, root=None) -> list:
+def code_prompts(n: int, seed: int = 0, chunk_chars: int = 600, root: str | os.PathLike | None = None) -> list[str]:
     """``n`` plain-text prompts: chunks of source files (several per file, starting at a line)."""
     rng = random.Random(seed)
     files = source_files(root)
     rng.shuffle(files)
-    texts = []
+    texts: list[str] = []
     for f in files:
         try:
             text = f.read_text(encoding="utf-8")
@@ -155,8 +165,8 @@ def code_prompts(n: int, seed: int = 0, chunk_chars: int = 600, root=None) -> li
             texts.append(text)
         if len(texts) >= n:
             break
-    out: list = []
-    seen: set = set()
+    out: list[str] = []
+    seen: set[str] = set()
     for _ in range(20 * n):
         if len(out) >= n or not texts:
             break
@@ -170,10 +180,10 @@ def code_prompts(n: int, seed: int = 0, chunk_chars: int = 600, root=None) -> li
     return out
 
 
-def code_snippets(n: int, seed: int = 1, max_lines: int = 14, root=None) -> list:
+def code_snippets(n: int, seed: int = 1, max_lines: int = 14, root: str | os.PathLike | None = None) -> list[str]:
     """``n`` short function bodies from source files, for the explain / review chat templates."""
     rng = random.Random(seed)
-    out = []
+    out: list[str] = []
     for f in source_files(root):
         try:
             lines = f.read_text(encoding="utf-8").splitlines()
@@ -194,17 +204,26 @@ def split_of(key: str, held_out: float = 0.1) -> str:
     return "heldout" if h < held_out else "train"
 
 
-def prompt_items(n_chat: int, n_code: int, seed: int = 0) -> list:
+def prompt_items(n_chat: int, n_code: int, seed: int = 0) -> list[tuple[str, Messages | str]]:
     """The prompts of a data set: ``[(kind, chat messages | text)]`` in a fixed, shuffled order
     (so that a run cut short still has both kinds)."""
     chats = chat_prompts(n_chat, seed, snippets=code_snippets(400, seed + 1))
-    items = [("chat", m) for m in chats] + [("code", t) for t in code_prompts(n_code, seed)]
+    items: list[tuple[str, Messages | str]] = [("chat", m) for m in chats]
+    items += [("code", t) for t in code_prompts(n_code, seed)]
     random.Random(seed).shuffle(items)
     return items
 
 
-def answer_batched(model, prompts: list, *, max_tokens: int, n_parallel: int = 64, n_batch: int = 2048,
-                   progress: bool = True):
+@dataclass
+class _Stream:
+    """One KV-cache stream of :func:`answer_batched`: whose answer it computes and how far it is."""
+    index: int  # of the prompt
+    pos: int  # next position
+    answer: list[int]
+
+
+def answer_batched(model: Model, prompts: Sequence[Sequence[int]], *, max_tokens: int, n_parallel: int = 64,
+                   n_batch: int = 2048, progress: bool = True) -> Iterator[tuple[int, list[int], bool]]:
     """Greedy answers to many prompts at once: one KV-cache stream per prompt, every step one
     ``llama_decode`` that feeds the last token of each running answer and the prompts of newly
     started ones. Yields ``(index, answer_tokens, ended_by_eog)`` in completion order;
@@ -228,22 +247,26 @@ def answer_batched(model, prompts: list, *, max_tokens: int, n_parallel: int = 6
                      n_seq_max=n_parallel)
     vocab = model.vocab
     queue = deque(range(len(prompts)))
-    slots: list = [None] * n_parallel  # per stream: [prompt index, next position, answer tokens]
+    slots: list[_Stream | None] = [None] * n_parallel  # per KV-cache stream
     bar = None
     if progress:
         from tqdm import tqdm
         bar = tqdm(total=len(prompts), desc="self-distillation", unit="prompt")
     try:
         while queue or any(s is not None for s in slots):
-            toks, pos, seq, flags, owners = [], [], [], [], []
+            toks: list[int] = []
+            pos: list[int] = []
+            seq: list[int] = []
+            flags: list[int] = []
+            owners: list[tuple[int, _Stream]] = []  # (stream id, stream) of each output row
             for k, st in enumerate(slots):
                 if st is not None:
-                    toks.append(st[2][-1])
-                    pos.append(st[1])
+                    toks.append(st.answer[-1])
+                    pos.append(st.pos)
                     seq.append(k)
                     flags.append(1)
-                    owners.append(k)
-                    st[1] += 1
+                    owners.append((k, st))
+                    st.pos += 1
             for k in range(n_parallel):
                 if not queue:
                     break
@@ -258,17 +281,16 @@ def answer_batched(model, prompts: list, *, max_tokens: int, n_parallel: int = 6
                 pos.extend(range(len(p)))
                 seq.extend([k] * len(p))
                 flags.extend([0] * (len(p) - 1) + [1])
-                owners.append(k)
-                slots[k] = [i, len(p), []]
+                slots[k] = new = _Stream(i, len(p), [])
+                owners.append((k, new))
             ctx.decode(toks, np.asarray(pos), seq_id=np.asarray(seq), logits=np.asarray(flags))
             nxt = ctx.logits().argmax(axis=1)
-            for row, k in enumerate(owners):
-                st = slots[k]
+            for row, (k, st) in enumerate(owners):
                 t = int(nxt[row])
-                st[2].append(t)
+                st.answer.append(t)
                 eog = vocab.is_eog(t)
-                if eog or len(st[2]) >= max_tokens:
-                    yield st[0], st[2], eog
+                if eog or len(st.answer) >= max_tokens:
+                    yield st.index, st.answer, eog
                     slots[k] = None
                     if bar is not None:
                         bar.update(1)
@@ -278,9 +300,9 @@ def answer_batched(model, prompts: list, *, max_tokens: int, n_parallel: int = 6
         ctx.close()
 
 
-def generate(target, out_path, *, n_chat: int = 600, n_code: int = 200, max_tokens: int = 256,
-             n_parallel: int = 64, n_ctx: int = 2048, max_prompt_tokens: int = 512, n_gpu_layers: int = -1,
-             seed: int = 0, progress: bool = True) -> int:
+def generate(target: str | os.PathLike, out_path: str | os.PathLike, *, n_chat: int = 600, n_code: int = 200,
+             max_tokens: int = 256, n_parallel: int = 64, n_ctx: int = 2048, max_prompt_tokens: int = 512,
+             n_gpu_layers: int = -1, seed: int = 0, progress: bool = True) -> int:
     """Answer every prompt with the target at T = 0 and write one JSON line per sequence:
     ``{"split", "kind", "key", "prompt_tokens", "answer_tokens"}`` (``answer_tokens`` end with the
     end-of-generation token when the target stopped by itself). Resumes an interrupted file
@@ -289,7 +311,7 @@ def generate(target, out_path, *, n_chat: int = 600, n_code: int = 200, max_toke
     import pyllama_spec as ps
 
     items = prompt_items(n_chat, n_code, seed)
-    done = set()
+    done: set[str | None] = set()
     if Path(out_path).exists():
         kept = []
         with open(out_path) as f:
@@ -301,16 +323,16 @@ def generate(target, out_path, *, n_chat: int = 600, n_code: int = 200, max_toke
                     pass
         Path(out_path).write_text("".join(kept))
     gen = ps.Generator(target, n_ctx=n_ctx, n_gpu_layers=n_gpu_layers)
-    todo = []
+    todo: list[tuple[str, Messages | str, str, list[int]]] = []
     for kind, p in items:
         key = hashlib.sha256(json.dumps(p).encode()).hexdigest()[:16]
         if key in done:
             continue
-        toks = gen.tokenize_prompt(messages=p) if kind == "chat" else gen.tokenize_prompt(prompt=p)
+        toks = gen.tokenize_prompt(prompt=p) if isinstance(p, str) else gen.tokenize_prompt(messages=p)  # code | chat
         todo.append((kind, p, key, toks[:max_prompt_tokens]))
     n = len(done)
     with open(out_path, "a") as f:
-        def write(item, answer):
+        def write(item: tuple[str, Messages | str, str, list[int]], answer: list[int]) -> None:
             kind, p, key, toks = item
             f.write(json.dumps({"split": split_of(json.dumps(p)), "kind": kind, "key": key,
                                 "prompt_tokens": toks, "answer_tokens": answer}) + "\n")
@@ -323,7 +345,8 @@ def generate(target, out_path, *, n_chat: int = 600, n_code: int = 200, max_toke
                 it = tqdm(todo, desc="self-distillation", unit="prompt")
             for item in it:
                 r = gen.generate(prompt_tokens=item[3], max_tokens=max_tokens)
-                write(item, r.tokens + ([gen.model.vocab.eos] if r.finish_reason == "eos" else []))
+                eos = gen.model.vocab.eos
+                write(item, r.tokens + ([eos] if r.finish_reason == "eos" and eos is not None else []))
                 n += 1
         else:
             for i, answer, _ in answer_batched(gen.model, [t[3] for t in todo], max_tokens=max_tokens,
@@ -334,7 +357,7 @@ def generate(target, out_path, *, n_chat: int = 600, n_code: int = 200, max_toke
     return n
 
 
-def main(argv=None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     ap.add_argument("target", help="the target's GGUF")

@@ -16,7 +16,9 @@ the target's projected on its top principal directions and the layers start rand
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -24,6 +26,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from .model import RMSNorm, rope, rope_norm
+
+if TYPE_CHECKING:
+    from ..gguf_file import GGUFInfo
 
 ARCHS = ("llama", "qwen3")
 
@@ -43,13 +48,13 @@ class DraftConfig:
     rms_eps: float = 1e-5
     n_ctx: int = 8192
     tied: bool = True  # output head = token embedding (as the target, when it has no output.weight)
-    init_layers: list | None = None  # target layers copied at initialisation (None: random)
+    init_layers: list[int] | None = None  # target layers copied at initialisation (None: random)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
-    def for_target(cls, info, n_vocab: int, *, n_layer: int = 4, n_embd: int | None = None) -> DraftConfig:
+    def for_target(cls, info: GGUFInfo, n_vocab: int, *, n_layer: int = 4, n_embd: int | None = None) -> DraftConfig:
         """A draft for the target whose GGUF header is ``info``: the target's architecture (a
         ``llama`` graph for other architectures), head size, RoPE base and norm eps; ``n_embd``
         (default: the target's) sets the width, with heads and FFN scaled to it."""
@@ -84,7 +89,7 @@ class DraftConfig:
 class Block(nn.Module):
     """One pre-norm transformer layer (attention + SwiGLU FFN), llama.cpp tensor layout."""
 
-    def __init__(self, c: DraftConfig):
+    def __init__(self, c: DraftConfig) -> None:
         super().__init__()
         self.c = c
         self.attn_norm = RMSNorm(c.n_embd, c.rms_eps)
@@ -100,11 +105,11 @@ class Block(nn.Module):
         self.up = nn.Linear(c.n_embd, c.n_ff, bias=False)
         self.down = nn.Linear(c.n_ff, c.n_embd, bias=False)
 
-    def _heads(self, x, n):
+    def _heads(self, x: torch.Tensor, n: int) -> torch.Tensor:
         b, t, _ = x.shape
         return x.view(b, t, n, self.c.head_dim).transpose(1, 2)
 
-    def forward(self, h, pos):
+    def forward(self, h: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
         c = self.c
         x = self.attn_norm(h)
         q, k = self._heads(self.q(x), c.n_head), self._heads(self.k(x), c.n_head_kv)
@@ -134,7 +139,8 @@ class DraftLM(nn.Module):
             projected initialisation of a narrower draft.
     """
 
-    def __init__(self, c: DraftConfig, target_weights: dict | None = None, target_embd: np.ndarray | None = None):
+    def __init__(self, c: DraftConfig, target_weights: dict[str, np.ndarray] | None = None,
+                 target_embd: np.ndarray | None = None) -> None:
         super().__init__()
         self.c = c
         self.tok_embd = nn.Parameter(torch.randn(c.n_vocab, c.n_embd) * 0.02)
@@ -154,7 +160,7 @@ class DraftLM(nn.Module):
                 # random layers: start with logits of about unit scale (near-uniform predictions)
                 self.out_norm.weight.fill_(1.0 / float(self.tok_embd.norm(dim=1).mean()))
 
-    def _copy_target(self, tw: dict):
+    def _copy_target(self, tw: dict[str, np.ndarray]) -> None:
         self.tok_embd.copy_(torch.as_tensor(tw["token_embd.weight"]))
         self.out_norm.weight.copy_(torch.as_tensor(tw["output_norm.weight"]))
         if self.head is not None:
@@ -166,7 +172,7 @@ class DraftLM(nn.Module):
                     self.layers[i].get_parameter(ours).copy_(torch.as_tensor(t).reshape(
                         self.layers[i].get_parameter(ours).shape))
 
-    def forward(self, tokens, pos=None):
+    def forward(self, tokens: torch.Tensor, pos: torch.Tensor | None = None) -> torch.Tensor:
         """Hidden states after the final norm, ``(B, T, n_embd)`` (causal attention); positions default to 0..T−1."""
         if pos is None:
             pos = torch.arange(tokens.shape[1], device=tokens.device).expand_as(tokens)
@@ -175,7 +181,7 @@ class DraftLM(nn.Module):
             h = layer(h, pos)
         return self.out_norm(h)
 
-    def logits(self, h):
+    def logits(self, h: torch.Tensor) -> torch.Tensor:
         """``(…, n_vocab)`` logits of normed hidden states."""
         w = self.tok_embd if self.head is None else self.head
         return h @ w.to(h.dtype).T
@@ -200,11 +206,11 @@ def project_embedding(emb: np.ndarray, n_embd: int) -> np.ndarray:
     return (p * rms).astype(np.float32)
 
 
-def target_weights(target_path) -> dict:
+def target_weights(target_path: str | os.PathLike) -> dict[str, np.ndarray]:
     """Every tensor of the target GGUF, dequantized to float32 (gguf-py), in llama.cpp's layout."""
     import gguf
 
-    out = {}
+    out: dict[str, np.ndarray] = {}
     for t in gguf.GGUFReader(str(target_path)).tensors:
         shape = tuple(int(x) for x in reversed(t.shape.tolist()))
         out[t.name] = np.array(gguf.quants.dequantize(t.data, t.tensor_type), np.float32).reshape(shape)

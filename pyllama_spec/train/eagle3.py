@@ -28,13 +28,20 @@ map (draft index → target token id).
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from .model import RMSNorm, rope_norm
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from ..gguf_file import GGUFInfo
 
 
 @dataclass
@@ -48,21 +55,21 @@ class Eagle3Config:
     head_dim: int
     n_ff: int
     n_vocab: int
-    target_layer_ids: list
+    target_layer_ids: list[int]
     draft_vocab: int = 0
-    d2t: list = field(default_factory=list)
+    d2t: list[int] = field(default_factory=list)
     rope_base: float = 10000.0
     rms_eps: float = 1e-5
     n_ctx: int = 8192
     n_steps: int = 7
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["d2t"] = f"{len(self.d2t)} ids" if self.d2t else []  # the map itself: the model's d2t buffer
         return d
 
     @classmethod
-    def for_target(cls, info, n_vocab: int, **kwargs) -> Eagle3Config:
+    def for_target(cls, info: GGUFInfo, n_vocab: int, **kwargs: Any) -> Eagle3Config:
         """A head shaped like the target whose GGUF header is ``info``: the target's hidden size
         (the borrowed token embedding fixes it), heads, FFN width, RoPE base, norm eps, context."""
         a = info.arch
@@ -77,7 +84,7 @@ class Eagle3Config:
         return cls(**{**base, **kwargs})
 
 
-def default_eagle3_layers(n_layer: int) -> list:
+def default_eagle3_layers(n_layer: int) -> list[int]:
     """llama.cpp's converter default for EAGLE-3 taps: inputs of layers 2, n/2 and n−3 (EAGLE's
     low / mid / high hidden states)."""
     return [2, n_layer // 2, n_layer - 3] if n_layer >= 6 else [0, n_layer // 2, n_layer - 1]
@@ -97,7 +104,7 @@ class Eagle3Model(nn.Module):
     head: torch.Tensor
     lm_head: nn.Parameter | None
 
-    def __init__(self, c: Eagle3Config, tok_embd: torch.Tensor, head: torch.Tensor):
+    def __init__(self, c: Eagle3Config, tok_embd: torch.Tensor, head: torch.Tensor) -> None:
         super().__init__()
         if len(c.target_layer_ids) != 3:
             raise ValueError(f"EAGLE-3 reads exactly 3 target layers, got {c.target_layer_ids}")
@@ -128,15 +135,16 @@ class Eagle3Model(nn.Module):
             self.lm_head = None
             self.register_buffer("head", head, persistent=False)
 
-    def encode(self, feats):
+    def encode(self, feats: torch.Tensor) -> torch.Tensor:
         """``g = fc(features)``: ``(B, T, 3·n_embd)`` → ``(B, T, n_embd)`` (llama.cpp's encoder graph)."""
         return self.fc(feats)
 
-    def _heads(self, x, n):
+    def _heads(self, x: torch.Tensor, n: int) -> torch.Tensor:
         b, t, _ = x.shape
         return x.view(b, t, n, self.c.head_dim).transpose(1, 2)  # (B, n, T, D)
 
-    def step(self, tokens, hid, pos, cache: list, causal_mask):
+    def step(self, tokens: torch.Tensor, hid: torch.Tensor, pos: torch.Tensor,
+             cache: list[tuple[torch.Tensor, torch.Tensor]], causal_mask: torch.Tensor) -> torch.Tensor:
         """One unrolled step for all rows.
 
         Args:
@@ -174,7 +182,7 @@ class Eagle3Model(nn.Module):
         x = self.ffn_norm(h)
         return h + self.down(F.silu(self.gate(x)) * self.up(x))
 
-    def unroll(self, feats, tokens, n_steps: int):
+    def unroll(self, feats: torch.Tensor, tokens: torch.Tensor, n_steps: int) -> list[torch.Tensor]:
         """Training-time test: the draft chain of every row, ``n_steps`` deep.
 
         Args:
@@ -190,7 +198,7 @@ class Eagle3Model(nn.Module):
         pos = torch.arange(T, device=feats.device).expand(B, T)
         mask = torch.ones(T, T, dtype=torch.bool, device=feats.device).tril()
         hid = self.encode(feats)
-        cache: list = []
+        cache: list[tuple[torch.Tensor, torch.Tensor]] = []
         out = []
         for k in range(n_steps):
             hid = self.step(tokens[:, 1 + k:1 + k + T], hid, pos + k, cache, mask)
@@ -198,7 +206,7 @@ class Eagle3Model(nn.Module):
         return out
 
     @torch.no_grad()
-    def draft(self, feats, tokens, n: int) -> list:
+    def draft(self, feats: np.ndarray | torch.Tensor, tokens: Iterable[int], n: int) -> list[torch.Tensor]:
         """Draft greedily as llama.cpp's drafter does after a verify step (a reference for tests).
 
         Args:
@@ -216,8 +224,8 @@ class Eagle3Model(nn.Module):
         pos = torch.arange(T).expand(1, T)
         mask = torch.ones(T, T, dtype=torch.bool).tril()
         hid = self.encode(f)
-        cache: list = []
-        out: list = []
+        cache: list[tuple[torch.Tensor, torch.Tensor]] = []
+        out: list[torch.Tensor] = []
         step_toks = toks[1:T + 1][None].clone()
         for k in range(n):
             hid = self.step(step_toks, hid, pos + k, cache, mask)
@@ -231,13 +239,13 @@ class Eagle3Model(nn.Module):
             step_toks[0, -1] = int(lg.argmax())  # only the last row's chain matters
         return out
 
-    def logits(self, h):
+    def logits(self, h: torch.Tensor) -> torch.Tensor:
         """Logits over the head's vocabulary: ``(…, n_vocab)`` or ``(…, draft_vocab)``."""
         hn = self.out_norm(h)
         w = self.lm_head if self.lm_head is not None else self.head
         return hn @ w.to(hn.dtype).T
 
-    def to_target_ids(self, idx):
+    def to_target_ids(self, idx: torch.Tensor) -> torch.Tensor:
         """Map argmax indices of :meth:`logits` to target token ids."""
         return self.d2t[idx] if self.lm_head is not None else idx
 

@@ -19,11 +19,21 @@ The DFlash HF folder holds ``config.json`` (``architectures: ["DFlashDraftModel"
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..fixtures import _copy_tokenizer, write_dflash_gguf
+
+if TYPE_CHECKING:
+    import gguf
+    from torch import nn
+
+    from .draft_lm import DraftConfig, DraftLM
+    from .eagle3 import Eagle3Config, Eagle3Model
+    from .model import DFlashModel
 
 QUANTS = ("f32", "f16", "q8_0")
 
@@ -54,11 +64,12 @@ _EAGLE3_NAMES = {
 }
 
 
-def _state(model) -> dict:
+def _state(model: nn.Module) -> dict[str, np.ndarray]:
     return {k: v.detach().float().cpu().numpy() for k, v in model.state_dict().items()}
 
 
-def _dflash_arrays(model) -> dict:
+def _dflash_arrays(model: DFlashModel) -> dict[str, tuple[str, str, np.ndarray]]:
+    """Our parameter name → ``(GGUF name, HF name, float32 array)``."""
     out = {}
     for ours, arr in _state(model).items():
         parts = ours.split(".")
@@ -69,7 +80,7 @@ def _dflash_arrays(model) -> dict:
     return out
 
 
-def export_hf(model, out_dir, *, extra: dict | None = None) -> Path:
+def export_hf(model: DFlashModel, out_dir: str | os.PathLike, *, extra: dict[str, Any] | None = None) -> Path:
     """Write a DFlash drafter's ``config.json`` + ``model.safetensors`` (z-lab names) into ``out_dir``."""
     from safetensors.numpy import save_file
 
@@ -93,7 +104,8 @@ def export_hf(model, out_dir, *, extra: dict | None = None) -> Path:
     return d
 
 
-def export_dflash_gguf(model, path, *, target, quant: str = "q8_0", name: str = "DFlash drafter") -> dict:
+def export_dflash_gguf(model: DFlashModel, path: str | os.PathLike, *, target: str | os.PathLike, quant: str = "q8_0",
+                       name: str = "DFlash drafter") -> dict[str, Any]:
     """Write a DFlash drafter (:class:`.model.DFlashModel`) as a GGUF (``quant``: f32, f16 or q8_0)."""
     c = model.c
     weights = {gg: a for gg, _, a in _dflash_arrays(model).values()}
@@ -103,7 +115,8 @@ def export_dflash_gguf(model, path, *, target, quant: str = "q8_0", name: str = 
                              quant=quant, name=name)
 
 
-def _writer(path, arch: str, *, target, name: str, c, n_layer: int, quant: str):
+def _writer(path: str | os.PathLike, arch: str, *, target: str | os.PathLike, name: str,
+            c: Eagle3Config | DraftConfig, n_layer: int, quant: str) -> gguf.GGUFWriter:
     """A GGUFWriter with the hyperparameters every llama.cpp architecture reads, and the target's
     tokenizer (the drafter shares the target's vocabulary)."""
     import gguf
@@ -130,7 +143,7 @@ def _writer(path, arch: str, *, target, name: str, c, n_layer: int, quant: str):
     return w
 
 
-def _add_tensor(w, name: str, arr: np.ndarray, quant: str) -> None:
+def _add_tensor(w: gguf.GGUFWriter, name: str, arr: np.ndarray, quant: str) -> None:
     """Norms and vectors stay f32; matrices in ``quant`` (q8_0 needs rows of a multiple of 32:
     others fall back to f16)."""
     import gguf
@@ -145,14 +158,15 @@ def _add_tensor(w, name: str, arr: np.ndarray, quant: str) -> None:
         w.add_tensor(name, q, raw_shape=q.shape, raw_dtype=gguf.GGMLQuantizationType.Q8_0)
 
 
-def _close(w) -> None:
+def _close(w: gguf.GGUFWriter) -> None:
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
 
 
-def export_eagle3_gguf(model, path, *, target, quant: str = "q8_0", name: str = "EAGLE-3 head") -> dict:
+def export_eagle3_gguf(model: Eagle3Model, path: str | os.PathLike, *, target: str | os.PathLike,
+                       quant: str = "q8_0", name: str = "EAGLE-3 head") -> dict[str, Any]:
     """Write an EAGLE-3 head (:class:`.eagle3.Eagle3Model`) as the ``eagle3`` GGUF llama.cpp loads.
 
     Returns:
@@ -174,7 +188,8 @@ def export_eagle3_gguf(model, path, *, target, quant: str = "q8_0", name: str = 
     return {"target_layers": list(c.target_layer_ids), "draft_vocab": c.draft_vocab}
 
 
-def export_draft_gguf(model, path, *, target, quant: str = "q8_0", name: str = "draft model") -> dict:
+def export_draft_gguf(model: DraftLM, path: str | os.PathLike, *, target: str | os.PathLike, quant: str = "q8_0",
+                      name: str = "draft model") -> dict[str, Any]:
     """Write a draft model (:class:`.draft_lm.DraftLM`) as a normal ``llama`` / ``qwen3`` GGUF, for
     llama.cpp's ``draft-simple`` speculation.
 
@@ -197,7 +212,8 @@ def export_draft_gguf(model, path, *, target, quant: str = "q8_0", name: str = "
     return {"arch": c.arch, "n_layer": c.n_layer, "n_embd": c.n_embd}
 
 
-def export_gguf(model, path, *, target, quant: str = "q8_0", name: str | None = None) -> dict:
+def export_gguf(model: DFlashModel | Eagle3Model | DraftLM, path: str | os.PathLike, *, target: str | os.PathLike,
+                quant: str = "q8_0", name: str | None = None) -> dict[str, Any]:
     """Write any trained drafter as its GGUF (dispatch on the model's class)."""
     from .draft_lm import DraftLM
     from .eagle3 import Eagle3Model

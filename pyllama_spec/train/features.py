@@ -8,14 +8,17 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
+import typing
+from typing import Any
 
 import numpy as np
 
 
-def load_sequences(path, max_len: int = 1024) -> list:
+def load_sequences(path: str | os.PathLike, max_len: int = 1024) -> list[dict[str, Any]]:
     """Read the JSON lines of :mod:`.data` (plain or ``.gz``): ``[{"split", "tokens", "n_prompt"}]``
     (cut at ``max_len``)."""
-    out = []
+    out: list[dict[str, Any]] = []
     with (gzip.open(path, "rt") if str(path).endswith(".gz") else open(path)) as f:
         for line in f:
             try:
@@ -28,8 +31,9 @@ def load_sequences(path, max_len: int = 1024) -> list:
     return out
 
 
-def extract(target_path, sequences: list, layer_ids: list, *, n_gpu_layers: int = -1, n_batch: int = 2048,
-            n_pack: int = 16, progress: bool = True) -> tuple[list, np.ndarray]:
+def extract(target_path: str | os.PathLike, sequences: list[dict[str, Any]], layer_ids: list[int], *,
+            n_gpu_layers: int = -1, n_batch: int = 2048, n_pack: int = 16,
+            progress: bool = True) -> tuple[list[np.ndarray], np.ndarray]:
     """Features of every sequence: a list of ``(len, len(layer_ids) × n_embd)`` float16 arrays,
     and the target's token embedding ``(n_vocab, n_embd)`` float32.
 
@@ -49,9 +53,9 @@ def extract(target_path, sequences: list, layer_ids: list, *, n_gpu_layers: int 
     if progress:
         from tqdm import tqdm
         bar = tqdm(total=len(sequences), desc="features", unit="seq")
-    feats: list = [None] * len(sequences)
+    feats: list[np.ndarray | None] = [None] * len(sequences)
 
-    def taps():
+    def taps() -> np.ndarray:
         return np.concatenate([ctx.layer_input(lid) for lid in layer_ids], axis=1).astype(np.float16)
 
     i = 0
@@ -67,7 +71,7 @@ def extract(target_path, sequences: list, layer_ids: list, *, n_gpu_layers: int 
             feats[i] = np.concatenate(parts, axis=0)
             i += 1
         else:
-            group: list = []
+            group: list[int] = []
             n = 0
             while (i < len(sequences) and len(group) < n_pack and
                    n + len(sequences[i]["tokens"]) <= n_batch):
@@ -89,10 +93,11 @@ def extract(target_path, sequences: list, layer_ids: list, *, n_gpu_layers: int 
     emb = model.token_embeddings()
     ctx.close()
     model.close()
-    return feats, emb
+    # every slot is filled: each sequence is decoded alone (chunked) or in a packed group
+    return typing.cast("list[np.ndarray]", feats), emb
 
 
-def output_head(target_path, token_embeddings: np.ndarray) -> np.ndarray:
+def output_head(target_path: str | os.PathLike, token_embeddings: np.ndarray) -> np.ndarray:
     """The target's output projection ``(n_vocab, n_embd)`` float32: ``output.weight`` of the GGUF
     dequantized with gguf-py, or the token embedding when the model ties them."""
     import gguf

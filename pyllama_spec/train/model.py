@@ -16,10 +16,14 @@ from __future__ import annotations
 import math
 import typing
 from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+if TYPE_CHECKING:
+    from ..gguf_file import GGUFInfo
 
 
 @dataclass
@@ -32,18 +36,18 @@ class DFlashConfig:
     head_dim: int
     n_ff: int
     n_vocab: int
-    target_layer_ids: list
+    target_layer_ids: list[int]
     block_size: int = 8
     mask_token_id: int = 0
     rope_base: float = 10000.0
     rms_eps: float = 1e-6
     n_ctx: int = 8192
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
-    def for_target(cls, info, n_vocab: int, **kwargs) -> DFlashConfig:
+    def for_target(cls, info: GGUFInfo, n_vocab: int, **kwargs: Any) -> DFlashConfig:
         """A drafter shaped like the target whose GGUF header is ``info`` (:class:`GGUFInfo`): same
         hidden size (llama.cpp's DFlash graph requires it), heads, FFN width, RoPE base and context."""
         a = info.arch
@@ -58,24 +62,24 @@ class DFlashConfig:
 
 
 class RMSNorm(nn.Module):
-    def __init__(self, n: int, eps: float):
+    def __init__(self, n: int, eps: float) -> None:
         super().__init__()
         self.weight = nn.Parameter(torch.ones(n))
         self.eps = eps
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         xf = x.float()
         return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)).to(x.dtype) * self.weight
 
 
-def _angles(x, pos, base: float):
+def _angles(x: torch.Tensor, pos: torch.Tensor, base: float) -> tuple[torch.Tensor, torch.Tensor]:
     d = x.shape[-1]
     inv = 1.0 / (base ** (torch.arange(0, d, 2, device=x.device, dtype=torch.float32) / d))
     ang = pos.float()[:, None, :, None] * inv  # (B, 1, T, D/2)
     return ang.cos().to(x.dtype), ang.sin().to(x.dtype)
 
 
-def rope(x, pos, base: float):
+def rope(x: torch.Tensor, pos: torch.Tensor, base: float) -> torch.Tensor:
     """NeoX RoPE (llama.cpp ``LLAMA_ROPE_TYPE_NEOX``: dimension i pairs with i + D/2).
     x: (B, H, T, D), pos: (B, T) int."""
     d = x.shape[-1]
@@ -84,7 +88,7 @@ def rope(x, pos, base: float):
     return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
 
 
-def rope_norm(x, pos, base: float):
+def rope_norm(x: torch.Tensor, pos: torch.Tensor, base: float) -> torch.Tensor:
     """Normal RoPE (llama.cpp ``LLAMA_ROPE_TYPE_NORM``, used by llama and EAGLE-3 GGUFs: dimension
     2i pairs with 2i + 1; HF checkpoints reach this layout through the converter's q/k permutation).
     x: (B, H, T, D), pos: (B, T) int."""
@@ -94,7 +98,7 @@ def rope_norm(x, pos, base: float):
 
 
 class Layer(nn.Module):
-    def __init__(self, c: DFlashConfig):
+    def __init__(self, c: DFlashConfig) -> None:
         super().__init__()
         self.c = c
         self.attn_norm = RMSNorm(c.n_embd, c.rms_eps)
@@ -109,15 +113,16 @@ class Layer(nn.Module):
         self.up = nn.Linear(c.n_embd, c.n_ff, bias=False)
         self.down = nn.Linear(c.n_ff, c.n_embd, bias=False)
 
-    def heads(self, x, n):
+    def heads(self, x: torch.Tensor, n: int) -> torch.Tensor:
         b, t, _ = x.shape
         return x.view(b, t, n, self.c.head_dim).transpose(1, 2)  # (B, n, T, D)
 
-    def ctx_kv(self, g, pos):
+    def ctx_kv(self, g: torch.Tensor, pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         k = rope(self.k_norm(self.heads(self.k(g), self.c.n_head_kv)), pos, self.c.rope_base)
         return k, self.heads(self.v(g), self.c.n_head_kv)
 
-    def forward(self, h, pos, k_ctx, v_ctx, mask):
+    def forward(self, h: torch.Tensor, pos: torch.Tensor, k_ctx: torch.Tensor, v_ctx: torch.Tensor,
+                mask: torch.Tensor) -> torch.Tensor:
         c = self.c
         x = self.attn_norm(h)
         q = rope(self.q_norm(self.heads(self.q(x), c.n_head)), pos, c.rope_base)
@@ -142,7 +147,7 @@ class DFlashModel(nn.Module):
     in llama.cpp). The trainable part; the target's token embedding and output head are frozen
     buffers passed in (``tok_embd``, ``head``: ``(n_vocab, n_embd)``)."""
 
-    def __init__(self, c: DFlashConfig, tok_embd: torch.Tensor, head: torch.Tensor):
+    def __init__(self, c: DFlashConfig, tok_embd: torch.Tensor, head: torch.Tensor) -> None:
         super().__init__()
         self.c = c
         n_in = len(c.target_layer_ids) * c.n_embd
@@ -156,12 +161,13 @@ class DFlashModel(nn.Module):
         self.register_buffer("head", head, persistent=False)
         self.reset_parameters()
 
-    def reset_parameters(self):
+    def reset_parameters(self) -> None:
         for m in self.modules():
             if isinstance(m, nn.Linear):
                 nn.init.normal_(m.weight, std=0.02)
 
-    def forward(self, feats, ctx_pos, block_tokens, block_pos, mask):
+    def forward(self, feats: torch.Tensor, ctx_pos: torch.Tensor, block_tokens: torch.Tensor,
+                block_pos: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """Hidden states of the block rows.
 
         Args:
@@ -179,7 +185,7 @@ class DFlashModel(nn.Module):
             h = layer(h, block_pos, k_ctx, v_ctx, mask)
         return self.out_norm(h)
 
-    def logits(self, h):
+    def logits(self, h: torch.Tensor) -> torch.Tensor:
         return h @ self.head.to(h.dtype).T
 
 

@@ -22,28 +22,55 @@ first wrong token. :func:`.trainer.evaluate` replays the loop over them.
 from __future__ import annotations
 
 import math
-from typing import Any
+import os
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Generic, TypeAlias, TypeVar
 
 import numpy as np
 import torch
 import torch.nn.functional as F
+from torch import nn
 
+from ..errors import InvalidArgumentError
 from .model import DFlashConfig, DFlashModel
+
+if TYPE_CHECKING:
+    from ..gguf_file import GGUFInfo
+    from .config import TrainConfig
+    from .draft_lm import DraftConfig, DraftLM
+    from .eagle3 import Eagle3Config, Eagle3Model
 
 GAMMA = {16: 7.0, 10: 5.0, 8: 4.0}
 EAGLE3_STEP_WEIGHT = 0.8
 
+#: the model an objective trains (each subclass fixes it)
+ModelT = TypeVar("ModelT", bound=nn.Module)
+#: the model of any kind
+AnyModel: TypeAlias = "DFlashModel | Eagle3Model | DraftLM"
+#: a batch: tensors in the order the kind's :meth:`Objective.batch` builds them
+Batch = tuple[torch.Tensor, ...]
+#: per sequence: ``(lo, acc)``, ``acc[j]`` = leading correct drafts at anchor ``lo + j``
+Leads = list[tuple[int, np.ndarray]]
 
-def anchor_range(seq: dict) -> tuple[int, int]:
+
+def anchor_range(seq: dict[str, Any]) -> tuple[int, int]:
     """``(lo, hi)``: first and last anchor of a sequence (inclusive)."""
     return max(1, seq["n_prompt"] - 1), len(seq["tokens"]) - 2
 
 
-def _as_t(x, device, dtype=None):
+def _features(feats: Sequence[np.ndarray] | None, kind: str) -> Sequence[np.ndarray]:
+    """``feats``, which a kind that reads target features cannot do without."""
+    if feats is None:
+        raise InvalidArgumentError(f"{kind} batches read target features: feats must be the "
+                                   f"features.extract() arrays, got None")
+    return feats
+
+
+def _as_t(x: np.ndarray, device: torch.device | str | None, dtype: torch.dtype | None = None) -> torch.Tensor:
     return torch.as_tensor(np.ascontiguousarray(x), device=device, dtype=dtype)
 
 
-class Objective:
+class Objective(Generic[ModelT]):
     """Interface of a kind's objective (one subclass per kind).
 
     Attributes:
@@ -54,31 +81,33 @@ class Objective:
     """
     kind = ""
     needs_features = True
-    config: Any
+    config: DFlashConfig | Eagle3Config | DraftConfig
     n_max: int
     eval_batch = 4
 
-    def build(self) -> torch.nn.Module:
+    def build(self) -> ModelT:
         """A fresh model (on the CPU)."""
         raise NotImplementedError
 
-    def batch(self, seqs, feats, idx, rng: np.random.Generator, device, *, evaluate: bool = False) -> tuple:
+    def batch(self, seqs: Sequence[dict[str, Any]], feats: Sequence[np.ndarray] | None, idx: Sequence[int],
+              rng: np.random.Generator, device: torch.device, *, evaluate: bool = False) -> Batch:
         """Tensors for sequences ``idx`` on ``device``."""
         raise NotImplementedError
 
-    def loss(self, model, b, dtype) -> torch.Tensor:
+    def loss(self, model: ModelT, b: Batch, dtype: torch.dtype) -> torch.Tensor:
         """Scalar training loss of a batch (``dtype``: the features' compute type)."""
         raise NotImplementedError
 
-    def leads(self, model, b, seqs, idx, dtype) -> list:
+    def leads(self, model: ModelT, b: Batch, seqs: Sequence[dict[str, Any]], idx: Sequence[int],
+              dtype: torch.dtype) -> Leads:
         """Per sequence of ``idx``: ``(lo, acc)`` with ``acc[j]`` = leading correct drafts (≤ n_max)
         at anchor ``lo + j``."""
         raise NotImplementedError
 
 
 # --------------------------------------------------------------------------------------------- DFlash
-def make_batch(seqs, feats, idx, c: DFlashConfig, n_blocks: int, rng: np.random.Generator, device, *,
-               all_anchors: bool = False):
+def make_batch(seqs: Sequence[dict[str, Any]], feats: Sequence[np.ndarray], idx: Sequence[int], c: DFlashConfig,
+               n_blocks: int, rng: np.random.Generator, device: torch.device, *, all_anchors: bool = False) -> Batch:
     """DFlash tensors for sequences ``idx``: features, positions, packed blocks, mask and targets."""
     B = c.block_size
     lens = [len(seqs[i]["tokens"]) for i in idx]
@@ -120,32 +149,34 @@ def make_batch(seqs, feats, idx, c: DFlashConfig, n_blocks: int, rng: np.random.
             _as_t(tgt, device))
 
 
-def position_weights(c: DFlashConfig, device):
+def position_weights(c: DFlashConfig, device: torch.device) -> torch.Tensor:
     """DFlash's per-block-position loss weights ``[0, 1, e^{−1/γ}, …]`` (the anchor row has none)."""
     B = c.block_size
     gamma = GAMMA.get(B, B / 2)
     return torch.tensor([0.0] + [math.exp(-(k - 1) / gamma) for k in range(1, B)], device=device)
 
 
-class DFlashObjective(Objective):
+class DFlashObjective(Objective[DFlashModel]):
     """DFlash's block-diffusion objective (z-lab ``dflash``)."""
     kind = "dflash"
+    config: DFlashConfig
     max_eval_anchors = 256
 
-    def __init__(self, c: DFlashConfig, tok_embd, head, *, n_blocks: int = 32):
+    def __init__(self, c: DFlashConfig, tok_embd: np.ndarray, head: np.ndarray, *, n_blocks: int = 32) -> None:
         self.config, self.n_blocks = c, n_blocks
         self.n_max = c.block_size - 1
         self._embd, self._head = tok_embd, head
 
-    def build(self):
+    def build(self) -> DFlashModel:
         return DFlashModel(self.config, torch.tensor(np.asarray(self._embd, np.float32)),
                            torch.tensor(np.asarray(self._head, np.float32)))
 
-    def batch(self, seqs, feats, idx, rng, device, *, evaluate=False):
+    def batch(self, seqs: Sequence[dict[str, Any]], feats: Sequence[np.ndarray] | None, idx: Sequence[int],
+              rng: np.random.Generator, device: torch.device, *, evaluate: bool = False) -> Batch:
         n = self.max_eval_anchors if evaluate else self.n_blocks
-        return make_batch(seqs, feats, idx, self.config, n, rng, device, all_anchors=evaluate)
+        return make_batch(seqs, _features(feats, self.kind), idx, self.config, n, rng, device, all_anchors=evaluate)
 
-    def loss(self, model, b, dtype):
+    def loss(self, model: DFlashModel, b: Batch, dtype: torch.dtype) -> torch.Tensor:
         f, cp, tok, pos, mask, tgt = b
         logits = model.logits(model(f.to(dtype), cp, tok, pos, mask)).float()
         ce = F.cross_entropy(logits.view(-1, logits.shape[-1]), tgt.view(-1), ignore_index=-100, reduction="none")
@@ -153,7 +184,8 @@ class DFlashObjective(Objective):
         wt = w.repeat(tgt.shape[1] // self.config.block_size)[None, :].expand_as(tgt).reshape(-1) * (tgt.view(-1) >= 0)
         return (ce * wt).sum() / wt.sum().clamp_min(1)
 
-    def leads(self, model, b, seqs, idx, dtype):
+    def leads(self, model: DFlashModel, b: Batch, seqs: Sequence[dict[str, Any]], idx: Sequence[int],
+              dtype: torch.dtype) -> Leads:
         f, cp, tok, pos, mask, tgt = b
         B = self.config.block_size
         pred = model.logits(model(f.to(dtype), cp, tok, pos, mask)).argmax(-1).view(len(idx), -1, B)[:, :, 1:]
@@ -165,22 +197,25 @@ class DFlashObjective(Objective):
 
 
 # -------------------------------------------------------------------------------------------- EAGLE-3
-class Eagle3Objective(Objective):
+class Eagle3Objective(Objective["Eagle3Model"]):
     """EAGLE-3's training-time test with hard labels (the target's greedy tokens)."""
     kind = "eagle3"
+    config: Eagle3Config
 
-    def __init__(self, c, tok_embd, head):
+    def __init__(self, c: Eagle3Config, tok_embd: np.ndarray, head: np.ndarray) -> None:
         self.config = c
         self.n_max = c.n_steps
         self._embd, self._head = tok_embd, head
 
-    def build(self):
+    def build(self) -> Eagle3Model:
         from .eagle3 import Eagle3Model
 
         return Eagle3Model(self.config, torch.tensor(np.asarray(self._embd, np.float32)),
                            torch.tensor(np.asarray(self._head, np.float32)))
 
-    def batch(self, seqs, feats, idx, rng, device, *, evaluate=False):
+    def batch(self, seqs: Sequence[dict[str, Any]], feats: Sequence[np.ndarray] | None, idx: Sequence[int],
+              rng: np.random.Generator, device: torch.device, *, evaluate: bool = False) -> Batch:
+        feats = _features(feats, self.kind)
         K = self.config.n_steps
         lens = [len(seqs[i]["tokens"]) for i in idx]
         T = max(lens)
@@ -197,7 +232,7 @@ class Eagle3Objective(Objective):
                     tgt[r, k, t0:t1] = tok[r, t0 + 2 + k:t1 + 2 + k]
         return _as_t(f, device), _as_t(tok, device), _as_t(tgt, device)
 
-    def _map(self, model, y):
+    def _map(self, model: Eagle3Model, y: torch.Tensor) -> torch.Tensor:
         """Target ids → the head's vocabulary (−100 where the head cannot say them)."""
         if model.lm_head is None:
             return y
@@ -205,7 +240,7 @@ class Eagle3Objective(Objective):
         t2d[model.d2t] = torch.arange(len(model.d2t), device=y.device)
         return torch.where(y >= 0, t2d[y.clamp_min(0)], y)
 
-    def loss(self, model, b, dtype):
+    def loss(self, model: Eagle3Model, b: Batch, dtype: torch.dtype) -> torch.Tensor:
         f, tok, tgt = b
         hs = model.unroll(f.to(dtype), tok, self.config.n_steps)
         total: torch.Tensor | float = 0.0
@@ -219,13 +254,15 @@ class Eagle3Objective(Objective):
             w = EAGLE3_STEP_WEIGHT ** k
             total = total + w * F.cross_entropy(logits, y[sel])
             wsum += w
-        return total / max(wsum, 1e-9)
+        # a tensor as is (as_tensor does not copy it); 0.0 only when no step had a label
+        return torch.as_tensor(total / max(wsum, 1e-9))
 
-    def leads(self, model, b, seqs, idx, dtype):
+    def leads(self, model: Eagle3Model, b: Batch, seqs: Sequence[dict[str, Any]], idx: Sequence[int],
+              dtype: torch.dtype) -> Leads:
         f, tok, _ = b
         K = self.config.n_steps
         hs = model.unroll(f.to(dtype), tok, K)
-        out = []
+        out: Leads = []
         for r, i in enumerate(idx):
             lo, hi = anchor_range(seqs[i])
             L = len(seqs[i]["tokens"])
@@ -241,11 +278,11 @@ class Eagle3Objective(Objective):
         return out
 
 
-def draft_vocab_ids(seqs, n: int, n_vocab: int) -> list:
+def draft_vocab_ids(seqs: Sequence[dict[str, Any]], n: int, n_vocab: int) -> list[int]:
     """EAGLE-3's draft vocabulary: the ``min(n, n_vocab)`` target tokens most frequent in the
     training split's answers (then in its prompts, then by id), sorted by id."""
-    answer: dict = {}
-    prompt: dict = {}
+    answer: dict[int, int] = {}
+    prompt: dict[int, int] = {}
     for s in seqs:
         if s["split"] == "train":
             for i, t in enumerate(s["tokens"]):
@@ -256,21 +293,24 @@ def draft_vocab_ids(seqs, n: int, n_vocab: int) -> list:
 
 
 # ------------------------------------------------------------------------------------- draft model
-class DraftObjective(Objective):
+class DraftObjective(Objective["DraftLM"]):
     """Next-token distillation of the target's greedy answers into a small causal LM."""
     kind = "draft"
     needs_features = False
+    config: DraftConfig
 
-    def __init__(self, c, tok_embd, *, n_max: int = 7, target_weights: dict | None = None):
+    def __init__(self, c: DraftConfig, tok_embd: np.ndarray, *, n_max: int = 7,
+                 target_weights: dict[str, np.ndarray] | None = None) -> None:
         self.config, self.n_max = c, n_max
         self._embd, self._tw = tok_embd, target_weights
 
-    def build(self):
+    def build(self) -> DraftLM:
         from .draft_lm import DraftLM
 
         return DraftLM(self.config, self._tw, self._embd)
 
-    def batch(self, seqs, feats, idx, rng, device, *, evaluate=False):
+    def batch(self, seqs: Sequence[dict[str, Any]], feats: Sequence[np.ndarray] | None, idx: Sequence[int],
+              rng: np.random.Generator, device: torch.device, *, evaluate: bool = False) -> Batch:
         lens = [len(seqs[i]["tokens"]) for i in idx]
         T = max(lens)
         tok = np.zeros((len(idx), T), dtype=np.int64)
@@ -282,16 +322,17 @@ class DraftObjective(Objective):
             tgt[r, lo:L - 1] = tok[r, lo + 1:L]
         return _as_t(tok, device), _as_t(tgt, device)
 
-    def loss(self, model, b, dtype):
+    def loss(self, model: DraftLM, b: Batch, dtype: torch.dtype) -> torch.Tensor:
         tok, tgt = b
         h = model(tok)
         sel = tgt >= 0
         return F.cross_entropy(model.logits(h[sel]).float(), tgt[sel])
 
-    def leads(self, model, b, seqs, idx, dtype):
+    def leads(self, model: DraftLM, b: Batch, seqs: Sequence[dict[str, Any]], idx: Sequence[int],
+              dtype: torch.dtype) -> Leads:
         tok, _ = b
         h = model(tok)
-        out = []
+        out: Leads = []
         for r, i in enumerate(idx):
             lo, hi = anchor_range(seqs[i])
             pred = model.logits(h[r, lo:hi + 1]).argmax(-1).cpu().numpy()
@@ -305,12 +346,16 @@ class DraftObjective(Objective):
 
 
 # ---------------------------------------------------------------------------------------- factory
-def default_layers(n_layer: int, k: int = 4) -> list:
+#: the objective of any kind (what :func:`build_objective` returns)
+AnyObjective: TypeAlias = DFlashObjective | Eagle3Objective | DraftObjective
+
+
+def default_layers(n_layer: int, k: int = 4) -> list[int]:
     """k layer ids spread from the second layer to the last (llama.cpp ids: layer inputs)."""
     return sorted({int(round(x)) for x in np.linspace(1, n_layer - 1, k)})
 
 
-def target_layers(tc, n_layer: int) -> list:
+def target_layers(tc: TrainConfig, n_layer: int) -> list[int]:
     """The target layers (inputs) a run of ``tc`` reads: its own, or the kind's default; [] for a
     draft model."""
     from .eagle3 import default_eagle3_layers
@@ -325,7 +370,9 @@ def target_layers(tc, n_layer: int) -> list:
     return default_eagle3_layers(n_layer) if tc.kind == "eagle3" else default_layers(n_layer)
 
 
-def build_objective(tc, info, seqs, tok_embd, head, *, mask_token: int | None = None, target=None) -> Objective:
+def build_objective(tc: TrainConfig, info: GGUFInfo, seqs: Sequence[dict[str, Any]], tok_embd: np.ndarray,
+                    head: np.ndarray, *, mask_token: int | None = None,
+                    target: str | os.PathLike | None = None) -> AnyObjective:
     """The objective (and so the model shape) of a run.
 
     Args:

@@ -15,19 +15,27 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import shlex
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
 
 from .config import KINDS, QUANTS, TrainConfig
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from .objectives import AnyModel, Objective
 
 #: registry names our loop may give each kind's drafter (the first registered one is used)
 LOOP_KINDS = {"dflash": ("dflash", "draft-dflash"), "eagle3": ("eagle3", "draft-eagle3"),
               "draft": ("draft-simple", "draft", "draft-model")}
 
 
-def pick_mask_token(target_path, sequences) -> int:
+def pick_mask_token(target_path: str | os.PathLike, sequences: Sequence[dict[str, Any]]) -> int:
     """An unused control token of the target's vocabulary to serve as DFlash's mask token."""
     import pyllama_spec as ps
 
@@ -46,7 +54,7 @@ def pick_mask_token(target_path, sequences) -> int:
     raise ValueError("no unused token to use as the mask token")
 
 
-def file_sha256(path) -> str:
+def file_sha256(path: str | os.PathLike) -> str:
     """sha256 of a file's bytes (the data set's identity in a report)."""
     h = hashlib.sha256()
     with open(path, "rb") as f:
@@ -55,7 +63,7 @@ def file_sha256(path) -> str:
     return h.hexdigest()
 
 
-def kind_of(drafter_path) -> str:
+def kind_of(drafter_path: str | os.PathLike) -> str:
     """The trained kind of a drafter GGUF, from its architecture (``dflash``, ``eagle3``, else a
     draft model)."""
     from ..gguf_file import read_gguf
@@ -72,8 +80,9 @@ def loop_drafter(kind: str) -> str | None:
     return next((k for k in LOOP_KINDS[kind] if k in drafter_kinds()), None)
 
 
-def evaluate_loop(target, drafter_path, sequences, *, n_max: int, kind: str | None = None, n_gpu_layers: int = -1,
-                  max_prompts: int = 40, max_tokens: int = 128) -> dict:
+def evaluate_loop(target: str | os.PathLike, drafter_path: str | os.PathLike, sequences: Sequence[dict[str, Any]], *,
+                  n_max: int, kind: str | None = None, n_gpu_layers: int = -1, max_prompts: int = 40,
+                  max_tokens: int = 128) -> dict[str, Any]:
     """τ and acceptance per position of an exported drafter through our loop (T = 0) on held-out
     prompts, and tokens/s against plain decoding measured in the same run.
 
@@ -112,8 +121,9 @@ def evaluate_loop(target, drafter_path, sequences, *, n_max: int, kind: str | No
             "identical_to_plain": bool(same)}
 
 
-def evaluate_native(target, drafter_path, sequences, *, n_max: int, kind: str | None = None,
-                    n_gpu_layers: int = -1, max_prompts: int = 10, max_tokens: int = 128) -> dict:
+def evaluate_native(target: str | os.PathLike, drafter_path: str | os.PathLike, sequences: Sequence[dict[str, Any]],
+                    *, n_max: int, kind: str | None = None, n_gpu_layers: int = -1, max_prompts: int = 10,
+                    max_tokens: int = 128) -> dict[str, Any]:
     """τ and acceptance of an exported drafter through llama.cpp's own ``llama-speculative-simple``
     (``--spec-type`` of the kind, T = 0) on held-out prompts.
 
@@ -146,8 +156,8 @@ def evaluate_native(target, drafter_path, sequences, *, n_max: int, kind: str | 
             "acceptance_rate": tot["n_accept"] / tot["n_drafted"] if tot["n_drafted"] else None}
 
 
-def run(target, out_dir, tc: TrainConfig | None = None, *, progress: bool = True, command: str | None = None,
-        native: bool = True) -> dict:
+def run(target: str | os.PathLike, out_dir: str | os.PathLike, tc: TrainConfig | None = None, *,
+        progress: bool = True, command: str | None = None, native: bool = True) -> dict[str, Any]:
     """The whole pipeline for one :class:`.config.TrainConfig`; returns the report (also written
     to ``out_dir/report.json``).
 
@@ -164,6 +174,7 @@ def run(target, out_dir, tc: TrainConfig | None = None, *, progress: bool = True
     from . import data as data_mod
     from .export import export_gguf, export_hf
     from .features import extract, load_sequences, output_head
+    from .model import DFlashModel
     from .objectives import build_objective, target_layers
     from .trainer import train
 
@@ -180,6 +191,7 @@ def run(target, out_dir, tc: TrainConfig | None = None, *, progress: bool = True
     info = tm.info
     layers = target_layers(tc, tm.n_layer)
     t_feat = time.time()
+    feats: list[np.ndarray] | None
     if layers:
         feats, emb = extract(target, seqs, layers, n_gpu_layers=tc.n_gpu_layers, progress=progress)
     else:
@@ -191,14 +203,16 @@ def run(target, out_dir, tc: TrainConfig | None = None, *, progress: bool = True
     mask = pick_mask_token(target, seqs) if tc.kind == "dflash" else None
     objective = build_objective(tc, info, seqs, emb, head, mask_token=mask, target=target)
     t_train = time.time()
-    model, history = train(seqs, feats, objective, tc, progress=progress)
+    # train() only hands an objective the model that objective built, so a run is one Objective[its model];
+    # mypy cannot solve train's model type from the union of the three kinds' objectives
+    model, history = train(seqs, feats, cast("Objective[AnyModel]", objective), tc, progress=progress)
     t_train = time.time() - t_train
     c = objective.config
-    if tc.kind == "dflash":
+    if isinstance(model, DFlashModel):  # kind dflash
         export_hf(model, out / "hf")
     torch.save({"kind": tc.kind, "config": c.to_dict(), "train_config": tc.to_dict(),
                 "state_dict": model.state_dict()}, out / "drafter.pt")
-    paths = {}
+    paths: dict[str, Path] = {}
     for q in sorted({tc.quant, "f16"}):
         paths[q] = out / f"drafter-{q}.gguf"
         export_gguf(model, paths[q], target=target, quant=q, name=f"{tc.kind} drafter for {Path(target).name}")
@@ -225,7 +239,7 @@ def run(target, out_dir, tc: TrainConfig | None = None, *, progress: bool = True
     return report
 
 
-def config_from_args(a) -> TrainConfig:
+def config_from_args(a: argparse.Namespace) -> TrainConfig:
     """The :class:`.config.TrainConfig` of parsed command-line arguments."""
     return TrainConfig(kind=a.kind, data=a.data, max_len=a.max_len, layers=a.layers, drafter_layers=a.drafter_layers,
                        block_size=a.block_size, n_max=a.n_max, draft_embd=a.draft_embd, draft_vocab=a.draft_vocab,
@@ -271,7 +285,7 @@ def parser() -> argparse.ArgumentParser:
     return ap
 
 
-def main(argv=None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     from ..errors import PyllamaSpecError
 
     args = sys.argv[1:] if argv is None else list(argv)

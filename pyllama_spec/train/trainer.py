@@ -13,13 +13,15 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any, SupportsInt
 
 import numpy as np
 import torch
 
 from .config import TrainConfig
-from .objectives import Objective
+from .objectives import Batch, ModelT, Objective
 
 
 def loop_tau(accepted_at_anchor: np.ndarray, start: int, end: int) -> tuple[int, int]:
@@ -40,7 +42,8 @@ def loop_tau(accepted_at_anchor: np.ndarray, start: int, end: int) -> tuple[int,
     return tokens, steps
 
 
-def replay_native(lead, n_prompt: int, n_predict: int, n_max: int, eog_at: int | None = None) -> dict:
+def replay_native(lead: Callable[[int, int], SupportsInt], n_prompt: int, n_predict: int, n_max: int,
+                  eog_at: int | None = None) -> dict[str, Any]:
     """The counters ``llama-speculative-simple`` prints for a greedy run, replayed from accepted
     draft counts (``examples/speculative-simple``: the draft is cut to ``n_predict − predicted − 1``,
     the run stops once more than ``n_predict`` tokens are predicted or at an end-of-generation token).
@@ -69,7 +72,9 @@ def replay_native(lead, n_prompt: int, n_predict: int, n_max: int, eog_at: int |
 
 
 @torch.no_grad()
-def evaluate(model, objective: Objective, seqs, feats, idx, device, *, dtype=torch.float32) -> dict:
+def evaluate(model: ModelT, objective: Objective[ModelT], seqs: Sequence[dict[str, Any]],
+             feats: Sequence[np.ndarray] | None, idx: Sequence[int], device: torch.device, *,
+             dtype: torch.dtype = torch.float32) -> dict[str, Any]:
     """Greedy acceptance on held-out sequences ``idx`` with every answer position as an anchor.
 
     Returns ``{"tau", "tau_per_anchor", "per_position", "n_blocks"}``: ``tau`` replays the loop
@@ -104,7 +109,9 @@ def evaluate(model, objective: Objective, seqs, feats, idx, device, *, dtype=tor
             "per_position": (per_pos / max(n, 1)).tolist(), "n_blocks": n}
 
 
-def train(seqs, feats, objective: Objective, tc: TrainConfig, *, progress: bool = True, log=print):
+def train(seqs: Sequence[dict[str, Any]], feats: Sequence[np.ndarray] | None, objective: Objective[ModelT],
+          tc: TrainConfig, *, progress: bool = True,
+          log: Callable[[str], object] = print) -> tuple[ModelT, list[dict[str, Any]]]:
     """Train ``objective``'s model; returns ``(model, history)`` (history: the validation results).
 
     Args:
@@ -140,7 +147,7 @@ def train(seqs, feats, objective: Objective, tc: TrainConfig, *, progress: bool 
         bar = tqdm(total=steps, desc=f"train {objective.kind}", unit="step")
     cpu = torch.device("cpu")
 
-    def next_batch():  # on a worker thread: the next batch is assembled while the GPU computes
+    def next_batch() -> Batch:  # on a worker thread: the next batch is assembled while the GPU computes
         idx = rng.choice(train_idx, size=min(tc.batch, len(train_idx)), replace=False).tolist()
         return objective.batch(seqs, feats, idx, rng, cpu)
 
