@@ -15,7 +15,7 @@ python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 -
     --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
     -d .dev/gpu/whl cffi==2.0.0 pycparser==3.0 gguf==0.19.0
 skip=()
-for b in vulkan sycl metal opencl hexagon cann openvino webgpu et virtgpu rpc zdnn musa blas; do
+for b in vulkan sycl metal opencl hexagon cann openvino webgpu et virtgpu zdnn musa blas; do
     skip+=(--exclude="llama.cpp/ggml/src/ggml-$b")
 done
 tar -C vendor -cJf .dev/gpu/llama.cpp.tar.xz "${skip[@]}" --exclude=llama.cpp/tests --exclude=llama.cpp/gguf-py \
