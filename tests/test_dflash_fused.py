@@ -5,6 +5,8 @@ import numpy as np
 import pytest
 
 import pyllama_spec as ps
+
+from .conftest import EXACT, assert_same_tokens
 from pyllama_spec.speculative.drafters.dflash import DFlashDrafter
 
 PROMPTS = ["hello there, how are you", "def add(a, b):\n    return a + b\n\ndef sub(a, b):\n"]
@@ -41,10 +43,14 @@ def test_fused_drafts_equal_the_two_decode_path(pair, prompt, n_max):
         d = pair.drafters[name]
         d.drafts.clear()
         r = pair.generate(prompt, drafter=name, n_max=n_max, max_tokens=40)
-        assert r.tokens == plain
+        assert_same_tokens(r.tokens, plain)
         out[name] = (list(d.drafts), r.stats.acceptance_lengths, r.timings)
-    assert out["fused"][0] == out["sep"][0] and len(out["sep"][0]) > 3
-    assert out["fused"][1] == out["sep"][1]
+    assert len(out["sep"][0]) > 3
+    if EXACT:  # on a GPU the fused graph (more rows) may run other kernels: near-ties can flip (conftest)
+        assert out["fused"][0] == out["sep"][0]
+        assert out["fused"][1] == out["sep"][1]
+    else:
+        assert out["fused"][0][0] == out["sep"][0][0]  # the first draft follows the same prefill
     # one drafter decode per step: injections after the prefill ride on the draft calls
     t_sep, t_fused = out["sep"][2], out["fused"][2]
     assert t_fused["inject"]["count"] < t_sep["inject"]["count"]
