@@ -219,16 +219,19 @@ def test_dflash_confidence_backend_and_host_agree(tiny_gen):
     d = tiny_gen.drafters["dflash"]
     toks = tiny_gen.tokenize_prompt(PROMPTS[0])
     out = {}
-    for backend in (True, False):
+    for backend, want in ((True, True), (False, True), (True, False)):
         d.backend_sampling = backend
         try:
             tiny_gen.generate(prompt_tokens=toks, drafter="dflash", n_max=7, max_tokens=1)  # fills the drafter
             d.rollback(len(toks) - 1)  # back to the prompt: the block goes at position len − 1
-            out[backend] = d.propose(toks[-1], len(toks) - 1, 7, SamplingParams(), np.random.default_rng(0),
-                                     StageTimer())
+            d.want_confidence = want  # (the loop sets it: n_max="auto" reads confidences)
+            out[backend, want] = d.propose(toks[-1], len(toks) - 1, 7, SamplingParams(), np.random.default_rng(0),
+                                           StageTimer())
         finally:
             d.backend_sampling = True
-    a, b = out[True], out[False]
+    a, b = out[True, True], out[False, True]
+    # without confidences asked for, the backend draws the argmax alone: the same tokens, no confidence
+    assert out[True, False].tokens == a.tokens and out[True, False].confidence is None
     assert a.tokens == b.tokens and len(a.confidence) == len(a.tokens) == 7
     assert np.all((b.confidence > 0) & (b.confidence <= 1))
     # over the 10 best candidates the top probability is at least the full softmax's

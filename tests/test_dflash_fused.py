@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 
 import pyllama_spec as ps
+from pyllama_spec.speculative.drafters.dflash import DFlashDrafter
 
 from .conftest import EXACT, assert_same_tokens
-from pyllama_spec.speculative.drafters.dflash import DFlashDrafter
 
 PROMPTS = ["hello there, how are you", "def add(a, b):\n    return a + b\n\ndef sub(a, b):\n"]
 

@@ -109,6 +109,7 @@ def speculative_generate(target: Context, drafter: Drafter | None, prompt: list,
     chain = SamplerChain.from_params(sp) if use_backend and fits and not host_rule else None
     target.set_sampler(chain)
     if drafter is not None:
+        drafter.want_confidence = draft_length is not None
         # n_keep > 0 only for drafters that said they hold that prefix (Drafter.cached_prefix), so
         # drafters that never keep one may define begin(prompt)
         if n_keep:

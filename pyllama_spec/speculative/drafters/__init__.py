@@ -120,6 +120,10 @@ class Drafter(ABC):
         self.target = target
         #: target layers whose inputs ``observe`` reads (empty: no taps needed)
         self.target_layer_ids: list[int] = []
+        #: set by the loop for each generation: True when the draft length is chosen per step
+        #: (``n_max="auto"``), which reads ``Draft.confidence``; a drafter whose confidences cost
+        #: extra work may skip them otherwise
+        self.want_confidence = False
 
     def begin(self, prompt: list[int], n_keep: int = 0) -> None:
         """A new generation over ``prompt`` (the tokens the target's cache will hold once the prompt
