@@ -102,7 +102,27 @@ def cmd_bench(a: argparse.Namespace) -> int:
         return _bench(a, gen)
 
 
+def _all_kinds(gen: Any) -> dict[str, str]:
+    """Add every registered drafter kind that needs no file and is not there yet (under its kind's
+    name); return ``{kind: why it was not added}`` for the others (a file is needed, or the target
+    lacks what the kind reads, e.g. MTP layers)."""
+    from .errors import PyllamaSpecError
+    from .speculative.drafters import _REGISTRY
+
+    have = {type(d).kind for d in gen.drafters.values()}
+    skipped: dict[str, str] = {}
+    for kind in sorted({cls.kind for cls in _REGISTRY.values()}):
+        if kind in have:
+            continue
+        try:
+            gen.add_drafter(kind, kind)
+        except PyllamaSpecError as exc:  # (TypeError/ValueError subclasses: a missing path, a missing head)
+            skipped[kind] = str(exc).split("\n")[0][:90]
+    return skipped
+
+
 def _bench(a: argparse.Namespace, gen: Any) -> int:
+    skipped = _all_kinds(gen) if a.all_kinds else {}
     names = [None, *gen.drafters]
     prompt = _prompt_kwargs(a)
     gen.generate(**prompt, max_tokens=8, **_configs(a, None))  # warm-up
@@ -121,6 +141,9 @@ def _bench(a: argparse.Namespace, gen: Any) -> int:
         same = r.tokens == results[None].tokens
         print(f"{n or 'none':<12}{r.n_max:>6}{med:>10.1f}{med / base:>9.2f}{100 * r.stats.acceptance_rate:>8.1f}%"
               f"{r.stats.mean_accepted_length:>7.2f}{str(same):>13}")
+    for kind, why in skipped.items():
+        hint = " (add it with -d NAME=KIND:PATH)" if "path" in why else ""
+        print(f"{kind:<12}  not run: {why}{hint}")
     return 0
 
 
@@ -185,6 +208,8 @@ def main(argv: list[str] | None = None) -> int:
     b = sub.add_parser("bench", help="every drafter and plain decoding, alternating runs")
     _common(b)
     b.add_argument("--runs", type=int, default=3)
+    b.add_argument("--all-kinds", action="store_true",
+                   help="also run every registered kind that needs no file, and list the kinds that do")
     b.set_defaults(fn=cmd_bench)
     k = sub.add_parser("bakeoff", help="sweep drafters × n_max × settings; results.json/csv, REPORT.md, plots")
     k.add_argument("target", nargs="?", help="target .gguf")

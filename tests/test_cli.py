@@ -44,3 +44,21 @@ def test_generate_json(tiny, capsys):
     assert out["n_max"] == 3 and out["drafter"] == "dflash" and len(out["tokens"]) == 6
     assert out["stats"]["n_accepted"] + out["stats"]["n_steps"] == out["n_generated"]
     assert out["sampling"]["temperature"] == 0.0
+
+
+def test_bench_all_kinds_lists_every_registered_kind(tiny, capsys):
+    """`bench --all-kinds`: every kind that needs no file runs beside the given ones (each row a
+    lossless run: same tokens as plain at T = 0), every kind that needs a file is listed with why."""
+    from pyllama_spec.speculative.drafters import _REGISTRY
+
+    rc = cli.main(["bench", str(tiny["target"]), "-d", f"dflash={tiny['dflash']}", "--all-kinds", "--runs", "1",
+                   "-n", "12", "--raw", "-p", "hello hello hello"])
+    assert rc == 0
+    lines = capsys.readouterr().out.splitlines()
+    rows = {ln.split()[0]: ln for ln in lines[1:] if ln.strip()}
+    kinds = {cls.kind for cls in _REGISTRY.values()}
+    assert kinds <= set(rows) | {"draft-dflash"} and "dflash" in rows  # (the dflash file is named "dflash")
+    ran = [k for k, ln in rows.items() if "not run" not in ln]
+    assert {"none", "dflash", "ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache"} <= set(ran)
+    assert all(rows[k].split()[-1] == "True" for k in ran)  # same tokens as plain decoding
+    assert "not run" in rows["draft-eagle3"] and "not run" in rows["draft-simple"]
