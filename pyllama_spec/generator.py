@@ -355,8 +355,8 @@ class Generator:
         steps = speculative_generate(self.ctx, d, tokens, max_tokens=max_tokens, n_max=int(spec.n_max or 0),
                                      sp=sampling, verify=spec.verify, stats=stats, timer=timer, rng=rng,
                                      backend_sampling=spec.backend_sampling, n_keep=n_keep, draft_length=policy)
-        run = _Run(self, self._ledger.track(steps, tokens), stops, stop_ids, special, timer, stats, tokens, spec,
-                   sampling, auto)
+        run = _Run(self, self._ledger.track(steps, tokens), stops=stops, stop_ids=stop_ids, special=special,
+                   timer=timer, stats=stats, prompt_tokens=tokens, spec=spec, sampling=sampling, auto=auto)
         run.n_reused = n_keep
         self._active = run
         if stream:
@@ -528,7 +528,7 @@ class _Run:
     """Turns the loop's committed tokens into text pieces, applying stop strings and stop tokens,
     and counts exactly the tokens up to where the output ends (``SpecStats.truncate_last``)."""
 
-    def __init__(self, gen: Generator, steps: Iterator[StepOutput], stops: list[str], stop_ids: set[int],
+    def __init__(self, gen: Generator, steps: Iterator[StepOutput], *, stops: list[str], stop_ids: set[int],
                  special: bool, timer: StageTimer, stats: SpecStats, prompt_tokens: list[int], spec: SpecConfig,
                  sampling: SamplingParams, auto: bool = False):
         self.gen, self.steps, self.stops, self.stop_ids = gen, steps, stops, stop_ids
