@@ -115,6 +115,23 @@ def test_best_length_is_the_argmax_of_tokens_per_ms():
     assert flat.best_length(np.array([1.0, 1.0, 0.0, 0.0])) == 2  # a sure miss is never sent
 
 
+def test_budget_drafts_what_the_measured_acceptance_can_pay_for():
+    """n_max="auto" asks the drafter for the best length under the acceptance measured so far plus a
+    margin: few positions when the first ones are rarely accepted, the ceiling when all are."""
+    stats = SpecStats(n_max=15)
+    pol = AutoDraftLength([10 + i for i in range(16)], stats)
+    for _ in range(40):  # position 1 accepted 1 time in 4, nothing after it
+        stats.record(15, 1 if _ % 4 == 0 else 0)
+    p = pol.measured_survival(15)
+    assert pol.budget(15) == min(15, pol.best_length(p) + 2) <= 3
+    assert pol.budget(1) == 1 and pol.budget(0) == 0
+    good = SpecStats(n_max=15)
+    gpol = AutoDraftLength([10] * 16, good)
+    for _ in range(40):
+        good.record(15, 15)
+    assert gpol.budget(15) == 15
+
+
 def test_trim_calibrates_confidence_and_learns_step_time():
     stats = SpecStats(n_max=4)
     clock = FakeClock()

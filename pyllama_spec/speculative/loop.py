@@ -148,10 +148,13 @@ def _run(target, drafter, prompt, vocab, mem, chain, *, max_tokens, n_max, sp, d
         room = min(n_ctx - n_past - 1, max_tokens - n_out - 1)
         draft = Draft(tokens=[])
         if drafter is not None and room > 0 and n_max > 0:
-            draft = drafter.propose(last, n_past, min(n_max, room), dsp, rng, timer)
-            if len(draft.tokens) > min(n_max, room):
+            ask = min(n_max, room)
+            if draft_length is not None:  # n_max="auto": draft no more than might be verified
+                ask = max(1, draft_length.budget(ask))
+            draft = drafter.propose(last, n_past, ask, dsp, rng, timer)
+            if len(draft.tokens) > ask:
                 raise PyllamaSpecError(f"drafter {drafter.kind!r} proposed {len(draft.tokens)} tokens, more than the "
-                                       f"{min(n_max, room)} asked for (n_max, or the room left): fix its propose()")
+                                       f"{ask} asked for (n_max, or the room left): fix its propose()")
             if verify == "rejection" and not sp.greedy and draft.tokens:
                 _check_draft_probs(drafter, draft, target.model.n_vocab)
             if draft_length is not None:  # n_max="auto": verify only the prefix the cost model prefers
