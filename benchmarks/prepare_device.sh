@@ -2,7 +2,7 @@
 # On the CPU machine, before using the H200 (benchmarks/h200.sh): put into .dev/ (git-ignored) what
 # that offline machine needs: cffi/pycparser/gguf wheels for its Python 3.12, a trimmed llama.cpp
 # tree (other GPU backends, tests, server left out: 2.6 MB as tar.xz), optionally our own CUDA wheel
-# built here (argument: its path; saves the ~6 min build there), and SmolLM2 in two parts (a call
+# built here (argument: its path; saves the ~6 min build there), and SmolLM2 in three parts (a call
 # carries at most 64 MiB).
 #
 #   bash benchmarks/prepare_device.sh [pyllama_spec-…-cp312-…whl]
@@ -22,5 +22,6 @@ tar -C vendor -cJf .dev/gpu/llama.cpp.tar.xz "${skip[@]}" --exclude=llama.cpp/te
     --exclude=llama.cpp/conversion --exclude=llama.cpp/tools/server --exclude=llama.cpp/requirements \
     --exclude=llama.cpp/examples/llama.android --exclude=llama.cpp/examples/llama.swiftui llama.cpp
 gguf=$(cd / && python3 -c "from pyllama_spec.assets import smollm2_path; print(smollm2_path())")  # not from the source tree
-split -n 2 -d "$gguf" .dev/smol.part  # two halves: each travels with the ~16 MiB checkout under 64 MiB
+rm -f .dev/smol.part0*
+split -n 3 -d "$gguf" .dev/smol.part  # three parts of 33 MB: each travels with the ~18 MB checkout under 64 MiB
 ls -la .dev .dev/gpu
