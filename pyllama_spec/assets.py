@@ -313,5 +313,6 @@ def humaneval_problems(n: int | None = None) -> list[dict]:
     return problems if n is None else problems[:n]
 
 
-__all__ = ["humaneval_problems", "model_path", "asset", "MODELS", "ModelAsset", "WheelPart", "smollm2_path", "smollm2_f16_path",
-           "random_dflash_for_smollm2", "smollm2_dflash_path", "shipped_dflash_path", "cache_dir", "SMOLLM2_DFLASH"]
+__all__ = ["humaneval_problems", "model_path", "asset", "MODELS", "ModelAsset", "WheelPart", "smollm2_path",
+           "smollm2_f16_path", "random_dflash_for_smollm2", "smollm2_dflash_path", "shipped_dflash_path", "cache_dir",
+           "SMOLLM2_DFLASH"]

@@ -117,7 +117,7 @@ def _all_kinds(gen: Any) -> dict[str, str]:
         try:
             gen.add_drafter(kind, kind)
         except PyllamaSpecError as exc:  # (TypeError/ValueError subclasses: a missing path, a missing head)
-            skipped[kind] = str(exc).split("\n")[0][:90]
+            skipped[kind] = str(exc).split("\n")[0]
     return skipped
 
 

@@ -58,7 +58,7 @@ def test_exported_members():
         assert getattr(ps, name) is not None
 
 
-def test_documented_submodules_are_attributes():
+def test_documented_submodules_are_attributes(tmp_path):
     """Issue 12/13.8: ``import pyllama_spec as ps; ps.assets.smollm2_path()`` raised AttributeError."""
     import subprocess
     import sys
@@ -66,7 +66,9 @@ def test_documented_submodules_are_attributes():
     code = ("import pyllama_spec as ps; print(callable(ps.assets.smollm2_path), "
             "callable(ps.fixtures.write_tiny_target), callable(ps.native.find_program), "
             "callable(ps.pairing.check_dflash_pair))")
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    # cwd outside the checkout: `python -c` puts the working directory first on sys.path, and the
+    # source tree has no compiled extension in a clean clone
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ["True"] * 4
     with pytest.raises(AttributeError):

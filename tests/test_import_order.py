@@ -35,7 +35,7 @@ def test_torch_first_then_generate(tiny, tmp_path):
     log = tmp_path / "ld"
     env = {**os.environ, "LD_DEBUG": "bindings", "LD_DEBUG_OUTPUT": str(log)}
     r = subprocess.run([sys.executable, "-c", SCRIPT, str(tiny["target"])], capture_output=True, text=True,
-                       env=env, timeout=300)
+                       env=env, timeout=300, cwd=tmp_path)  # (not the checkout: see test_ffi)
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.stdout.split() == ["4", "héllo", "wörld"]
     foreign = []

@@ -105,14 +105,15 @@ print("RESULT " + json.dumps(out))
 """
 
 
-def test_target_layers_served_over_loopback(tiny, tiny_gen):
+def test_target_layers_served_over_loopback(tiny, tiny_gen, tmp_path):
     _server_or_skip()
     ref_plain = tiny_gen.generate(PROMPT, max_tokens=24, reuse_prefix=False)
     ref = tiny_gen.generate(PROMPT, drafter="dflash", n_max=5, max_tokens=24, reuse_prefix=False)
     root = str(Path(ps.__file__).resolve().parents[1])
     env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
     r = subprocess.run([sys.executable, "-c", CHILD, str(tiny["target"]), str(tiny["dflash"]), PROMPT],
-                       check=False, capture_output=True, text=True, timeout=300, env=env)
+                       check=False, capture_output=True, text=True, timeout=300, env=env,
+                       cwd=tmp_path)  # (not the checkout: `-c` puts the working directory first on sys.path)
     assert r.returncode == 0, r.stderr[-3000:]
     out = json.loads(next(line for line in r.stdout.splitlines() if line.startswith("RESULT "))[7:])
     assert out["devices"] == ["RPC0"] and out["listed"] == ["RPC0"] and out["head"] == "RPC0"

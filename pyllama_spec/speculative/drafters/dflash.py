@@ -105,7 +105,7 @@ class DFlashDrafter(Drafter):
                  type_v: str = "f16", repack: bool = False, fused_inject: bool | None = None,
                  device: str | None = None):
         if path is None:
-            raise InvalidArgumentError("a DFlash drafter needs the path of its .gguf file")
+            raise InvalidArgumentError(f"a {type(self).kind} drafter needs the path of its .gguf file")
         p_min = check_float("p_min", p_min, min=0.0, max=1.0)
         n_min = check_int("n_min", n_min, min=0)
         meta = check_dflash_pair(target.model, path)
