@@ -76,6 +76,31 @@ def _as_int_array(name: str, value: object) -> np.ndarray:
     return arr.astype(np.int32, copy=False).reshape(-1)
 
 
+
+def _output_flags(logits: str | Sequence[bool] | np.ndarray, n: int) -> np.ndarray:
+    """``(n,)`` int8 output flags from ``"last"``, ``"all"``, ``"none"`` or ``n`` bools.
+
+    Raises:
+        InvalidArgumentError: an unknown name. InvalidTypeError: flags that are not bools or ints.
+        InvalidBatchError: not ``n`` flags.
+    """
+    if isinstance(logits, str):
+        if logits not in ("last", "all", "none"):
+            raise InvalidArgumentError(f"logits must be 'last', 'all', 'none' or an array of flags, got {logits!r}")
+        flags = np.zeros(n, dtype=np.int8)
+        if logits == "all":
+            flags[:] = 1
+        elif logits == "last":
+            flags[-1] = 1
+        return flags
+    arr = np.asarray(logits)
+    if arr.dtype.kind not in "biu":
+        raise InvalidTypeError(f"logits must be 'last', 'all', 'none' or an array of bools, got dtype {arr.dtype}")
+    flags = arr.astype(np.int8).reshape(-1)
+    if flags.shape[0] != n:
+        raise InvalidBatchError(f"{n} tokens but {flags.shape[0]} output flags", -1)
+    return flags
+
 class Context:
     """An inference context over a :class:`Model`.
 
@@ -487,20 +512,7 @@ class Context:
                                            f"{int(seq_id.min())}..{int(seq_id.max())}")
             if pos is None:
                 raise InvalidArgumentError("pos is required when seq_id gives one sequence per token")
-        if isinstance(logits, str):
-            if logits not in ("last", "all", "none"):
-                raise InvalidArgumentError(f"logits must be 'last', 'all', 'none' or an array of flags, got {logits!r}")
-            flags = np.zeros(n, dtype=np.int8)
-            if logits == "all":
-                flags[:] = 1
-            elif logits == "last":
-                flags[-1] = 1
-        else:
-            flags = np.asarray(logits)
-            if flags.dtype.kind not in "biu":
-                raise InvalidTypeError(f"logits must be 'last', 'all', 'none' or an array of bools, got dtype "
-                                       f"{flags.dtype}")
-            flags = flags.astype(np.int8).reshape(-1)
+        flags = _output_flags(logits, n)
         n_out = int(np.count_nonzero(flags))
         # a backend sampler draws for each sequence's own rows: the cap is per sequence
         per_seq = (n_out if np.ndim(seq_id) == 0 or not n_out
@@ -510,9 +522,7 @@ class Context:
         backend.recent_errors.clear()
         self._cache_version += 1
         rc = lib.llama_decode(self.ptr, self._batch.as_c())
-        self._after_decode(rc, n, n_out, "decode")
-        # llama_get_sampled_token_ith() takes the batch index of an output row, not its rank
-        self._out_index = None if n_out == n else np.flatnonzero(flags)
+        self._after_decode(rc, n, n_out, "decode", flags)
         return n_out
 
     @locked
@@ -608,18 +618,7 @@ class Context:
             if embd.ndim != 2 or embd.shape != (n, width):
                 raise InvalidBatchError(f"{self.model.path.name} takes ({n}, {width}) embeddings with these tokens, "
                                         f"got shape {embd.shape}", -1)
-        if isinstance(logits, str):
-            if logits not in ("last", "all", "none"):
-                raise InvalidArgumentError(f"logits must be 'last', 'all', 'none' or an array of flags, got {logits!r}")
-            flags = np.zeros(n, dtype=np.int8)
-            if logits == "all":
-                flags[:] = 1
-            elif logits == "last":
-                flags[-1] = 1
-        else:
-            flags = np.asarray(logits, dtype=np.int8).reshape(-1)
-            if flags.shape[0] != n:
-                raise InvalidBatchError(f"{n} tokens but {flags.shape[0]} output flags", -1)
+        flags = _output_flags(logits, n)
         n_out = int(np.count_nonzero(flags))
         self.memory._seq(seq_id)
         self._check_batch(n, n_out)
@@ -629,7 +628,7 @@ class Context:
         backend.recent_errors.clear()
         self._cache_version += 1
         rc = lib.llama_process(self.ptr, lib.LLAMA_PROCESS_TYPE_DECODE, b)
-        self._after_decode(rc, n, n_out, "decode_tokens_embd")
+        self._after_decode(rc, n, n_out, "decode_tokens_embd", flags)
         return n_out
 
     @locked
@@ -728,7 +727,7 @@ class Context:
                                     "the most a backend sampler draws per decode; detach it (set_sampler(None)) "
                                     "or create the context with a larger n_outputs_max_per_seq", -1)
 
-    def _after_decode(self, rc: int, n: int, n_out: int, what: str) -> None:
+    def _after_decode(self, rc: int, n: int, n_out: int, what: str, flags: np.ndarray | None = None) -> None:
         gen = lib.pyls_output_buffer_reallocs(self._ptr)
         if gen != self._out_gen:
             self._out_gen = gen  # llama.cpp replaced the output buffer: the old one is kept
@@ -740,7 +739,8 @@ class Context:
             self._taps_ready = False
             check_decode(rc, f"{self.model.path.name}: {what} of {n} tokens")
         self._n_outputs = n_out
-        self._out_index = None  # decode() narrows it when only some rows are outputs
+        # llama_get_sampled_token_ith() and friends take the batch index of an output row, not its rank
+        self._out_index = None if flags is None or n_out == n else np.flatnonzero(flags)
         self._n_tokens_last = n
         self._taps_ready = bool(self._taps)
         self._last_raw_logits = not self._samplers

@@ -179,6 +179,23 @@ class Drafter(ABC):
         """Free native resources (idempotent)."""
 
 
+class ModelDrafter(Drafter):
+    """A drafter with a model and a context of its own (``self.model``, ``self.ctx``): rollback cuts
+    its cache back to ``n_past``, its memory report is its context's, ``close`` frees both."""
+    model: Any
+    ctx: Any
+
+    def rollback(self, n_past: int) -> None:
+        self.ctx.memory.seq_rm(0, n_past)
+
+    def memory_report(self) -> dict[str, float]:
+        return self.ctx.memory_summary()
+
+    def close(self) -> None:
+        self.ctx.close()
+        self.model.close()
+
+
 _REGISTRY: dict[str, type[Drafter]] = {}
 
 
@@ -242,4 +259,5 @@ def drafter_kind_of_file(path: str | os.PathLike) -> str:
 # registration
 from . import dflash, draft_simple, dspark, eagle3, mtp, ngram, ngram_cache, ngram_map, ngram_mod  # noqa: E402,F401
 
-__all__ = ["Drafter", "Draft", "register_drafter", "create_drafter", "drafter_kinds", "drafter_kind_of_file"]
+__all__ = ["Drafter", "ModelDrafter", "Draft", "register_drafter", "create_drafter", "drafter_kinds",
+           "drafter_kind_of_file"]

@@ -42,7 +42,7 @@ from ...pairing import check_dflash_pair
 from ...sampler import SamplerChain
 from ..sampling import SamplingParams, densify, filtered_rows, sample_rows
 from ..timing import StageTimer
-from . import Draft, Drafter, register_drafter
+from . import Draft, ModelDrafter, register_drafter
 from ._pick import pick
 
 if TYPE_CHECKING:
@@ -61,7 +61,7 @@ def _top_prob(logits: np.ndarray) -> np.ndarray:
 
 
 @register_drafter
-class DFlashDrafter(Drafter):
+class DFlashDrafter(ModelDrafter):
     """A DFlash drafter model running in its own llama.cpp context linked to the target's.
 
     Args:
@@ -352,9 +352,3 @@ class DFlashDrafter(Drafter):
 
         return DFlashBatch(self, n_seq)
 
-    def memory_report(self) -> dict[str, float]:
-        return self.ctx.memory_summary()
-
-    def close(self) -> None:
-        self.ctx.close()
-        self.model.close()

@@ -21,7 +21,7 @@ from ...errors import DrafterMismatchError, InvalidArgumentError
 from ...model import Model
 from ..sampling import SamplingParams
 from ..timing import StageTimer
-from . import Draft, Drafter, register_drafter
+from . import Draft, ModelDrafter, register_drafter
 from ._pick import pick
 
 #: llama.cpp's SPEC_VOCAB_MAX_SIZE_DIFFERENCE and SPEC_VOCAB_CHECK_START_TOKEN_ID
@@ -63,7 +63,7 @@ def check_vocab_compatible(target: Model, draft: Model) -> None:
 
 
 @register_drafter
-class DraftModelDrafter(Drafter):
+class DraftModelDrafter(ModelDrafter):
     """A small draft model in its own llama.cpp context (``--spec-type draft-simple``).
 
     Args:
@@ -146,13 +146,3 @@ class DraftModelDrafter(Drafter):
         if len(tokens) < self.n_min:
             return Draft(tokens=[])
         return Draft(tokens=tokens, probs=np.stack(rows).astype(np.float32) if rows else None)
-
-    def rollback(self, n_past: int) -> None:
-        self.ctx.memory.seq_rm(0, n_past)
-
-    def memory_report(self) -> dict:
-        return self.ctx.memory_summary()
-
-    def close(self) -> None:
-        self.ctx.close()
-        self.model.close()

@@ -29,7 +29,7 @@ from ...gguf_file import read_gguf
 from ...model import HIDDEN_STATE_ARCHS, TAPPABLE_ARCHS, Model
 from ..sampling import SamplingParams
 from ..timing import StageTimer
-from . import Draft, Drafter, register_drafter
+from . import Draft, ModelDrafter, register_drafter
 from ._pick import pick
 
 
@@ -92,7 +92,7 @@ def check_eagle3_pair(target_model: Model, drafter_path: str | os.PathLike) -> d
 
 
 @register_drafter
-class Eagle3Drafter(Drafter):
+class Eagle3Drafter(ModelDrafter):
     """An EAGLE-3 head in its own llama.cpp context linked to the target's (``--spec-type draft-eagle3``).
 
     Args:
@@ -231,13 +231,3 @@ class Eagle3Drafter(Drafter):
         if len(tokens) < self.n_min:
             return Draft(tokens=[])
         return Draft(tokens=tokens, probs=np.stack(qs).astype(np.float32) if qs else None)
-
-    def rollback(self, n_past: int) -> None:
-        self.ctx.memory.seq_rm(0, n_past)
-
-    def memory_report(self) -> dict:
-        return self.ctx.memory_summary()
-
-    def close(self) -> None:
-        self.ctx.close()
-        self.model.close()
