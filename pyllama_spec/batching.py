@@ -125,7 +125,7 @@ class _SeqText:
         if hits:
             cut = min(hits)
             self.text = self.text[:cut]
-            self.tokens = _tokens_covering(self.vocab, self.tokens, cut)
+            self.tokens = self.vocab.tokens_covering(self.tokens, cut)
             finish = "stop"
         if finish is not None:
             self.finish = finish
@@ -137,19 +137,6 @@ class _SeqText:
             piece = self.text[self.emitted:safe]
             self.emitted = safe
         return piece
-
-
-def _tokens_covering(vocab: Vocab, tokens: list, n_chars: int) -> list:
-    """The shortest prefix of ``tokens`` whose text reaches ``n_chars`` characters."""
-    if n_chars == 0:
-        return []
-    dec = codecs.getincrementaldecoder("utf-8")(errors="replace")
-    length = 0
-    for i, t in enumerate(tokens):
-        length += len(dec.decode(vocab.token_to_piece(t)))
-        if length >= n_chars:
-            return tokens[:i + 1]
-    return tokens
 
 
 class BatchRun:

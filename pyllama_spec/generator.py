@@ -575,8 +575,9 @@ class _Run:
             cut, n_end = self._find_stop(text)
             if cut is not None or stop_at is not None:
                 if cut is not None:  # a stop string: count through its last token (it ends in this step)
-                    n_through = max(n_before + 1, len(self._tokens_covering(tokens, n_end)))
-                    text, tokens = text[:cut], self._tokens_covering(tokens, cut)
+                    covering = self.gen.model.vocab.tokens_covering
+                    n_through = max(n_before + 1, len(covering(tokens, n_end, special=self.special)))
+                    text, tokens = text[:cut], covering(tokens, cut, special=self.special)
                 else:  # a stop token: count through it
                     n_through = n_before + stop_at + 1  # type: ignore[operator]
                 self.stats.truncate_last(n_through - n_before)
@@ -609,18 +610,6 @@ class _Run:
         """Where the earliest stop string starts, and where it ends (characters)."""
         hits = [(i, i + len(s)) for s, i in ((s, text.find(s)) for s in self.stops) if i >= 0]
         return min(hits) if hits else (None, 0)
-
-    def _tokens_covering(self, tokens: list[int], n_chars: int) -> list[int]:
-        """The shortest prefix of ``tokens`` whose text reaches ``n_chars`` characters."""
-        if n_chars == 0:
-            return []
-        dec = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        length = 0
-        for i, t in enumerate(tokens):
-            length += len(dec.decode(self._piece(t)))
-            if length >= n_chars:
-                return tokens[:i + 1]
-        return tokens
 
 
 class TextStream:

@@ -1,6 +1,7 @@
 """``Vocab``: tokenizer and special tokens of a model (borrowed from its ``Model``)."""
 from __future__ import annotations
 
+import codecs
 from typing import TYPE_CHECKING, Any
 
 from ._check import check_bool, check_int, check_str, check_token_ids
@@ -172,6 +173,19 @@ class Vocab:
                 self._piece_cache[key] = piece
                 return piece
             size = -n
+
+    def tokens_covering(self, tokens: list[int], n_chars: int, *, special: bool = False) -> list[int]:
+        """The shortest prefix of ``tokens`` whose text (pieces decoded incrementally, as a stream
+        shows them) reaches ``n_chars`` characters: where a stop string cut the text, the tokens to keep."""
+        if n_chars == 0:
+            return []
+        dec = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        length = 0
+        for i, t in enumerate(tokens):
+            length += len(dec.decode(self.token_to_piece(t, special=special)))
+            if length >= n_chars:
+                return tokens[:i + 1]
+        return tokens
 
     @locked
     def detokenize(self, tokens: Iterable[int], *, remove_special: bool = False,
