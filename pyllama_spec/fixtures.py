@@ -414,6 +414,25 @@ class _TensorPool:
             w.add_tensor(name, arr, raw_shape=arr.shape, raw_dtype=qt)
 
 
+def _qwen3_layer(w: Any, pool: Any, i: int, dims: tuple[int, int, int, int, int], ones: dict[int, np.ndarray],
+                 dtype: str) -> None:
+    """Layer ``i`` of a Qwen3-shaped stack (q/k norms, SwiGLU) with ``dims`` = (n_embd, head_dim,
+    heads, KV heads, FFN width): the big target's and its DFlash drafter's layers are alike."""
+    E, D, H, KV, F = dims
+    p = f"blk.{i}."
+    w.add_tensor(p + "attn_norm.weight", ones[E])
+    pool.add(w, p + "attn_q.weight", (H * D, E), 1 / np.sqrt(E), dtype)
+    pool.add(w, p + "attn_k.weight", (KV * D, E), 1 / np.sqrt(E), dtype)
+    pool.add(w, p + "attn_v.weight", (KV * D, E), 1 / np.sqrt(E), dtype)
+    pool.add(w, p + "attn_output.weight", (E, H * D), 1 / np.sqrt(E), dtype)
+    w.add_tensor(p + "attn_q_norm.weight", ones[D])
+    w.add_tensor(p + "attn_k_norm.weight", ones[D])
+    w.add_tensor(p + "ffn_norm.weight", ones[E])
+    pool.add(w, p + "ffn_gate.weight", (F, E), 1 / np.sqrt(E), dtype)
+    pool.add(w, p + "ffn_up.weight", (F, E), 1 / np.sqrt(E), dtype)
+    pool.add(w, p + "ffn_down.weight", (E, F), 1 / np.sqrt(F), dtype)
+
+
 def write_big_pair(out_dir: str | os.PathLike, *, preset: str = "qwen3-8b", dtype: str = "f16",
                    drafter_dtype: str | None = None, seed: int = 0) -> dict[str, Any]:
     """Write a large random target (qwen3 architecture) and a random DFlash drafter for it, fast.
@@ -469,18 +488,7 @@ def write_big_pair(out_dir: str | os.PathLike, *, preset: str = "qwen3-8b", dtyp
     w.add_tensor("output_norm.weight", ones[E])
     pool.add(w, "output.weight", (V, E), 4 / np.sqrt(E), dtype, distinct_rows=True)
     for i in range(L):
-        p = f"blk.{i}."
-        w.add_tensor(p + "attn_norm.weight", ones[E])
-        pool.add(w, p + "attn_q.weight", (H * D, E), 1 / np.sqrt(E), dtype)
-        pool.add(w, p + "attn_k.weight", (KV * D, E), 1 / np.sqrt(E), dtype)
-        pool.add(w, p + "attn_v.weight", (KV * D, E), 1 / np.sqrt(E), dtype)
-        pool.add(w, p + "attn_output.weight", (E, H * D), 1 / np.sqrt(E), dtype)
-        w.add_tensor(p + "attn_q_norm.weight", ones[D])
-        w.add_tensor(p + "attn_k_norm.weight", ones[D])
-        w.add_tensor(p + "ffn_norm.weight", ones[E])
-        pool.add(w, p + "ffn_gate.weight", (F, E), 1 / np.sqrt(E), dtype)
-        pool.add(w, p + "ffn_up.weight", (F, E), 1 / np.sqrt(E), dtype)
-        pool.add(w, p + "ffn_down.weight", (E, F), 1 / np.sqrt(F), dtype)
+        _qwen3_layer(w, pool, i, (E, D, H, KV, F), ones, dtype)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
@@ -510,18 +518,7 @@ def write_big_pair(out_dir: str | os.PathLike, *, preset: str = "qwen3-8b", dtyp
     w.add_tensor("enc.output_norm.weight", ones[E])
     w.add_tensor("output_norm.weight", ones[E])
     for i in range(cfg["drafter_layers"]):
-        p = f"blk.{i}."
-        w.add_tensor(p + "attn_norm.weight", ones[E])
-        pool.add(w, p + "attn_q.weight", (H * D, E), 1 / np.sqrt(E), ddt)
-        pool.add(w, p + "attn_k.weight", (KV * D, E), 1 / np.sqrt(E), ddt)
-        pool.add(w, p + "attn_v.weight", (KV * D, E), 1 / np.sqrt(E), ddt)
-        pool.add(w, p + "attn_output.weight", (E, H * D), 1 / np.sqrt(E), ddt)
-        w.add_tensor(p + "attn_q_norm.weight", ones[D])
-        w.add_tensor(p + "attn_k_norm.weight", ones[D])
-        w.add_tensor(p + "ffn_norm.weight", ones[E])
-        pool.add(w, p + "ffn_gate.weight", (F, E), 1 / np.sqrt(E), ddt)
-        pool.add(w, p + "ffn_up.weight", (F, E), 1 / np.sqrt(E), ddt)
-        pool.add(w, p + "ffn_down.weight", (E, F), 1 / np.sqrt(F), ddt)
+        _qwen3_layer(w, pool, i, (E, D, H, KV, F), ones, ddt)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
