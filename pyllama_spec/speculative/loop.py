@@ -163,7 +163,8 @@ def _run(target, drafter, prompt, vocab, mem, chain, *, max_tokens, n_max, sp, d
 
         with timer("verify", target):
             batch = [last] + draft.tokens
-            target.decode(batch, np.arange(n_past, n_past + n_d + 1, dtype=np.int32), logits="all")
+            pos = np.arange(n_past, n_past + n_d + 1, dtype=np.int32)
+            target.decode(batch, pos, logits="all")
         with timer("accept"):
             if chain is not None:
                 k, bonus = accept_prefix(target.sampled_tokens(n_d + 1), draft.tokens)
@@ -183,7 +184,7 @@ def _run(target, drafter, prompt, vocab, mem, chain, *, max_tokens, n_max, sp, d
             for t in committed:  # llama.cpp's seeded draw advances only over accepted rows
                 chain.accept(t)
         if drafter is not None:
-            drafter.observe(batch, np.arange(n_past, n_past + n_d + 1, dtype=np.int32), k + 1, timer)
+            drafter.observe(batch, pos, k + 1, timer)
             drafter.on_accept(n_d, k)
         n_past += k + 1
         with timer("rollback"):
