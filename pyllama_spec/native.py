@@ -38,6 +38,14 @@ class NativeRun:
     ``-v`` log). With ``verbose=True`` also, from llama.cpp's debug log: ``drafts`` — per draft
     call, the top candidate ``(token, p)`` at each draft position (``p`` after the drafter's
     top-10 sampler, printed with 3 decimals) — and ``accepted``: the accepted count of each verify step.
+
+    ``decode_tokens_per_s``: generation speed by the wall clock after the prompt, sampling and the
+    program's own work between decodes included — what our ``GenerationResult.tokens_per_s``
+    measures. ``eval_tokens_per_s`` (``llama-completion`` only): llama.cpp's ``eval time`` figure,
+    which counts only the time from each decode's start to its synchronisation
+    (``llama_context::synchronize``) and so leaves out sampling and everything the host does
+    between decodes; it is higher than the wall rate (by 2 % on a 2-core CPU, more where a decode is
+    fast, as on a GPU) and is not comparable with a wall-clock rate.
     """
     stdout: bytes
     stderr: str
@@ -45,6 +53,7 @@ class NativeRun:
     n_accept: int | None = None
     n_predict: int | None = None
     decode_tokens_per_s: float | None = None
+    eval_tokens_per_s: float | None = None
     steps: list = field(default_factory=list)
     drafts: list | None = None
     accepted: list | None = None
@@ -234,8 +243,21 @@ def run_completion(model: str | os.PathLike, prompt: str, *, n_predict: int, n_c
            "--seed", "0", *extra]
     r = _run(cmd, "llama-completion", r"total time\s*=", timeout)
     err = r.stderr.decode("utf-8", "replace")
-    return NativeRun(stdout=r.stdout, stderr=err,
-                     decode_tokens_per_s=_num(r"print:\s+eval time =.*?([\d.]+) tokens per second", err, float))
+    return NativeRun(stdout=r.stdout, stderr=err, decode_tokens_per_s=_completion_wall_rate(err),
+                     eval_tokens_per_s=_num(r"print:\s+eval time =.*?([\d.]+) tokens per second", err, float))
+
+
+def _completion_wall_rate(log: str) -> float | None:
+    """Decodes per second of wall time after the prompt, from ``llama-completion``'s perf lines:
+    ``eval time = … / N runs`` over ``total time − prompt eval time`` (the total runs from the
+    perf reset after the warm-up to the end, so it holds the prompt, the decodes, sampling and the
+    program's work between them)."""
+    runs = _num(r"print:\s+eval time =\s+[\d.]+ ms /\s+(\d+) runs", log)
+    total = _num(r"print:\s+total time =\s+([\d.]+) ms", log, float)
+    prompt = _num(r"print:\s+prompt eval time =\s+([\d.]+) ms", log, float)
+    if not runs or total is None or prompt is None or total <= prompt:
+        return None
+    return runs / ((total - prompt) / 1000.0)
 
 
 __all__ = ["find_program", "run_speculative_simple", "run_completion", "NativeRun", "NativeLoopRules"]
