@@ -68,8 +68,8 @@ __global__ void quantize_q8_1_kernel(const float * __restrict__ x, block_q8_1 * 
     }
     const int i1 = blockIdx.y;
     const long long i_cont = (long long) i1 * ne0 + i0;
-    const long long ib = i_cont / QK8_1;
-    const int iqs = (int) (i_cont % QK8_1);
+    const long long ib = i_cont / qk8_1;
+    const int iqs = (int) (i_cont % qk8_1);
     const float xi = i0 < ne00 ? x[i1 * s01 + i0] : 0.0f;
     float amax = fabsf(xi);
     float sum = xi;
@@ -345,7 +345,7 @@ int main(int argc, char ** argv) {
             fprintf(stderr, "bad shape %s: m x k, k a multiple of 256\n", shape.c_str());
             return 2;
         }
-        const int k_padded = (k + MATRIX_ROW_PADDING - 1) / MATRIX_ROW_PADDING * MATRIX_ROW_PADDING;
+        const int k_padded = (k + matrix_row_padding - 1) / matrix_row_padding * matrix_row_padding;
 
         float * x;     // f32 activations [NMAX][k]
         uint16_t * xh; // the same as f16, for cuBLAS
@@ -354,7 +354,7 @@ int main(int argc, char ** argv) {
         float * ref;
         CUDA_CHECK(cudaMalloc(&x, sizeof(float) * NMAX * k));
         CUDA_CHECK(cudaMalloc(&xh, sizeof(uint16_t) * NMAX * k));
-        CUDA_CHECK(cudaMalloc(&yq, sizeof(block_q8_1) * NMAX * (k_padded / QK8_1)));
+        CUDA_CHECK(cudaMalloc(&yq, sizeof(block_q8_1) * NMAX * (k_padded / qk8_1)));
         CUDA_CHECK(cudaMalloc(&dst, sizeof(float) * NMAX * m));
         CUDA_CHECK(cudaMalloc(&ref, sizeof(float) * NMAX * m));
         fill_activations<<<1024, 256>>>(x, (size_t) NMAX * k, 1234);
@@ -385,7 +385,7 @@ int main(int argc, char ** argv) {
                     return 2;
                 }
                 // activations as ggml's MMVQ sees them: q8_1, one padded column after the other
-                const long long stride_q = k_padded / QK8_1;
+                const long long stride_q = k_padded / qk8_1;
                 auto quantize = [&]() {
                     quantize_q8_1_kernel<<<dim3((k_padded + 255) / 256, ncols), 256>>>(x, yq, k, k, k_padded);
                 };

@@ -51,21 +51,21 @@ void write_file(const char * path, const void * data, size_t n) {
 
 // ggml-cuda/quantize.cu quantize_q8_1 on the host (the padded tail of each column is zeros)
 std::vector<block_q8_1> quantize_q8_1(const std::vector<float> & x, int n, int k, int k_padded) {
-    std::vector<block_q8_1> y((size_t) n * k_padded / QK8_1);
+    std::vector<block_q8_1> y((size_t) n * k_padded / qk8_1);
     for (int c = 0; c < n; ++c) {
-        for (int ib = 0; ib < k_padded / QK8_1; ++ib) {
-            float v[QK8_1];
+        for (int ib = 0; ib < k_padded / qk8_1; ++ib) {
+            float v[qk8_1];
             float amax = 0.0f;
             float sum = 0.0f;
-            for (int i = 0; i < QK8_1; ++i) {
-                const int kk = ib * QK8_1 + i;
+            for (int i = 0; i < qk8_1; ++i) {
+                const int kk = ib * qk8_1 + i;
                 v[i] = kk < k ? x[(size_t) c * k + kk] : 0.0f;
                 amax = fmaxf(amax, fabsf(v[i]));
                 sum += v[i];
             }
             const float d = amax / 127.0f;
-            block_q8_1 & b = y[(size_t) c * (k_padded / QK8_1) + ib];
-            for (int i = 0; i < QK8_1; ++i) {
+            block_q8_1 & b = y[(size_t) c * (k_padded / qk8_1) + ib];
+            for (int i = 0; i < qk8_1; ++i) {
                 b.qs[i] = amax == 0.0f ? 0 : (int8_t) roundf(v[i] / d);
             }
             b.d = float_to_half(d);
@@ -147,9 +147,9 @@ void run(int m, int k, int n, const std::vector<char> & wbytes, const std::vecto
         }
     }
 
-    const int k_padded = (k + MATRIX_ROW_PADDING - 1) / MATRIX_ROW_PADDING * MATRIX_ROW_PADDING;
+    const int k_padded = (k + matrix_row_padding - 1) / matrix_row_padding * matrix_row_padding;
     std::vector<block_q8_1> yq = quantize_q8_1(x, n, k, k_padded);
-    const long long stride_q = k_padded / QK8_1;
+    const long long stride_q = k_padded / qk8_1;
 
     y.assign((size_t) n * m, 0.0f);
     const int NT = (n + 7) / 8;

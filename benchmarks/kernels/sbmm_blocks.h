@@ -36,32 +36,33 @@
 namespace sbmm {
 
 // ---- ggml's block layouts (ggml-common.h), byte for byte -------------------------------------------------
-constexpr int QK4_0 = 32;
-constexpr int QK8_0 = 32;
-constexpr int QK8_1 = 32;
-constexpr int QK_K = 256;
-constexpr int K_SCALE_SIZE = 12;
+// (lower-case names: ggml defines QK4_0 etc. as macros, and this header is also compiled inside ggml-cuda)
+constexpr int qk4_0 = 32;
+constexpr int qk8_0 = 32;
+constexpr int qk8_1 = 32;
+constexpr int qk_k = 256;
+constexpr int k_scale_size = 12;
 // ggml-cuda pads each quantized activation column to a multiple of this many values (ggml-cuda/common.cuh)
-constexpr int MATRIX_ROW_PADDING = 512;
+constexpr int matrix_row_padding = 512;
 
 struct block_q4_0 {            // x = (q - 8) * d
     uint16_t d;                // ggml_half delta
-    uint8_t qs[QK4_0 / 2];     // element j in the low nibble of qs[j], element j + 16 in the high nibble
+    uint8_t qs[qk4_0 / 2];     // element j in the low nibble of qs[j], element j + 16 in the high nibble
 };
 struct block_q8_0 {            // x = q * d
     uint16_t d;
-    int8_t qs[QK8_0];
+    int8_t qs[qk8_0];
 };
 struct alignas(4) block_q8_1 { // ggml: union { struct { half d; half s; }; half2 ds; }: 4-byte aligned
     uint16_t d;                // delta = amax / 127
     uint16_t s;                // sum of the (unquantized) values of the block, as quantize_q8_1 writes it
-    int8_t qs[QK8_1];
+    int8_t qs[qk8_1];
 };
 struct alignas(4) block_q4_K { // x = d * sc[j] * q - dmin * m[j], 8 sub-blocks j of 32
     uint16_t d;
     uint16_t dmin;
-    uint8_t scales[K_SCALE_SIZE]; // 6-bit scales and mins, packed as get_scale_min_k4 reads them
-    uint8_t qs[QK_K / 2];         // sub-blocks 2p (low nibbles) and 2p+1 (high nibbles) share qs[32p..32p+31]
+    uint8_t scales[k_scale_size]; // 6-bit scales and mins, packed as get_scale_min_k4 reads them
+    uint8_t qs[qk_k / 2];         // sub-blocks 2p (low nibbles) and 2p+1 (high nibbles) share qs[32p..32p+31]
 };
 static_assert(sizeof(block_q4_0) == 18, "wrong q4_0 block size/padding");
 static_assert(sizeof(block_q8_0) == 34, "wrong q8_0 block size/padding");
