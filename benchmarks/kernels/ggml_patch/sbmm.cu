@@ -1,4 +1,4 @@
-// pyllama_spec (patch 0007-cuda-sbmm-small-batch-matmul): ggml glue of the sbmm kernel (sbmm-kernel.cuh).
+// pyllama_spec (patch 0008-cuda-sbmm-small-batch-matmul): ggml glue of the sbmm kernel (sbmm-kernel.cuh).
 //
 // Why: a verify batch of 2..16 rows read the same weights as a 1-row decode, but MMVQ redoes the dot
 // products per column and MMF/cuBLAS do not reach the bandwidth a decode does on the H200, so a verify of

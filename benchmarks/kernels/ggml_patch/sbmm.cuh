@@ -1,4 +1,4 @@
-// pyllama_spec (patch 0007-cuda-sbmm-small-batch-matmul): MUL_MAT of 2..16 columns with f16 / q4_0 / q8_0 /
+// pyllama_spec (patch 0008-cuda-sbmm-small-batch-matmul): MUL_MAT of 2..16 columns with f16 / q4_0 / q8_0 /
 // q4_K weights by one tensor-core kernel that reads each weight block once for all columns (sbmm-kernel.cuh,
 // from pyllama_spec's benchmarks/kernels/, where it is measured against cuBLAS and checked against gguf-py).
 #pragma once
