@@ -2,10 +2,11 @@
 # On the CPU machine, before ggml_op_check.sh on the H200: the pinned llama.cpp tree with our patches
 # 0001..0007 *and the proposed 0008 (sbmm)*, trimmed as benchmarks/prepare_device.sh trims it but with
 # tests/ kept (test-backend-ops), as .dev/kernels/llama.cpp-sbmm.tar.xz (a few MB; carry .dev/kernels).
-#   python benchmarks/kernels/make_patch.py --check && bash benchmarks/kernels/pack_tree.sh
+#   bash benchmarks/kernels/pack_tree.sh
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 python3 vendor/fetch_llama_cpp.py
+python3 benchmarks/kernels/make_patch.py  # the patch from the kernel sources as they are now
 T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
 skip=()
