@@ -21,6 +21,7 @@ PATCHES = (
     "0004-gemma3-layer-input-taps",
     "0005-speculative-simple-flush-log",
     "0006-dflash-fused-inject",
+    "0007-backend-greedy-rows",
 )
 
 

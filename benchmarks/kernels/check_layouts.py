@@ -1,0 +1,132 @@
+"""CPU check of the sbmm kernel's block decoding and mma fragment layout against gguf-py (no GPU needed).
+
+Builds ``cpu_emulate.cpp`` (the kernel's own per-lane loaders/epilogues from ``sbmm_blocks.h``, one warp
+emulated lane by lane, the mma done by the PTX fragment table), feeds it random blocks in ggml's layouts
+and compares:
+
+1. its plain dequantization with ``gguf.quants.dequantize`` (must agree to float rounding);
+2. its matmul on *exact* activations (integers in [-127, 127] with one +-127 per 32-block, so q8_1 is
+   lossless: d = 1, q = x, and the block sums fit a half exactly) with float64 ``dequantize(W) @ x``:
+   must agree to float rounding, so any wrong nibble, scale, sub-block or fragment lane shows;
+3. its matmul on random normal activations with the float64 reference: NMSE below 5e-4 (the error
+   test-backend-ops allows for MUL_MAT), the q8_1 rounding of the activations being the only loss.
+
+usage: python benchmarks/kernels/check_layouts.py [--cxx g++]   (exit status 1 on any failure)
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+from gguf import GGMLQuantizationType as QT
+from gguf.quants import dequantize
+
+HERE = Path(__file__).resolve().parent
+QTYPES = {"q4_0": QT.Q4_0, "q8_0": QT.Q8_0, "q4_K": QT.Q4_K}
+# bytes per block and values per block, ggml-common.h
+BLOCK = {"q4_0": (18, 32), "q8_0": (34, 32), "q4_K": (144, 256), "f16": (2, 1)}
+
+
+def random_weights(wtype: str, m: int, k: int, rng: np.random.Generator) -> np.ndarray:
+    """Random rows in ggml's block layout, as uint8 [m, row_bytes]; scales are valid, positive halves
+    of a realistic size, every other byte is random (all nibble/scale-bit patterns occur)."""
+    nbytes, nvals = BLOCK[wtype]
+    if wtype == "f16":
+        return (rng.standard_normal((m, k)) * 0.05).astype(np.float16).view(np.uint8).reshape(m, 2 * k)
+    nb = k // nvals
+    raw = rng.integers(0, 256, size=(m, nb, nbytes), dtype=np.uint8)
+
+    def halves(lo: float, hi: float) -> np.ndarray:
+        return rng.uniform(lo, hi, size=(m, nb)).astype(np.float16).view(np.uint8).reshape(m, nb, 2)
+
+    if wtype == "q4_0":
+        raw[:, :, 0:2] = halves(0.002, 0.02)
+    elif wtype == "q8_0":
+        raw[:, :, 0:2] = halves(0.0005, 0.002)
+        q = raw[:, :, 2:].view(np.int8)
+        q[q == -128] = -127  # ggml's quantizer never writes -128
+    elif wtype == "q4_K":
+        raw[:, :, 0:2] = halves(0.0005, 0.003)  # d
+        raw[:, :, 2:4] = halves(0.0005, 0.003)  # dmin
+    return raw.reshape(m, nb * nbytes)
+
+
+def dequant_ref(wtype: str, w: np.ndarray, k: int) -> np.ndarray:
+    """float64 [m, k] from gguf-py (the reference implementation of the layouts)."""
+    if wtype == "f16":
+        return w.view(np.float16).reshape(w.shape[0], k).astype(np.float64)
+    return dequantize(w, QTYPES[wtype]).astype(np.float64).reshape(w.shape[0], k)
+
+
+def exact_activations(n: int, k: int, rng: np.random.Generator) -> np.ndarray:
+    """Integers that q8_1 represents exactly: |x| <= 127, each 32-block holds a +-127 (so d = 1) and
+    its sum is within +-2048 (exact in half)."""
+    x = rng.integers(-127, 128, size=(n, k // 32, 32)).astype(np.float32)
+    pos = rng.integers(0, 32, size=(n, k // 32))
+    sign = rng.choice([-127.0, 127.0], size=(n, k // 32))
+    np.put_along_axis(x, pos[..., None], sign[..., None], axis=2)
+    s = x.sum(axis=2)
+    while (np.abs(s) > 2048).any():  # rare: redraw the offending blocks' free values
+        bad = np.abs(s) > 2048
+        x[bad] = np.clip(x[bad] * 0.5, -127, 127).round()
+        x[bad, 0] = 127.0
+        s = x.sum(axis=2)
+    return x.reshape(n, k)
+
+
+def run_emulator(exe: Path, wtype: str, w: np.ndarray, x: np.ndarray, tmp: Path) -> tuple[np.ndarray, np.ndarray]:
+    m = w.shape[0]
+    n, k = x.shape
+    (tmp / "w.bin").write_bytes(np.ascontiguousarray(w).tobytes())
+    (tmp / "x.bin").write_bytes(np.ascontiguousarray(x, dtype=np.float32).tobytes())
+    subprocess.run(
+        [str(exe), wtype, str(m), str(k), str(n), str(tmp / "w.bin"), str(tmp / "x.bin"), str(tmp / "y.bin"),
+         str(tmp / "dq.bin")],
+        check=True,
+    )
+    y = np.fromfile(tmp / "y.bin", dtype=np.float32).reshape(n, m)
+    dq = np.fromfile(tmp / "dq.bin", dtype=np.float32).reshape(m, k)
+    return y, dq
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--cxx", default="g++", help="host C++ compiler for cpu_emulate.cpp")
+    args = ap.parse_args()
+    rng = np.random.default_rng(19)
+    failures = 0
+    with tempfile.TemporaryDirectory() as d:
+        tmp = Path(d)
+        exe = tmp / "cpu_emulate"
+        subprocess.run([args.cxx, "-O2", "-std=c++17", "-Wall", "-Wextra", "-Werror", "-o", str(exe),
+                        str(HERE / "cpu_emulate.cpp")], check=True)
+        # m = 40: a partial last 16-row tile; k = 768: the q8_1 padding (to 1024) and 3 q4_K super-blocks
+        for wtype in ("q4_0", "q8_0", "q4_K", "f16"):
+            for m, k in ((40, 768), (16, 256)):
+                w = random_weights(wtype, m, k, rng)
+                wref = dequant_ref(wtype, w, k)
+                for n in (1, 3, 8, 9, 16):
+                    xe = exact_activations(n, k, rng)
+                    ye, dq = run_emulator(exe, wtype, w, xe, tmp)
+                    dq_err = float(np.abs(dq - wref).max() / np.abs(wref).max())
+                    ref = xe.astype(np.float64) @ wref.T
+                    ex_err = float(np.abs(ye - ref).max() / np.abs(ref).max())
+                    xr = rng.standard_normal((n, k)).astype(np.float32)
+                    yr, _ = run_emulator(exe, wtype, w, xr, tmp)
+                    refr = xr.astype(np.float64) @ wref.T
+                    nmse = float(((yr - refr) ** 2).sum() / (refr**2).sum())
+                    ok = dq_err < 1e-6 and ex_err < 2e-6 and nmse < 5e-4
+                    failures += not ok
+                    print(f"{'ok  ' if ok else 'FAIL'} {wtype:5s} m={m:3d} k={k:4d} n={n:2d}  dequant vs gguf "
+                          f"{dq_err:.1e}  exact-x matmul {ex_err:.1e}  random-x NMSE {nmse:.1e}")
+    print("all layout checks passed" if failures == 0 else f"{failures} layout checks FAILED")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,239 @@
+// CPU emulation of one warp of the sbmm kernel, to check the block decoding and the fragment layout
+// without a GPU (benchmarks/kernels/check_layouts.py drives it and compares with gguf-py).
+//
+// It calls the same per-lane loaders and epilogues as the kernel (sbmm_blocks.h), but builds the
+// 16x32 A / 32x8 B matrices of each mma from the lanes' registers by the PTX ISA's fragment table,
+// multiplies them, and hands each lane its C registers by the same table. The grid-level scheduling
+// (warps per block, chunks, k split) is not emulated: it only changes which warp adds which units.
+//
+// usage: cpu_emulate TYPE M K N weights.bin x.bin y_out.bin dequant_out.bin
+//   TYPE: f16 | q4_0 | q8_0 | q4_K; weights: M rows in ggml's layout; x: float32 [N][K];
+//   y_out: float32 [N][M]; dequant_out: float32 [M][K] (dequant_unit of every unit).
+#include "sbmm_blocks.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+using namespace sbmm;
+
+namespace {
+
+std::vector<char> read_file(const char * path) {
+    FILE * f = fopen(path, "rb");
+    if (!f) {
+        fprintf(stderr, "cannot open %s\n", path);
+        exit(2);
+    }
+    fseek(f, 0, SEEK_END);
+    const long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    std::vector<char> buf((size_t) n);
+    if (fread(buf.data(), 1, (size_t) n, f) != (size_t) n) {
+        fprintf(stderr, "short read %s\n", path);
+        exit(2);
+    }
+    fclose(f);
+    return buf;
+}
+
+void write_file(const char * path, const void * data, size_t n) {
+    FILE * f = fopen(path, "wb");
+    if (!f || fwrite(data, 1, n, f) != n) {
+        fprintf(stderr, "cannot write %s\n", path);
+        exit(2);
+    }
+    fclose(f);
+}
+
+// ggml-cuda/quantize.cu quantize_q8_1 on the host (the padded tail of each column is zeros)
+std::vector<block_q8_1> quantize_q8_1(const std::vector<float> & x, int n, int k, int k_padded) {
+    std::vector<block_q8_1> y((size_t) n * k_padded / qk8_1);
+    for (int c = 0; c < n; ++c) {
+        for (int ib = 0; ib < k_padded / qk8_1; ++ib) {
+            float v[qk8_1];
+            float amax = 0.0f;
+            float sum = 0.0f;
+            for (int i = 0; i < qk8_1; ++i) {
+                const int kk = ib * qk8_1 + i;
+                v[i] = kk < k ? x[(size_t) c * k + kk] : 0.0f;
+                amax = fmaxf(amax, fabsf(v[i]));
+                sum += v[i];
+            }
+            const float d = amax / 127.0f;
+            block_q8_1 & b = y[(size_t) c * (k_padded / qk8_1) + ib];
+            for (int i = 0; i < qk8_1; ++i) {
+                b.qs[i] = amax == 0.0f ? 0 : (int8_t) roundf(v[i] / d);
+            }
+            b.d = float_to_half(d);
+            b.s = float_to_half(sum);
+        }
+    }
+    return y;
+}
+
+// the PTX fragment tables (see sbmm_blocks.h); g = lane / 4, t = lane % 4
+void mma_s8_emulated(const int a[32][4], const int b[32][2], int c[32][4]) {
+    int8_t A[16][32], B[32][8];
+    for (int l = 0; l < 32; ++l) {
+        const int g = l / 4, t = l % 4;
+        for (int i = 0; i < 4; ++i) {
+            A[g][4 * t + i] = (int8_t) (a[l][0] >> (8 * i));
+            A[g + 8][4 * t + i] = (int8_t) (a[l][1] >> (8 * i));
+            A[g][16 + 4 * t + i] = (int8_t) (a[l][2] >> (8 * i));
+            A[g + 8][16 + 4 * t + i] = (int8_t) (a[l][3] >> (8 * i));
+            B[4 * t + i][g] = (int8_t) (b[l][0] >> (8 * i));
+            B[16 + 4 * t + i][g] = (int8_t) (b[l][1] >> (8 * i));
+        }
+    }
+    for (int l = 0; l < 32; ++l) {
+        const int g = l / 4, t = l % 4;
+        for (int r = 0; r < 4; ++r) {
+            const int row = g + 8 * (r / 2), col = 2 * t + r % 2;
+            int s = 0;
+            for (int kk = 0; kk < 32; ++kk) {
+                s += (int) A[row][kk] * (int) B[kk][col];
+            }
+            c[l][r] = s;
+        }
+    }
+}
+
+void mma_f16_emulated(const int a[32][4], const int b[32][2], float d[32][4]) {
+    float A[16][16], B[16][8];
+    for (int l = 0; l < 32; ++l) {
+        const int g = l / 4, t = l % 4;
+        for (int i = 0; i < 2; ++i) {
+            A[g][2 * t + i] = half_to_float((uint16_t) ((uint32_t) a[l][0] >> (16 * i)));
+            A[g + 8][2 * t + i] = half_to_float((uint16_t) ((uint32_t) a[l][1] >> (16 * i)));
+            A[g][2 * t + 8 + i] = half_to_float((uint16_t) ((uint32_t) a[l][2] >> (16 * i)));
+            A[g + 8][2 * t + 8 + i] = half_to_float((uint16_t) ((uint32_t) a[l][3] >> (16 * i)));
+            B[2 * t + i][g] = half_to_float((uint16_t) ((uint32_t) b[l][0] >> (16 * i)));
+            B[2 * t + 8 + i][g] = half_to_float((uint16_t) ((uint32_t) b[l][1] >> (16 * i)));
+        }
+    }
+    for (int l = 0; l < 32; ++l) {
+        const int g = l / 4, t = l % 4;
+        for (int r = 0; r < 4; ++r) {
+            const int row = g + 8 * (r / 2), col = 2 * t + r % 2;
+            float s = 0.0f;
+            for (int kk = 0; kk < 16; ++kk) {
+                s += A[row][kk] * B[kk][col];
+            }
+            d[l][r] += s;
+        }
+    }
+}
+
+template <int T>
+void run(int m, int k, int n, const std::vector<char> & wbytes, const std::vector<float> & x, std::vector<float> & y,
+         std::vector<float> & dq) {
+    constexpr int UK = wtraits<T>::unit_k;
+    const long long row_bytes = (long long) (k / UK) * wtraits<T>::unit_bytes;
+    if ((long long) wbytes.size() != row_bytes * m) {
+        fprintf(stderr, "weights: %zu bytes, expected %lld\n", wbytes.size(), row_bytes * m);
+        exit(2);
+    }
+    const int nunits = k / UK;
+
+    // plain dequantization
+    dq.assign((size_t) m * k, 0.0f);
+    for (int r = 0; r < m; ++r) {
+        for (int u = 0; u < nunits; ++u) {
+            dequant_unit_any<T>(wbytes.data() + r * row_bytes, u, &dq[(size_t) r * k + (size_t) u * UK]);
+        }
+    }
+
+    const int k_padded = (k + matrix_row_padding - 1) / matrix_row_padding * matrix_row_padding;
+    std::vector<block_q8_1> yq = quantize_q8_1(x, n, k, k_padded);
+    const long long stride_q = k_padded / qk8_1;
+
+    y.assign((size_t) n * m, 0.0f);
+    const int NT = (n + 7) / 8;
+    for (int tile = 0; tile < (m + 15) / 16; ++tile) {
+        for (int nt = 0; nt < NT; ++nt) {
+            float acc[32][4] = {};
+            for (int u = 0; u < nunits; ++u) {
+                static RawA<T> ra[32];
+                static RawB<T> rb[32];
+                for (int l = 0; l < 32; ++l) {
+                    const int g = l / 4, t = l % 4;
+                    const int r0 = std::min(tile * 16 + g, m - 1), r1 = std::min(tile * 16 + g + 8, m - 1);
+                    load_a(ra[l], wbytes.data() + r0 * row_bytes, wbytes.data() + r1 * row_bytes, u, t);
+                    if constexpr (T == W_F16) {
+                        load_b_f32(rb[l], x.data(), k, n, 8 * nt + g, u, t);
+                    } else {
+                        load_b_q8<T>(rb[l], yq.data(), stride_q, n, 8 * nt + g, 8 * nt + 2 * t, u, t);
+                    }
+                }
+                for (int s = 0; s < wtraits<T>::nsub; ++s) {
+                    int a[32][4], b[32][2];
+                    for (int l = 0; l < 32; ++l) {
+                        afrag(ra[l], s, a[l]);
+                        bfrag<T>(rb[l], s, b[l]);
+                    }
+                    if constexpr (T == W_F16) {
+                        mma_f16_emulated(a, b, acc);
+                    } else {
+                        int c[32][4];
+                        mma_s8_emulated(a, b, c);
+                        for (int l = 0; l < 32; ++l) {
+                            epilogue(ra[l], rb[l], s, c[l], acc[l]);
+                        }
+                    }
+                }
+            }
+            for (int l = 0; l < 32; ++l) {
+                for (int r = 0; r < 4; ++r) {
+                    const int row = tile * 16 + l / 4 + 8 * (r / 2);
+                    const int col = 8 * nt + 2 * (l % 4) + r % 2;
+                    if (row < m && col < n) {
+                        y[(size_t) col * m + row] = acc[l][r];
+                    }
+                }
+            }
+        }
+    }
+}
+
+} // namespace
+
+int main(int argc, char ** argv) {
+    if (argc != 9) {
+        fprintf(stderr, "usage: %s TYPE M K N weights.bin x.bin y_out.bin dequant_out.bin\n", argv[0]);
+        return 2;
+    }
+    const std::string type = argv[1];
+    const int m = atoi(argv[2]), k = atoi(argv[3]), n = atoi(argv[4]);
+    if (m <= 0 || k <= 0 || n <= 0 || n > 16 || k % 256 != 0) {
+        fprintf(stderr, "need M > 0, K a multiple of 256, 1 <= N <= 16\n");
+        return 2;
+    }
+    const std::vector<char> w = read_file(argv[5]);
+    const std::vector<char> xb = read_file(argv[6]);
+    if (xb.size() != (size_t) n * k * sizeof(float)) {
+        fprintf(stderr, "x: %zu bytes, expected %zu\n", xb.size(), (size_t) n * k * sizeof(float));
+        return 2;
+    }
+    std::vector<float> x((size_t) n * k);
+    memcpy(x.data(), xb.data(), xb.size());
+    std::vector<float> y, dq;
+    if (type == "f16") {
+        run<W_F16>(m, k, n, w, x, y, dq);
+    } else if (type == "q4_0") {
+        run<W_Q4_0>(m, k, n, w, x, y, dq);
+    } else if (type == "q8_0") {
+        run<W_Q8_0>(m, k, n, w, x, y, dq);
+    } else if (type == "q4_K") {
+        run<W_Q4_K>(m, k, n, w, x, y, dq);
+    } else {
+        fprintf(stderr, "unknown type %s\n", type.c_str());
+        return 2;
+    }
+    write_file(argv[7], y.data(), y.size() * sizeof(float));
+    write_file(argv[8], dq.data(), dq.size() * sizeof(float));
+    return 0;
+}

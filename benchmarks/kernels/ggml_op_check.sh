@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# On the H200 (run tool, carry .dev/kernels made by pack_tree.sh): llama.cpp's own op tests and op benchmark
+# for MUL_MAT with the proposed patch 0008 (sbmm), beside the same build with GGML_CUDA_SBMM=0 (the
+# dispatch of today). Two calls, because the build alone takes ~5 min (266 s for test-backend-ops):
+#   bash benchmarks/kernels/ggml_op_check.sh build   # untar, configure, ninja test-backend-ops
+#   bash benchmarks/kernels/ggml_op_check.sh test    # eval (must pass) + perf, sbmm on and off -> $OUT
+# The build stays in /tmp/lcw-sbmm while the machine is warm (h200.md: files outside the checkout persist).
+set -uo pipefail
+OUT="${OUT:-/tmp/sbmm_ops}"
+W=/tmp/lcw-sbmm
+mkdir -p "$OUT"
+TARBALL="$PWD/.dev/kernels/llama.cpp-sbmm.tar.xz"
+case "${1:-}" in
+build)
+    [ -f "$TARBALL" ] || { echo "carry .dev/kernels (benchmarks/kernels/pack_tree.sh makes it)"; exit 1; }
+    rm -rf "$W" && mkdir -p "$W" && tar -xJf "$TARBALL" -C "$W"
+    cd "$W/llama.cpp"
+    cmake -S . -B b -G Ninja -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DLLAMA_BUILD_TESTS=ON -DLLAMA_CURL=OFF \
+        -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_APP=OFF \
+        -DLLAMA_OPENSSL=OFF > "$OUT/cmake.log" 2>&1 || { tail -20 "$OUT/cmake.log"; exit 1; }
+    s=$(date +%s)
+    ninja -C b test-backend-ops > "$OUT/build.log" 2>&1 || { grep -B2 -A8 "error" "$OUT/build.log" | head -60; exit 1; }
+    echo "build $(( $(date +%s) - s )) s"
+    ;;
+test)
+    cd "$W/llama.cpp" || { echo "run 'build' first (on this warm machine)"; exit 1; }
+    TBO=b/bin/test-backend-ops
+    # correctness of every MUL_MAT case of the four types (our new 1..16-column cases among them), vs the CPU
+    timeout 300 $TBO -o MUL_MAT -b CUDA0 -p 'type_a=(f16|q4_0|q8_0|q4_K),type_b=f32,' > "$OUT/eval_sbmm.txt" 2>&1
+    echo "eval rc=$?: $(grep -cE '^ +MUL_MAT.*OK' "$OUT/eval_sbmm.txt") OK, $(grep -cE 'FAIL' "$OUT/eval_sbmm.txt") FAIL"
+    grep FAIL "$OUT/eval_sbmm.txt" | head -10
+    P='type_a=(f16|q4_0|q4_K|q8_0),type_b=f32,m=4096,n=[0-9]+,k=14336,'
+    timeout 150 $TBO perf -b CUDA0 -o MUL_MAT -p "$P" 2>&1 | grep -E "MUL_MAT" > "$OUT/perf_sbmm.txt"
+    GGML_CUDA_SBMM=0 timeout 150 $TBO perf -b CUDA0 -o MUL_MAT -p "$P" 2>&1 | grep -E "MUL_MAT" > "$OUT/perf_default.txt"
+    echo "## sbmm (patch 0008)"; cat "$OUT/perf_sbmm.txt"
+    echo "## GGML_CUDA_SBMM=0 (today's dispatch)"; cat "$OUT/perf_default.txt"
+    ;;
+*)
+    echo "usage: bash benchmarks/kernels/ggml_op_check.sh build|test"; exit 2 ;;
+esac

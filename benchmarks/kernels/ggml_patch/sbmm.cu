@@ -1,0 +1,162 @@
+// pyllama_spec (patch 0008-cuda-sbmm-small-batch-matmul): ggml glue of the sbmm kernel (sbmm-kernel.cuh).
+//
+// Why: a verify batch of 2..16 rows read the same weights as a 1-row decode, but MMVQ redoes the dot
+// products per column and MMF/cuBLAS do not reach the bandwidth a decode does on the H200, so a verify of
+// 8 rows cost 1.6x (f16) to 3x (q4_K) a 1-row decode (issue 19). sbmm streams each weight block once,
+// dequantizes it in registers and multiplies it with all columns by one mma (IST-DASLab/marlin's rules).
+// The activations are quantized to q8_1 by ggml's own quantize_row_q8_1_cuda, exactly as for MMVQ.
+#include "sbmm.cuh"
+#include "quantize.cuh"
+#include "sbmm-kernel.cuh"
+
+#include <cstdlib>
+
+namespace {
+
+struct sbmm_env {
+    int mode     = -1; // -1: auto (Hopper), 0: off, 1: any cc >= 8.0
+    int min_cols = 2;
+    int max_cols = 16;
+    sbmm_env() {
+        if (const char * e = getenv("GGML_CUDA_SBMM")) {
+            mode = atoi(e) > 0 ? 1 : 0;
+        }
+        if (const char * e = getenv("GGML_CUDA_SBMM_MIN_COLS")) {
+            min_cols = std::max(1, atoi(e));
+        }
+        if (const char * e = getenv("GGML_CUDA_SBMM_MAX_COLS")) {
+            max_cols = std::min(16, atoi(e));
+        }
+    }
+};
+
+const sbmm_env & env() {
+    static const sbmm_env e;
+    return e;
+}
+
+int sbmm_type(ggml_type t) {
+    switch (t) {
+        case GGML_TYPE_F16:  return sbmm::W_F16;
+        case GGML_TYPE_Q4_0: return sbmm::W_Q4_0;
+        case GGML_TYPE_Q8_0: return sbmm::W_Q8_0;
+        case GGML_TYPE_Q4_K: return sbmm::W_Q4_K;
+        default:             return -1;
+    }
+}
+
+// One configuration per weight type (16*MT rows per warp, NW warps per block splitting k, U units in flight
+// per lane). TODO(issue 19): the winners of benchmarks/kernels/run_on_device.sh on the H200 go here.
+template <int T, int NT> struct sbmm_config;
+template <int NT> struct sbmm_config<sbmm::W_F16,  NT> { static constexpr int MT = 2, NW = 4, U = 2; };
+template <int NT> struct sbmm_config<sbmm::W_Q4_0, NT> { static constexpr int MT = 2, NW = 4, U = 4; };
+template <int NT> struct sbmm_config<sbmm::W_Q8_0, NT> { static constexpr int MT = 2, NW = 4, U = 2; };
+template <int NT> struct sbmm_config<sbmm::W_Q4_K, NT> { static constexpr int MT = 1, NW = 4, U = 1; };
+
+template <int T, int NT>
+void launch(const char * W, int64_t row_bytes, const void * Y, int64_t stride_col_y, float * dst, int64_t stride_col_dst,
+            int m, int k, int ncols, int nsm, cudaStream_t stream) {
+    using C = sbmm_config<T, NT>;
+    const int nunits  = k / sbmm::wtraits<T>::unit_k;
+    const int gx      = (m + 16 * C::MT - 1) / (16 * C::MT);
+    const int nchunks = (nunits + C::U - 1) / C::U;
+    // split k over the grid while it is short of ~2 blocks per SM and each warp keeps >= 2 chunks
+    int ks = 1;
+    while (ks < 8 && (int64_t) gx * ks < 2 * nsm && nchunks / (C::NW * ks * 2) >= 2) {
+        ks *= 2;
+    }
+    if (ks > 1) {
+        CUDA_CHECK(cudaMemsetAsync(dst, 0, sizeof(float) * (size_t) (ncols - 1) * stride_col_dst + sizeof(float) * m, stream));
+    }
+    const dim3 grid(gx, ks, 1);
+    sbmm::sbmm_kernel<T, NT, C::MT, C::NW, C::U><<<grid, C::NW * 32, 0, stream>>>(
+        W, row_bytes, Y, stride_col_y, dst, stride_col_dst, m, nunits, ncols);
+    CUDA_CHECK(cudaGetLastError());
+}
+
+template <int T>
+void launch_nt(const char * W, int64_t row_bytes, const void * Y, int64_t stride_col_y, float * dst, int64_t stride_col_dst,
+               int m, int k, int ncols, int nsm, cudaStream_t stream) {
+    if (ncols <= 8) {
+        launch<T, 1>(W, row_bytes, Y, stride_col_y, dst, stride_col_dst, m, k, ncols, nsm, stream);
+    } else {
+        launch<T, 2>(W, row_bytes, Y, stride_col_y, dst, stride_col_dst, m, k, ncols, nsm, stream);
+    }
+}
+
+} // namespace
+
+bool ggml_cuda_should_use_sbmm(const ggml_tensor * src0, const ggml_tensor * src1, const ggml_tensor * dst, int cc) {
+    const sbmm_env & e = env();
+    if (e.mode == 0 || !GGML_CUDA_CC_IS_NVIDIA(cc) || cc < GGML_CUDA_CC_AMPERE) {
+        return false;
+    }
+    if (e.mode < 0 && !(cc >= GGML_CUDA_CC_HOPPER && cc < GGML_CUDA_CC_HOPPER + 100)) {
+        return false;
+    }
+    const int t = sbmm_type(src0->type);
+    if (t < 0 || src1->type != GGML_TYPE_F32 || dst->type != GGML_TYPE_F32) {
+        return false;
+    }
+    const int64_t ncols = src1->ne[1];
+    if (ncols < e.min_cols || ncols > e.max_cols) {
+        return false;
+    }
+    // plain 2-D matmuls only (a verify batch's linear layers and output head), contiguous weight rows
+    if (src0->ne[2] != 1 || src0->ne[3] != 1 || src1->ne[2] != 1 || src1->ne[3] != 1 || !ggml_is_contiguous(src0)) {
+        return false;
+    }
+    if (src0->ne[0] % 256 != 0 || src0->ne[1] > INT32_MAX / 2 || src1->nb[0] != sizeof(float) || dst->nb[0] != sizeof(float)) {
+        return false;
+    }
+    if (t == sbmm::W_F16) { // the f16 path reads the f32 activations directly, 8 floats (2 x 16 bytes) at a time
+        if (src1->nb[1] % 16 != 0 || (uintptr_t) src1->data % 16 != 0) {
+            return false;
+        }
+    }
+    return true;
+}
+
+void ggml_cuda_mul_mat_sbmm(ggml_backend_cuda_context & ctx, const ggml_tensor * src0, const ggml_tensor * src1, ggml_tensor * dst) {
+    GGML_TENSOR_BINARY_OP_LOCALS;
+
+    cudaStream_t stream = ctx.stream();
+    const int    nsm    = ggml_cuda_info().devices[ctx.device].nsm;
+    const int    t      = sbmm_type(src0->type);
+    const int    ncols  = (int) ne11;
+
+    const char * W              = (const char *) src0->data;
+    float      * dst_d          = (float *) dst->data;
+    const int64_t stride_col_dst = nb1 / sizeof(float);
+
+    if (t == sbmm::W_F16) {
+        launch_nt<sbmm::W_F16>(W, nb01, src1->data, nb11 / sizeof(float), dst_d, stride_col_dst, (int) ne01, (int) ne00,
+                               ncols, nsm, stream);
+        return;
+    }
+
+    // the activations as MMVQ has them: q8_1, each column padded to MATRIX_ROW_PADDING values
+    const int64_t ne10_padded = GGML_PAD(ne10, MATRIX_ROW_PADDING);
+    ggml_cuda_pool_alloc<char> src1_q8_1(ctx.pool(), ne11 * ne10_padded * sizeof(block_q8_1) / QK8_1);
+    {
+        const int64_t s11 = nb11 / sizeof(float);
+        const int64_t s12 = nb12 / sizeof(float);
+        const int64_t s13 = nb13 / sizeof(float);
+        quantize_row_q8_1_cuda((const float *) src1->data, nullptr, src1_q8_1.get(), src0->type, ne10, s11, s12, s13,
+                               ne10_padded, ne11, 1, 1, stream);
+    }
+    const int64_t stride_col_y = ne10_padded / QK8_1;
+    switch (t) {
+        case sbmm::W_Q4_0:
+            launch_nt<sbmm::W_Q4_0>(W, nb01, src1_q8_1.get(), stride_col_y, dst_d, stride_col_dst, (int) ne01, (int) ne00, ncols, nsm, stream);
+            break;
+        case sbmm::W_Q8_0:
+            launch_nt<sbmm::W_Q8_0>(W, nb01, src1_q8_1.get(), stride_col_y, dst_d, stride_col_dst, (int) ne01, (int) ne00, ncols, nsm, stream);
+            break;
+        case sbmm::W_Q4_K:
+            launch_nt<sbmm::W_Q4_K>(W, nb01, src1_q8_1.get(), stride_col_y, dst_d, stride_col_dst, (int) ne01, (int) ne00, ncols, nsm, stream);
+            break;
+        default:
+            GGML_ABORT("sbmm: unsupported type");
+    }
+}

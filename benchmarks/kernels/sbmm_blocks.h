@@ -1,0 +1,430 @@
+// Small-batch matmul (sbmm): the per-lane pieces of the kernel, written once for the GPU and the CPU.
+//
+// y[n, m] = x[n, k] . W[m, k]^T for n = 1..16 columns (the rows of a verify batch), W in ggml's own block
+// layouts (vendor/llama.cpp/ggml/src/ggml-common.h: block_q4_0, block_q8_0, block_q4_K; activations as
+// block_q8_1, quantized exactly as ggml-cuda/quantize.cu quantize_q8_1 does, or f32 for f16 weights).
+//
+// The kernel (sbmm.cuh) runs one tensor-core mma per weight block for all columns at once:
+//   int8:  mma.sync.m16n8k32.row.col.s32.s8.s8.s32  A = 16 weight rows x 32 k (one q4_0/q8_0 block, or one
+//          32-value sub-block of q4_K), B = 32 k x 8 columns (one q8_1 block per column);
+//   f16:   mma.sync.m16n8k16.row.col.f32.f16.f16.f32, two per 32 k.
+// Each weight block is read once from memory for all n columns and dequantized in registers (nibble masks,
+// then per-row scales after the integer mma), as IST-DASLab/marlin does for 4-bit weights. Because a dot
+// product is a sum over k, a lane may hold any k of its fragment as long as A and B agree; the loaders
+// below choose the k order that lets each lane read contiguous bytes of ggml's blocks.
+//
+// Fragment layouts (PTX ISA, "Matrix Fragments for mma.m16n8k32 / m16n8k16"), g = lane / 4, t = lane % 4:
+//   s8 A regs:  0: (row g,   k 4t..4t+3)  1: (row g+8, k 4t..)  2: (row g, k 16+4t..)  3: (row g+8, k 16+4t..)
+//   s8 B regs:  0: (k 4t..4t+3, col g)     1: (k 16+4t.., col g)
+//   f16 A regs: 0: (row g, k 2t,2t+1)      1: (row g+8, k 2t..)  2: (row g, k 2t+8..)   3: (row g+8, k 2t+8..)
+//   f16 B regs: 0: (k 2t,2t+1, col g)      1: (k 2t+8,2t+9, col g)
+//   C (s32 or f32) regs: r: row g + 8*(r/2), col 2t + r%2
+// cpu_emulate.cpp builds the 16x32 / 32x8 matrices from these lane registers per that table (not from
+// the loaders' own view), so a loader that disagrees with the PTX layout fails the CPU check.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+#ifdef __CUDACC__
+#include <cuda_fp16.h>
+#define SB_HD __host__ __device__ __forceinline__
+#else
+#define SB_HD inline
+#endif
+
+namespace sbmm {
+
+// ---- ggml's block layouts (ggml-common.h), byte for byte -------------------------------------------------
+// (lower-case names: ggml defines QK4_0 etc. as macros, and this header is also compiled inside ggml-cuda)
+constexpr int qk4_0 = 32;
+constexpr int qk8_0 = 32;
+constexpr int qk8_1 = 32;
+constexpr int qk_k = 256;
+constexpr int k_scale_size = 12;
+// ggml-cuda pads each quantized activation column to a multiple of this many values (ggml-cuda/common.cuh)
+constexpr int matrix_row_padding = 512;
+
+struct block_q4_0 {            // x = (q - 8) * d
+    uint16_t d;                // ggml_half delta
+    uint8_t qs[qk4_0 / 2];     // element j in the low nibble of qs[j], element j + 16 in the high nibble
+};
+struct block_q8_0 {            // x = q * d
+    uint16_t d;
+    int8_t qs[qk8_0];
+};
+struct alignas(4) block_q8_1 { // ggml: union { struct { half d; half s; }; half2 ds; }: 4-byte aligned
+    uint16_t d;                // delta = amax / 127
+    uint16_t s;                // sum of the (unquantized) values of the block, as quantize_q8_1 writes it
+    int8_t qs[qk8_1];
+};
+struct alignas(4) block_q4_K { // x = d * sc[j] * q - dmin * m[j], 8 sub-blocks j of 32
+    uint16_t d;
+    uint16_t dmin;
+    uint8_t scales[k_scale_size]; // 6-bit scales and mins, packed as get_scale_min_k4 reads them
+    uint8_t qs[qk_k / 2];         // sub-blocks 2p (low nibbles) and 2p+1 (high nibbles) share qs[32p..32p+31]
+};
+static_assert(sizeof(block_q4_0) == 18, "wrong q4_0 block size/padding");
+static_assert(sizeof(block_q8_0) == 34, "wrong q8_0 block size/padding");
+static_assert(sizeof(block_q8_1) == 36, "wrong q8_1 block size/padding");
+static_assert(sizeof(block_q4_K) == 144, "wrong q4_K block size/padding");
+
+enum WType : int { W_F16 = 0, W_Q4_0 = 1, W_Q8_0 = 2, W_Q4_K = 3 };
+
+// One "unit" is what a warp consumes per step along k for one 16-row tile: a q4_0/q8_0 block (32 values),
+// a q4_K super-block (256 values), or 32 f16 values; nsub: mma steps per unit and 16x8 tile.
+template <int T> struct wtraits;
+template <> struct wtraits<W_F16>  { static constexpr int unit_k = 32;  static constexpr int unit_bytes = 64;  static constexpr int nsub = 2; static constexpr const char * name = "f16"; };
+template <> struct wtraits<W_Q4_0> { static constexpr int unit_k = 32;  static constexpr int unit_bytes = 18;  static constexpr int nsub = 1; static constexpr const char * name = "q4_0"; };
+template <> struct wtraits<W_Q8_0> { static constexpr int unit_k = 32;  static constexpr int unit_bytes = 34;  static constexpr int nsub = 1; static constexpr const char * name = "q8_0"; };
+template <> struct wtraits<W_Q4_K> { static constexpr int unit_k = 256; static constexpr int unit_bytes = 144; static constexpr int nsub = 8; static constexpr const char * name = "q4_K"; };
+
+// ---- scalar helpers ------------------------------------------------------------------------------------
+SB_HD float half_to_float(uint16_t h) {
+#ifdef __CUDA_ARCH__
+    return __half2float(__ushort_as_half(h));
+#else
+    const uint32_t sign = (uint32_t) (h & 0x8000u) << 16;
+    uint32_t exp = (h >> 10) & 0x1Fu;
+    uint32_t man = h & 0x3FFu;
+    uint32_t bits;
+    if (exp == 0) {
+        if (man == 0) {
+            bits = sign;
+        } else { // subnormal: normalize
+            exp = 127 - 15 + 1;
+            while ((man & 0x400u) == 0) {
+                man <<= 1;
+                exp--;
+            }
+            man &= 0x3FFu;
+            bits = sign | (exp << 23) | (man << 13);
+        }
+    } else if (exp == 31) {
+        bits = sign | 0x7F800000u | (man << 13);
+    } else {
+        bits = sign | ((exp + 127 - 15) << 23) | (man << 13);
+    }
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+#endif
+}
+
+SB_HD uint16_t float_to_half(float f) { // round to nearest even, as __float2half_rn
+#ifdef __CUDA_ARCH__
+    return __half_as_ushort(__float2half_rn(f));
+#else
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    const uint32_t sign = (x >> 16) & 0x8000u;
+    const uint32_t absx = x & 0x7FFFFFFFu;
+    if (absx >= 0x7F800000u) { // inf / nan
+        return (uint16_t) (sign | 0x7C00u | (absx > 0x7F800000u ? 0x200u : 0u));
+    }
+    if (absx >= 0x477FF000u) { // rounds to >= 65520: overflow to inf
+        return (uint16_t) (sign | 0x7C00u);
+    }
+    if (absx < 0x38800000u) { // result is subnormal (or zero) in half
+        if (absx < 0x33000000u) {
+            return (uint16_t) sign;
+        }
+        const uint32_t e = absx >> 23;
+        const uint32_t m = (absx & 0x7FFFFFu) | 0x800000u;
+        const uint32_t shift = 126 - e; // 14..24
+        uint32_t r = m >> shift;
+        const uint32_t rem = m & ((1u << shift) - 1);
+        const uint32_t half = 1u << (shift - 1);
+        if (rem > half || (rem == half && (r & 1u))) {
+            r++;
+        }
+        return (uint16_t) (sign | r);
+    }
+    uint32_t r = absx - 0x38000000u; // rebias exponent 127 -> 15
+    const uint32_t rem = r & 0x1FFFu;
+    r >>= 13;
+    if (rem > 0x1000u || (rem == 0x1000u && (r & 1u))) {
+        r++;
+    }
+    return (uint16_t) (sign | r);
+#endif
+}
+
+SB_HD uint32_t pack_half2(float lo, float hi) {
+    return (uint32_t) float_to_half(lo) | ((uint32_t) float_to_half(hi) << 16);
+}
+
+// ggml-cuda/common.cuh get_int_b2 / get_int_b4: 32 bits from 2-byte / 4-byte aligned storage
+SB_HD int get_int_b2(const void * x, int i32) {
+    const uint16_t * x16 = (const uint16_t *) x;
+    return (int) ((uint32_t) x16[2 * i32 + 0] | ((uint32_t) x16[2 * i32 + 1] << 16));
+}
+SB_HD int get_int_b4(const void * x, int i32) {
+    return ((const int *) x)[i32];
+}
+
+// ggml-quants.c get_scale_min_k4: the 6-bit scale and min of sub-block j (0..7) of a q4_K super-block,
+// read from its 12 scale bytes given as 3 ints.
+SB_HD void q4k_scale_min(const int sc3[3], int j, int & sc, int & mn) {
+    uint8_t q[12];
+    memcpy(q, sc3, 12);
+    if (j < 4) {
+        sc = q[j] & 63;
+        mn = q[j + 4] & 63;
+    } else {
+        sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
+        mn = (q[j + 4] >> 4) | ((q[j - 0] >> 6) << 4);
+    }
+}
+
+// ---- weight fragments: what lane (g, t) reads for rows g and g + 8 of a 16-row tile, one unit ----------
+// rA is the raw data kept in registers between the load (issued early, for memory-level parallelism) and
+// the mma; afrag turns it into the A registers of sub-step s < wtraits<T>::nsub.
+template <int T> struct RawA;
+template <> struct RawA<W_Q4_0> { int q[2]; uint16_t d[2]; };
+template <> struct RawA<W_Q8_0> { int q[2][2]; uint16_t d[2]; };
+template <> struct RawA<W_Q4_K> { int q[2][4][2]; int sc[2][3]; uint16_t d[2]; uint16_t dmin[2]; };
+template <> struct RawA<W_F16>  { uint32_t h[2][4]; };
+
+
+// row0 / row1: the first byte of rows g and g + 8; u: unit index along k.
+SB_HD void load_a(RawA<W_Q4_0> & r, const char * row0, const char * row1, int u, int t) {
+    const block_q4_0 * b0 = (const block_q4_0 *) row0 + u;
+    const block_q4_0 * b1 = (const block_q4_0 *) row1 + u;
+    r.q[0] = get_int_b2(b0->qs, t); // bytes 4t..4t+3: elements 4t.. (low nibbles), 16+4t.. (high)
+    r.q[1] = get_int_b2(b1->qs, t);
+    r.d[0] = b0->d;
+    r.d[1] = b1->d;
+}
+SB_HD void load_a(RawA<W_Q8_0> & r, const char * row0, const char * row1, int u, int t) {
+    const block_q8_0 * b0 = (const block_q8_0 *) row0 + u;
+    const block_q8_0 * b1 = (const block_q8_0 *) row1 + u;
+    r.q[0][0] = get_int_b2(b0->qs, t);
+    r.q[0][1] = get_int_b2(b0->qs, t + 4);
+    r.q[1][0] = get_int_b2(b1->qs, t);
+    r.q[1][1] = get_int_b2(b1->qs, t + 4);
+    r.d[0] = b0->d;
+    r.d[1] = b1->d;
+}
+SB_HD void load_a(RawA<W_Q4_K> & r, const char * row0, const char * row1, int u, int t) {
+    const block_q4_K * b[2] = {(const block_q4_K *) row0 + u, (const block_q4_K *) row1 + u};
+    for (int i = 0; i < 2; ++i) {
+        for (int p = 0; p < 4; ++p) { // bytes 32p + 8t .. 32p + 8t + 7 of qs
+            r.q[i][p][0] = get_int_b4(b[i]->qs, 8 * p + 2 * t);
+            r.q[i][p][1] = get_int_b4(b[i]->qs, 8 * p + 2 * t + 1);
+        }
+        for (int j = 0; j < 3; ++j) {
+            r.sc[i][j] = get_int_b4(b[i]->scales, j);
+        }
+        r.d[i] = b[i]->d;
+        r.dmin[i] = b[i]->dmin;
+    }
+}
+SB_HD void load_a(RawA<W_F16> & r, const char * row0, const char * row1, int u, int t) {
+    // 8 contiguous halves (16 bytes) at k = 32u + 8t of each row
+#ifdef __CUDA_ARCH__
+    const uint4 v0 = *((const uint4 *) row0 + 4 * u + t);
+    const uint4 v1 = *((const uint4 *) row1 + 4 * u + t);
+    r.h[0][0] = v0.x; r.h[0][1] = v0.y; r.h[0][2] = v0.z; r.h[0][3] = v0.w;
+    r.h[1][0] = v1.x; r.h[1][1] = v1.y; r.h[1][2] = v1.z; r.h[1][3] = v1.w;
+#else
+    memcpy(r.h[0], row0 + 64 * u + 16 * t, 16);
+    memcpy(r.h[1], row1 + 64 * u + 16 * t, 16);
+#endif
+}
+
+SB_HD void afrag(const RawA<W_Q4_0> & r, int s, int a[4]) {
+    (void) s;
+    a[0] = r.q[0] & 0x0F0F0F0F;        // row g,   logical k 4t..    = elements 4t..4t+3
+    a[1] = r.q[1] & 0x0F0F0F0F;        // row g+8
+    a[2] = (r.q[0] >> 4) & 0x0F0F0F0F; // row g,   logical k 16+4t.. = elements 16+4t..
+    a[3] = (r.q[1] >> 4) & 0x0F0F0F0F; // row g+8
+}
+SB_HD void afrag(const RawA<W_Q8_0> & r, int s, int a[4]) {
+    (void) s;
+    a[0] = r.q[0][0];
+    a[1] = r.q[1][0];
+    a[2] = r.q[0][1];
+    a[3] = r.q[1][1];
+}
+SB_HD void afrag(const RawA<W_Q4_K> & r, int s, int a[4]) {
+    // sub-block s = 2p + h: nibble h of qs[32p..]; logical k-int t = physical bytes 8t..8t+3,
+    // logical k-int t+4 = physical bytes 8t+4..8t+7 (the B loader uses the same order)
+    const int p = s >> 1;
+    const int sh = 4 * (s & 1);
+    a[0] = (r.q[0][p][0] >> sh) & 0x0F0F0F0F;
+    a[1] = (r.q[1][p][0] >> sh) & 0x0F0F0F0F;
+    a[2] = (r.q[0][p][1] >> sh) & 0x0F0F0F0F;
+    a[3] = (r.q[1][p][1] >> sh) & 0x0F0F0F0F;
+}
+SB_HD void afrag(const RawA<W_F16> & r, int s, int a[4]) {
+    // mma s of the unit: logical k (2t, 2t+1) = physical 32u + 8t + 4s + (0, 1); (2t+8, 2t+9) = ... + (2, 3)
+    a[0] = (int) r.h[0][2 * s + 0];
+    a[1] = (int) r.h[1][2 * s + 0];
+    a[2] = (int) r.h[0][2 * s + 1];
+    a[3] = (int) r.h[1][2 * s + 1];
+}
+
+// ---- activation fragments: column c of the B tile (lane's g), plus the scales of its C columns ----------
+// For the int8 types, y is block_q8_1 [ncols][stride_col_y blocks]; for f16, float [ncols][stride_col_y].
+// cB: the column this lane loads for B (tile base + g); c0: the first of the two C columns it owns
+// (tile base + 2t). Columns >= ncols read nothing and contribute zero.
+template <int T> struct RawB;
+template <> struct RawB<W_Q4_0> { int q[2]; uint32_t ds[2]; };
+template <> struct RawB<W_Q8_0> { int q[2]; uint32_t ds[2]; };
+template <> struct RawB<W_Q4_K> { int q[8][2]; uint32_t ds[8][2]; };
+template <> struct RawB<W_F16>  { uint32_t h[4]; };
+
+SB_HD uint32_t ds_of(const block_q8_1 * b) {
+    return (uint32_t) b->d | ((uint32_t) b->s << 16);
+}
+
+template <int T>
+SB_HD void load_b_q8(RawB<T> & r, const block_q8_1 * y, long long stride_col_y, int ncols, int cB, int c0, int u, int t) {
+    if constexpr (T == W_Q4_K) {
+        for (int s = 0; s < 8; ++s) {
+            const int ib = 8 * u + s;
+            if (cB < ncols) {
+                const block_q8_1 * b = y + cB * stride_col_y + ib;
+                r.q[s][0] = get_int_b4(b->qs, 2 * t);
+                r.q[s][1] = get_int_b4(b->qs, 2 * t + 1);
+            } else {
+                r.q[s][0] = 0;
+                r.q[s][1] = 0;
+            }
+            for (int j = 0; j < 2; ++j) {
+                r.ds[s][j] = c0 + j < ncols ? ds_of(y + (c0 + j) * stride_col_y + ib) : 0u;
+            }
+        }
+    } else {
+        if (cB < ncols) {
+            const block_q8_1 * b = y + cB * stride_col_y + u;
+            r.q[0] = get_int_b4(b->qs, t);
+            r.q[1] = get_int_b4(b->qs, t + 4);
+        } else {
+            r.q[0] = 0;
+            r.q[1] = 0;
+        }
+        for (int j = 0; j < 2; ++j) {
+            r.ds[j] = c0 + j < ncols ? ds_of(y + (c0 + j) * stride_col_y + u) : 0u;
+        }
+    }
+}
+
+SB_HD void load_b_f32(RawB<W_F16> & r, const float * y, long long stride_col_y, int ncols, int cB, int u, int t) {
+    if (cB < ncols) {
+        const float * p = y + cB * stride_col_y + 32 * u + 8 * t;
+#ifdef __CUDA_ARCH__
+        const float4 f0 = *((const float4 *) p + 0);
+        const float4 f1 = *((const float4 *) p + 1);
+        r.h[0] = pack_half2(f0.x, f0.y);
+        r.h[1] = pack_half2(f0.z, f0.w);
+        r.h[2] = pack_half2(f1.x, f1.y);
+        r.h[3] = pack_half2(f1.z, f1.w);
+#else
+        for (int i = 0; i < 4; ++i) {
+            r.h[i] = pack_half2(p[2 * i], p[2 * i + 1]);
+        }
+#endif
+    } else {
+        r.h[0] = r.h[1] = r.h[2] = r.h[3] = 0u;
+    }
+}
+
+template <int T> SB_HD void bfrag(const RawB<T> & r, int s, int b[2]) {
+    if constexpr (T == W_Q4_K) {
+        b[0] = r.q[s][0];
+        b[1] = r.q[s][1];
+    } else if constexpr (T == W_F16) {
+        b[0] = (int) r.h[2 * s + 0];
+        b[1] = (int) r.h[2 * s + 1];
+    } else {
+        (void) s;
+        b[0] = r.q[0];
+        b[1] = r.q[1];
+    }
+}
+
+// ---- epilogue of one integer mma: scale its s32 results into the f32 accumulators -----------------------
+// c[r]: row g + 8*(r/2) (weight row index 0/1 of RawA), column 2t + r%2 (ds index of RawB).
+SB_HD float ds_d(uint32_t ds) { return half_to_float((uint16_t) (ds & 0xFFFFu)); }
+SB_HD float ds_s(uint32_t ds) { return half_to_float((uint16_t) (ds >> 16)); }
+
+SB_HD void epilogue(const RawA<W_Q4_0> & a, const RawB<W_Q4_0> & b, int s, const int c[4], float acc[4]) {
+    (void) s;
+    for (int r = 0; r < 4; ++r) {
+        const float dw = half_to_float(a.d[r >> 1]);
+        const uint32_t ds = b.ds[r & 1];
+        // vecdotq.cuh vec_dot_q4_0_q8_1_impl: d4 * (sumi * d8 - 8 * s8), the -8 applied through the sum
+        acc[r] += dw * ((float) c[r] * ds_d(ds) - 8.0f * ds_s(ds));
+    }
+}
+SB_HD void epilogue(const RawA<W_Q8_0> & a, const RawB<W_Q8_0> & b, int s, const int c[4], float acc[4]) {
+    (void) s;
+    for (int r = 0; r < 4; ++r) {
+        acc[r] += half_to_float(a.d[r >> 1]) * ds_d(b.ds[r & 1]) * (float) c[r];
+    }
+}
+SB_HD void epilogue(const RawA<W_Q4_K> & a, const RawB<W_Q4_K> & b, int s, const int c[4], float acc[4]) {
+    for (int i = 0; i < 2; ++i) { // weight row g (i = 0) or g + 8 (i = 1)
+        int sc, mn;
+        q4k_scale_min(a.sc[i], s, sc, mn);
+        const float dsc = half_to_float(a.d[i]) * (float) sc;
+        const float dmn = half_to_float(a.dmin[i]) * (float) mn;
+        for (int j = 0; j < 2; ++j) {
+            const uint32_t ds = b.ds[s][j];
+            // sum_k (d*sc*q - dmin*m) * x = d*sc * d8 * sumi - dmin*m * sum(x); the sum is q8_1's s
+            acc[2 * i + j] += dsc * ds_d(ds) * (float) c[2 * i + j] - dmn * ds_s(ds);
+        }
+    }
+}
+
+// ---- plain dequantization (the reference; also checked against gguf-py on the CPU) ---------------------
+// Writes unit u of a row as unit_k floats.
+SB_HD void dequant_unit(const block_q4_0 * b, float * out) {
+    const float d = half_to_float(b->d);
+    for (int j = 0; j < 16; ++j) {
+        out[j] = (float) ((b->qs[j] & 0xF) - 8) * d;
+        out[j + 16] = (float) ((b->qs[j] >> 4) - 8) * d;
+    }
+}
+SB_HD void dequant_unit(const block_q8_0 * b, float * out) {
+    const float d = half_to_float(b->d);
+    for (int j = 0; j < 32; ++j) {
+        out[j] = (float) b->qs[j] * d;
+    }
+}
+SB_HD void dequant_unit(const block_q4_K * b, float * out) {
+    const float d = half_to_float(b->d);
+    const float dmin = half_to_float(b->dmin);
+    int sc3[3];
+    memcpy(sc3, b->scales, 12);
+    for (int p = 0; p < 4; ++p) {
+        int sc0, m0, sc1, m1;
+        q4k_scale_min(sc3, 2 * p, sc0, m0);
+        q4k_scale_min(sc3, 2 * p + 1, sc1, m1);
+        for (int l = 0; l < 32; ++l) {
+            out[64 * p + l] = d * (float) sc0 * (float) (b->qs[32 * p + l] & 0xF) - dmin * (float) m0;
+            out[64 * p + 32 + l] = d * (float) sc1 * (float) (b->qs[32 * p + l] >> 4) - dmin * (float) m1;
+        }
+    }
+}
+SB_HD void dequant_unit(const uint16_t * h, float * out) {
+    for (int j = 0; j < 32; ++j) {
+        out[j] = half_to_float(h[j]);
+    }
+}
+
+template <int T> SB_HD void dequant_unit_any(const char * row, int u, float * out) {
+    if constexpr (T == W_Q4_0) {
+        dequant_unit((const block_q4_0 *) row + u, out);
+    } else if constexpr (T == W_Q8_0) {
+        dequant_unit((const block_q8_0 *) row + u, out);
+    } else if constexpr (T == W_Q4_K) {
+        dequant_unit((const block_q4_K *) row + u, out);
+    } else {
+        dequant_unit((const uint16_t *) row + 32 * u, out);
+    }
+}
+
+} // namespace sbmm

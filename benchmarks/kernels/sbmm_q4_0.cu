@@ -1,0 +1,9 @@
+// q4_0 weights: one 18-byte block per unit.
+#include "sbmm_inst.cuh"
+
+void sbmm::register_q4_0() {
+    add_config<W_Q4_0, 1, 4, 8>();
+    add_config<W_Q4_0, 1, 8, 4>();
+    add_config<W_Q4_0, 2, 4, 4>();
+    add_config<W_Q4_0, 2, 8, 4>();
+}

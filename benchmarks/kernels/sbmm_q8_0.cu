@@ -1,0 +1,9 @@
+// q8_0 weights: one 34-byte block per unit.
+#include "sbmm_inst.cuh"
+
+void sbmm::register_q8_0() {
+    add_config<W_Q8_0, 1, 4, 4>();
+    add_config<W_Q8_0, 1, 8, 4>();
+    add_config<W_Q8_0, 2, 4, 2>();
+    add_config<W_Q8_0, 2, 8, 2>();
+}

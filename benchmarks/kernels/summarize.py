@@ -1,0 +1,94 @@
+"""Tables of the sbmm benchmark (``sbmm_bench --json``, optionally ``torch_ref.py --json``) and the issue 19
+targets, as markdown.
+
+Per (shape, weight type, n): the fastest correct sbmm configuration, its µs (kernel alone and with the
+q8_1 activation quantization that ggml's MMVQ path also runs, which test-backend-ops times together), its
+TB/s of weight bytes, and cuBLAS f16 beside it.
+
+usage: python benchmarks/kernels/summarize.py sbmm.json [--torch torch_cublas.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections import defaultdict
+
+# issue 19, MUL_MAT m=4096 k=14336 (test-backend-ops perf, pinned tree + our patches, H200, 2026-12-01)
+GGML_TODAY = {  # µs at n = 1, 2, 4, 8
+    "f16": {1: 29.8, 2: 46.2, 4: 47.0, 8: 48.6},
+    "q4_0": {1: 14.6, 2: 14.7, 4: 20.4, 8: 33.1},
+    "q4_K": {1: 15.8, 2: 18.7, 4: 27.2, 8: 47.0},
+    "q8_0": {1: 23.3, 2: 24.9, 4: 28.0, 8: 46.0},
+}
+TARGET_N8 = {"f16": 35.0, "q4_0": 18.0, "q4_K": 20.0, "q8_0": 28.0}
+TYPES = ("f16", "q4_0", "q8_0", "q4_K")
+
+
+def load(path: str) -> list[dict]:
+    with open(path) as f:
+        return list(json.load(f)["records"])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("sbmm_json")
+    ap.add_argument("--torch", default="", help="torch_ref.py's JSON (cuBLAS through torch)")
+    args = ap.parse_args()
+    recs = load(args.sbmm_json)
+    if args.torch:
+        recs += load(args.torch)
+
+    best: dict[tuple, dict] = {}
+    cublas: dict[tuple, float] = {}
+    wrong = [r for r in recs if not r.get("ok", True)]
+    for r in recs:
+        key = (r["m"], r["k"], r["type"], r["ncols"])
+        if r["kernel"] in ("cublas_gemmex", "torch_linear_f16"):
+            ck = (r["m"], r["k"], r["ncols"])
+            cublas[ck] = min(cublas.get(ck, 1e30), r["us"])
+        elif r.get("ok", True) and (key not in best or r["us"] < best[key]["us"]):
+            best[key] = r
+
+    shapes = sorted({(r["m"], r["k"]) for r in recs}, key=lambda s: (s != (4096, 14336), s))
+    by_shape: dict[tuple, list] = defaultdict(list)
+    for key, r in best.items():
+        by_shape[key[:2]].append(r)
+
+    print("# sbmm: small-batch matmul kernels vs cuBLAS f16\n")
+    if wrong:
+        print(f"**{len(wrong)} configurations gave WRONG results (NMSE >= 5e-4), e.g. "
+              f"{wrong[0]['type']} {wrong[0]['kernel']} n={wrong[0]['ncols']} nmse={wrong[0].get('nmse')}**\n")
+    for m, k in shapes:
+        print(f"## m = {m}, k = {k}\n")
+        print("| type | n | best sbmm config | µs | + q8_1 µs | TB/s | cuBLAS f16 µs | ggml today µs |")
+        print("|---|---|---|---|---|---|---|---|")
+        for t in TYPES:
+            for n in sorted({r["ncols"] for r in by_shape[(m, k)] if r["type"] == t}):
+                r = best[(m, k, t, n)]
+                tot = r["us"] + r["quant_us"]
+                cb = cublas.get((m, k, n))
+                today = GGML_TODAY.get(t, {}).get(n) if (m, k) == (4096, 14336) else None
+                print(f"| {t} | {n} | {r['kernel']} | {r['us']:.1f} | {tot:.1f} | {r['tbps']:.2f} | "
+                      f"{'' if cb is None else f'{cb:.1f}'} | {'' if today is None else today} |")
+        print()
+
+    print("## issue 19 targets (m = 4096, k = 14336; sbmm µs incl. the q8_1 quantization)\n")
+    print("| type | n=1 (≤ ggml today) | n=8 (target) | n=16 ÷ n=8 (≤ 1.2) | verdict |")
+    print("|---|---|---|---|---|")
+    for t in TYPES:
+        def tot(n: int, t: str = t) -> float | None:
+            r = best.get((4096, 14336, t, n))
+            return None if r is None else r["us"] + r["quant_us"]
+
+        t1, t8, t16 = tot(1), tot(8), tot(16)
+        if t1 is None or t8 is None or t16 is None:
+            print(f"| {t} | – | – | – | not measured |")
+            continue
+        ok = t1 <= GGML_TODAY[t][1] and t8 <= TARGET_N8[t] and t16 / t8 <= 1.2
+        print(f"| {t} | {t1:.1f} (today {GGML_TODAY[t][1]}) | {t8:.1f} (≤ {TARGET_N8[t]}) | {t16 / t8:.2f} | "
+              f"{'met' if ok else 'not met'} |")
+
+
+if __name__ == "__main__":
+    main()
