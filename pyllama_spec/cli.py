@@ -121,13 +121,16 @@ def cmd_generate(a: argparse.Namespace) -> int:
         raise InvalidArgumentError(f"--drafter {drafter} was not added: pass -d {drafter}=PATH.gguf (or -d ngram)")
     configs = _configs(a, drafter)
     with _generator(a, target, drafters) as gen:
-        res = gen.generate(**_prompt_kwargs(a), max_tokens=a.max_tokens, **configs)
         if a.json:
+            res = gen.generate(**_prompt_kwargs(a), max_tokens=a.max_tokens, **configs)
             print(json.dumps({**res.as_dict(), "memory": gen.memory_report()}, indent=2))
-        else:
-            print(res.text)
-            print()
-            print(res.report())
+        else:  # the text as it is committed: the progress of a long generation
+            stream = gen.generate(**_prompt_kwargs(a), max_tokens=a.max_tokens, stream=True, **configs)
+            for piece in stream:
+                print(piece, end="", flush=True)
+            assert stream.result is not None  # (set when the stream ends)
+            print("\n")
+            print(stream.result.report())
     return 0
 
 
@@ -184,7 +187,8 @@ def _bench(a: argparse.Namespace, gen: Any) -> int:
         r = results[n]
         med = statistics.median(speeds[n])
         same = r.tokens == results[None].tokens
-        print(f"{n or 'none':<12}{r.n_max:>6}{med:>10.1f}{med / base:>9.2f}{100 * r.stats.acceptance_rate:>8.1f}%"
+        accept = f"{100 * r.stats.acceptance_rate:>8.1f}%" if r.stats.n_drafted else f"{'–':>9}"  # (none drafted)
+        print(f"{n or 'none':<12}{r.n_max:>6}{med:>10.1f}{med / base:>9.2f}{accept}"
               f"{r.stats.mean_accepted_length:>7.2f}{str(same):>13}")
     for kind, why in skipped.items():
         hint = " (add it with -d NAME=KIND:PATH)" if "path" in why else ""
@@ -232,10 +236,14 @@ def bench_notes(gen: Any, results: dict[str | None, Any], speed: dict[str | None
         notes.append(f"* same tokens False ({n}): the first {d.position} generated tokens agree; at token "
                      f"{d.position + 1} plain chose {pieces[0]}, {n} chose {pieces[1]}. The target's top-2 logit "
                      f"margin there is {d.margin:.3f}: {why}")
+    for n, r in results.items():
+        if n is not None and r.stats.n_drafted == 0:
+            notes.append(f"* {n} drafted no token (as an n-gram drafter does when the prompt and answer hold no "
+                         f"repeat): it decoded as plain decoding does, so its {speed[n] / speed[None]:.2f}× is noise")
     plain_ms = 1e3 / speed[None] if speed[None] else float("nan")
     gpu = supports_gpu_offload()
     for n, r in results.items():
-        if n is None or not speed[None] or speed[n] >= speed[None]:
+        if n is None or not speed[None] or speed[n] >= speed[None] or r.stats.n_drafted == 0:
             continue
         steps = max(1, r.stats.n_steps)
         st = {k: 1e3 * v / steps for k, v in r.step_timings.items()}
@@ -305,7 +313,7 @@ def cmd_info(a: argparse.Namespace) -> int:
     if name:
         ships = shipped_drafters(name)
         print("shipped drafters: " + (", ".join(f"{k} ({p})" for k, p in ships.items()) or "none"))
-    print(f"CPU: {ps.cpu_name()}; llama.cpp: {ps.system_info()}")
+    print(f"CPU: {ps.cpu_name()}; llama.cpp: {ps.system_info().strip().rstrip('|').strip()}")
     return 0
 
 

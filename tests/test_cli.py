@@ -157,8 +157,13 @@ def test_bench_notes_say_where_runs_part_and_where_time_goes(tiny_gen):
     assert ("near-tie" in notes[0]) and ("Known issues" in notes[0] or "please report" in notes[0])
     assert notes[1].startswith("* dflash is 0.50× plain: a step costs") and "Per step, ms: " in notes[1]
     assert "verify" in notes[1] and ("Expected on a CPU" in notes[1] or "step_cost.py" in notes[1])
-    # nothing to explain: no notes; sampled runs that differ get the sampling note, not a margin
-    assert bench_notes(tiny_gen, {None: plain, "dflash": plain}, {None: 1.0, "dflash": 2.0}, 0.0) == []
+    # nothing to explain: no notes; a drafter that drafted nothing is said to be noise; sampled runs
+    # that differ get the sampling note, not a margin
+    same = tiny_gen.generate("hello world", drafter="dflash", n_max=3, max_tokens=8, reuse_prefix=False)
+    assert bench_notes(tiny_gen, {None: plain, "dflash": same}, {None: 1.0, "dflash": 2.0}, 0.0) == []
+    idle = bench_notes(tiny_gen, {None: plain, "ngram": plain}, {None: 1.0, "ngram": 0.9}, 0.0)
+    assert idle == ["* ngram drafted no token (as an n-gram drafter does when the prompt and answer hold no repeat): "
+                    "it decoded as plain decoding does, so its 0.90× is noise"]
     assert "the runs sample" in bench_notes(tiny_gen, {None: plain, "dflash": spec}, {None: 1.0, "dflash": 2.0},
                                             0.8)[0]
 

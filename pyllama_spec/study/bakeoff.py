@@ -212,30 +212,14 @@ def bakeoff(target: str | os.PathLike, drafters: Any = None, *, n_max: Any = (1,
             machine = old["machine"]
             notes = list(dict.fromkeys(old["notes"] + notes))
             notes.append(f"resumed on {time.strftime('%Y-%m-%d %H:%M %Z')} with {len({_done_key(r) for r in records})} "
-                         f"(point, run) pairs already finished")
+                         f"(point, run) pairs already finished: points measured in different sessions met the "
+                         f"machine in different states (load); compare them with care")
             settings["wall_s"] = old["settings"].get("wall_s", 0.0)
         done = {_done_key(r) for r in records}
         todo = [(run, p) for run in range(runs) for p in points
                 if (p.drafter, p.n_max, p.temperature, p.thinking, run) not in done]
 
-        # the verify cost per row count, measured directly (V(R) of the cost model; n_max="auto" uses it),
-        # and warm-ups (first-call costs: graph reserve, page faults); a resumed sweep keeps its costs
-        max_rows = 1 + max(gen.resolve_n_max(p.drafter, p.n_max) for p in points)
-        verify_ms = dict(old["verify_ms"]) if old is not None and old.get("verify_ms") else {}
-        steps = [(k, d) for k, d in [("plain", None), *((n, n) for n in gen.drafters)] if k not in verify_ms]
-        prep = tqdm(total=len(steps) + 1 + len(gen.drafters), desc="preparing", unit="step",
-                    disable=not progress or not todo, dynamic_ncols=True)
-        try:
-            for key, taps_of in steps:
-                prep.set_postfix_str(f"verify cost of 1..{max_rows} rows, {key} taps")
-                verify_ms[key] = gen.verify_ms(max_rows, drafter=taps_of, reps=verify_reps)
-                prep.update(1)
-            for warm in [None, *gen.drafters] if todo else []:
-                prep.set_postfix_str(f"warm-up {warm or 'plain'}")
-                gen.generate("Hello", drafter=warm, max_tokens=8)
-                prep.update(1)
-        finally:
-            prep.close()
+        t0 = time.time()
 
         def results_now(complete: bool) -> dict:
             res = {"schema": SCHEMA, "complete": complete,
@@ -244,32 +228,50 @@ def bakeoff(target: str | os.PathLike, drafters: Any = None, *, n_max: Any = (1,
                    "verify_ms": verify_ms, "runs": records, "outputs": {}}
             return summarize(res)
 
+        def save() -> None:
+            if out is not None:
+                Path(out).mkdir(parents=True, exist_ok=True)
+                _atomic_json(results_now(False), Path(out) / "results.json")
+
+        # the verify cost per row count, measured directly (V(R) of the cost model; n_max="auto" uses it),
+        # and warm-ups (first-call costs: graph reserve, page faults); a resumed sweep keeps its costs
+        max_rows = 1 + max(gen.resolve_n_max(p.drafter, p.n_max) for p in points)
+        verify_ms = dict(old["verify_ms"]) if old is not None and old.get("verify_ms") else {}
+        steps = [(k, d) for k, d in [("plain", None), *((n, n) for n in gen.drafters)] if k not in verify_ms]
         per_point = runner.generations_per_run
         total = len(points) * runs * per_point
-        bar = tqdm(total=total, initial=total - len(todo) * per_point, desc="bakeoff", unit="gen",
-                   disable=not progress, dynamic_ncols=True)
-        t0 = time.time()
-
-        def on_generation(point, rec):
-            bar.set_postfix_str(f"{point.label} T={point.temperature} run {rec['run'] + 1}", refresh=False)
-            bar.update(1)
-
-        runner.on_generation = on_generation
         try:
-            for run, point in todo:
-                kind = gen.drafters[point.drafter].kind if point.drafter else None
-                records += [run_record(r, kind) for r in runner.run_point(point, run)]
-                if out is not None:  # what finished is on disk: a Ctrl-C loses at most this point's run
-                    Path(out).mkdir(parents=True, exist_ok=True)
-                    _atomic_json(results_now(False), Path(out) / "results.json")
+            save()  # from the start: the settings, no runs yet (a Ctrl-C always leaves a results.json)
+            with tqdm(total=len(steps) + (1 + len(gen.drafters) if todo else 0), desc="preparing", unit="step",
+                      disable=not progress or not (todo or steps), dynamic_ncols=True) as prep:
+                for key, taps_of in steps:
+                    prep.set_postfix_str(f"verify cost of 1..{max_rows} rows, {key} taps")
+                    verify_ms[key] = gen.verify_ms(max_rows, drafter=taps_of, reps=verify_reps)
+                    prep.update(1)
+                save()  # (a resume reuses the verify costs)
+                for warm in [None, *gen.drafters] if todo else []:
+                    prep.set_postfix_str(f"warm-up {warm or 'plain'}")
+                    gen.generate("Hello", drafter=warm, max_tokens=8)
+                    prep.update(1)
+
+            with tqdm(total=total, initial=total - len(todo) * per_point, desc="bakeoff", unit="gen",
+                      disable=not progress, dynamic_ncols=True) as bar:
+                def on_generation(point, rec):
+                    bar.set_postfix_str(f"{point.label} T={point.temperature} run {rec['run'] + 1}", refresh=False)
+                    bar.update(1)
+
+                runner.on_generation = on_generation
+                for run, point in todo:
+                    bar.set_postfix_str(f"{point.label} T={point.temperature} run {run + 1}")
+                    kind = gen.drafters[point.drafter].kind if point.drafter else None
+                    records += [run_record(r, kind) for r in runner.run_point(point, run)]
+                    save()  # what finished is on disk: a Ctrl-C loses at most this point's run
         except KeyboardInterrupt:
             if out is None:
                 raise
             n_done = len({_done_key(r) for r in records})
             raise KeyboardInterrupt(f"{Path(out) / 'results.json'} holds {n_done} of {len(points) * runs} (point, "
                                     "run) pairs; the same command with --resume (resume=True) continues") from None
-        finally:
-            bar.close()
         results = results_now(True)
     finally:
         gen.close()
