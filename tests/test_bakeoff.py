@@ -336,3 +336,23 @@ def test_depth_plot_legends_and_colours_match(sweep, tmp_path, monkeypatch):
     sub = figs[-1]._suptitle.get_text()
     assert res["model"]["target_label"] in sub
     plt.close("all")
+
+
+def test_ctrl_c_while_preparing_leaves_a_results_json(tiny, tmp_path, monkeypatch):
+    """Ctrl-C before any point ran (during the verify-cost measurement): results.json is there,
+    with the settings and no runs, and a resume starts from it."""
+    calls = []
+
+    def interrupted(self, *a, **k):
+        calls.append(1)
+        raise KeyboardInterrupt
+
+    real = ps.Generator.verify_ms
+    monkeypatch.setattr(ps.Generator, "verify_ms", interrupted)
+    with pytest.raises(KeyboardInterrupt, match="holds 0 of 6"):
+        _small(tiny["target"], tmp_path)
+    part = json.loads((tmp_path / "results.json").read_text())
+    assert part["complete"] is False and part["runs"] == [] and part["settings"]["runs"] == 2
+    monkeypatch.setattr(ps.Generator, "verify_ms", real)
+    res = _small(tiny["target"], tmp_path, resume=True)
+    assert res["complete"] is True and len(res["runs"]) == 12
