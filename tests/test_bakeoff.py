@@ -23,8 +23,8 @@ HAVE_MPL = importlib.util.find_spec("matplotlib") is not None
 PLOTS = ["speed_tau_vs_n_max.png", "acceptance_per_position.png", "stage_time_per_step.png", "memory.png",
          "depth_by_turn.png", "thinking_on_off.png"]
 
-TOP_KEYS = {"schema", "settings", "machine", "model", "notes", "memory", "verify_ms", "runs", "points", "cost_models",
-            "outputs"}
+TOP_KEYS = {"schema", "complete", "settings", "machine", "model", "notes", "memory", "verify_ms", "runs", "points",
+            "cost_models", "outputs"}
 RUN_KEYS = {"drafter", "kind", "n_max", "n_max_ceiling", "temperature", "thinking", "run", "conversation", "turn",
             "n_prompt", "n_generated", "finish_reason", "generation_s", "prefill_s", "tokens_per_s",
             "prompt_tokens_per_s", "n_steps", "n_drafted", "n_accepted", "tau", "acceptance", "accepted_at",
@@ -198,3 +198,161 @@ def test_prompt_sets_load():
 def test_bad_settings_are_named(tiny, kw, match):
     with pytest.raises(InvalidArgumentError, match=match):
         ps.bakeoff(tiny["target"], {"ngram": "ngram"}, progress=False, **kw)
+
+
+def _small(target, out, **kw):
+    """A sweep of 2 runs × (plain, ngram n_max 1, ngram n_max 2) over 2 one-turn prompts: 6 (point, run) pairs."""
+    args = dict(n_max=[1, 2], prompts=["hello there", "def add(a, b):"], runs=2, max_tokens=6, out=out, n_ctx=512,
+                progress=False, verify_reps=1, plots=False)
+    return ps.bakeoff(target, ["ngram"], **{**args, **kw})
+
+
+def test_interrupted_sweep_leaves_results_and_resumes(tiny, tmp_path, monkeypatch):
+    """Ctrl-C after k (point, run) pairs: results.json (written atomically after each) holds those k,
+    is marked incomplete and renders; resume=True runs only the rest and gives the whole sweep."""
+    from pyllama_spec.study import sweep as sweep_mod
+    from pyllama_spec.study.summary import summarize
+
+    real = sweep_mod.Runner.run_point
+    calls = []
+
+    def interrupting(self, point, run):
+        if len(calls) == 3:
+            raise KeyboardInterrupt  # as Ctrl-C during the 4th pair
+        calls.append((point.label, run))
+        return real(self, point, run)
+
+    monkeypatch.setattr(sweep_mod.Runner, "run_point", interrupting)
+    with pytest.raises(KeyboardInterrupt):
+        _small(tiny["target"], tmp_path)
+    part = json.loads((tmp_path / "results.json").read_text())
+    assert part["complete"] is False and len(part["runs"]) == 3 * 2  # 3 pairs × 2 prompts
+    assert {(r["drafter"], r["n_max"], r["run"]) for r in part["runs"]} == {(None, 0, 0), ("ngram", 1, 0),
+                                                                          ("ngram", 2, 0)}
+    assert not list(tmp_path.glob(".results.json*"))  # no temporary file left behind
+    from pyllama_spec.study.report import write_report
+
+    write_report(summarize(part), tmp_path / "partial.md")  # readable: the report renders from it
+    assert "**Incomplete**" in (tmp_path / "partial.md").read_text()
+
+    calls.clear()
+    monkeypatch.setattr(sweep_mod.Runner, "run_point", lambda self, p, r: calls.append((p.label, r)) or
+                        real(self, p, r))
+    res = _small(tiny["target"], tmp_path, resume=True)
+    assert calls == [("plain", 1), ("ngram n_max=1", 1), ("ngram n_max=2", 1)]  # only what was missing
+    assert res["complete"] is True and len(res["runs"]) == 6 * 2
+    assert res["runs"][:6] == part["runs"]  # the finished pairs are kept as they were
+    assert res["verify_ms"] == part["verify_ms"] and any("resumed" in n for n in res["notes"])
+    assert json.loads((tmp_path / "results.json").read_text())["complete"] is True
+    assert all(p["n_runs"] == 2 for p in res["points"])
+    # resuming a finished sweep runs nothing; other settings are refused, naming what differs
+    calls.clear()
+    assert len(_small(tiny["target"], tmp_path, resume=True)["runs"]) == 12 and calls == []
+    with pytest.raises(InvalidArgumentError, match="other max_tokens"):
+        _small(tiny["target"], tmp_path, resume=True, max_tokens=7)
+    with pytest.raises(InvalidArgumentError, match="give out"):
+        _small(tiny["target"], None, resume=True)
+
+
+def test_cli_ctrl_c_then_resume(tiny, tmp_path, monkeypatch, capsys):
+    """The command line: Ctrl-C exits 130 with results.json on disk and says how to continue."""
+    from pyllama_spec.cli import main
+    from pyllama_spec.study import sweep as sweep_mod
+
+    real = sweep_mod.Runner.run_point
+    n = []
+
+    def interrupting(self, point, run):
+        if n:
+            raise KeyboardInterrupt
+        n.append(1)
+        return real(self, point, run)
+
+    monkeypatch.setattr(sweep_mod.Runner, "run_point", interrupting)
+    argv = ["bakeoff", str(tiny["target"]), "-d", "ngram", "--n-max", "2", "--prompts", "builtin:mixed", "--turns",
+            "1", "--runs", "1", "-n", "4", "--out", str(tmp_path), "--no-plots", "--no-progress", "-c", "1024"]
+    assert main(argv) == 130
+    err = capsys.readouterr().err
+    assert "--resume" in err and "1 of 2" in err
+    assert len(json.loads((tmp_path / "results.json").read_text())["runs"]) == 8
+    monkeypatch.setattr(sweep_mod.Runner, "run_point", real)
+    assert main(argv + ["--resume"]) == 0
+    res = json.loads((tmp_path / "results.json").read_text())
+    assert res["complete"] is True and len(res["runs"]) == 16
+
+
+def test_report_names_the_model_and_the_cpu_and_counts_right(tiny, tmp_path):
+    """Headings and titles: the GGUF's general.name and the CPU's name (backend.cpu_name, the one
+    source); one run: "1 run per point", no "± 0.0"."""
+    from pyllama_spec.study.machine import machine_label
+
+    res = _small(tiny["target"], tmp_path, runs=1, prompts=["hello there"])
+    assert res["model"]["target_name"] == "pyllama_spec tiny llama target"
+    assert res["model"]["target_label"].startswith("pyllama_spec tiny llama target, ")
+    assert res["machine"]["cpu"] == ps.cpu_name()
+    report = (tmp_path / "REPORT.md").read_text()
+    heading = f"# Drafter bake-off: {res['model']['target_label']} on {machine_label(res['machine'])}"
+    assert report.splitlines()[0] == heading
+    assert ps.cpu_name() in report.splitlines()[0]
+    assert "1 run per point" in report and "1 runs" not in report and "± 0.0" not in report
+    assert "1 conversation," in report and "up to 4 turns" in report
+
+
+def test_machine_label_and_cpu_name():
+    intel = "processor\t: 0\nvendor_id\t: GenuineIntel\ncpu family\t: 6\nmodel\t\t: 143\n" \
+            "model name\t: Intel(R) Xeon(R) Processor\n\nprocessor\t: 1\nmodel name\t: other\n"
+    amd = "vendor_id\t: AuthenticAMD\ncpu family\t: 25\nmodel\t\t: 17\nmodel name\t: AMD EPYC\n"
+    odd = "vendor_id\t: AuthenticAMD\ncpu family\t: 99\nmodel\t\t: 1\nmodel name\t: AMD Future\n"
+    assert ps.backend.cpu_name(intel) == "Intel(R) Xeon(R) Processor (Sapphire Rapids)"
+    assert ps.backend.cpu_name(amd) == "AMD EPYC (Zen 4)"
+    assert ps.backend.cpu_name(odd) == "AMD Future (family 99, model 1)"
+    from pyllama_spec.study.machine import machine_label
+
+    assert machine_label({"cpu": ps.backend.cpu_name(intel), "n_cpus": 2}) == "Intel Xeon (Sapphire Rapids), 2 cores"
+    assert machine_label({"cpu": "X", "n_cpus": 1, "gpu": None}) == "X, 1 core"
+    assert machine_label({"cpu": "X", "n_cpus": 16, "gpu": "NVIDIA H200"}) == "NVIDIA H200"
+
+
+@pytest.mark.skipif(not HAVE_MPL, reason="needs matplotlib (the [plot] extra)")
+def test_depth_plot_legends_and_colours_match(sweep, tmp_path, monkeypatch):
+    """depth_by_turn.png: both panels have a legend and a series has one colour in both (the left
+    panel has no plain line, which shifted its colours by one against the right panel's legend)."""
+    import matplotlib.pyplot as plt
+
+    from pyllama_spec.study import plots
+
+    figs = []
+    monkeypatch.setattr(plt, "close", lambda fig=None: figs.append(fig))
+    res, _ = sweep
+    assert plots.depth(res, tmp_path, plt) == tmp_path / "depth_by_turn.png"
+    a1, a2 = figs[-1].axes[:2]
+    assert a1.get_legend() is not None and a2.get_legend() is not None
+    left = {ln.get_label(): ln.get_color() for ln in a1.get_lines()}
+    right = {ln.get_label(): ln.get_color() for ln in a2.get_lines()}
+    assert "plain" in right and "plain" not in left and len(left) == len(right) - 1 >= 2
+    assert all(right[k] == c for k, c in left.items())
+    assert len(set(left.values())) == len(left)  # distinct series, distinct colours
+    assert [t.get_text() for t in a1.get_legend().get_texts()] == list(left)
+    sub = figs[-1]._suptitle.get_text()
+    assert res["model"]["target_label"] in sub
+    plt.close("all")
+
+
+def test_ctrl_c_while_preparing_leaves_a_results_json(tiny, tmp_path, monkeypatch):
+    """Ctrl-C before any point ran (during the verify-cost measurement): results.json is there,
+    with the settings and no runs, and a resume starts from it."""
+    calls = []
+
+    def interrupted(self, *a, **k):
+        calls.append(1)
+        raise KeyboardInterrupt
+
+    real = ps.Generator.verify_ms
+    monkeypatch.setattr(ps.Generator, "verify_ms", interrupted)
+    with pytest.raises(KeyboardInterrupt, match="holds 0 of 6"):
+        _small(tiny["target"], tmp_path)
+    part = json.loads((tmp_path / "results.json").read_text())
+    assert part["complete"] is False and part["runs"] == [] and part["settings"]["runs"] == 2
+    monkeypatch.setattr(ps.Generator, "verify_ms", real)
+    res = _small(tiny["target"], tmp_path, resume=True)
+    assert res["complete"] is True and len(res["runs"]) == 12

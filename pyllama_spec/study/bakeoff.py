@@ -32,18 +32,79 @@ def _specs(drafters: Any) -> dict[str, Any]:
     return _drafter_specs([str(item) for item in drafters])
 
 
+def _atomic_json(results: dict, path: Path) -> None:
+    """Write ``results`` to ``path`` so that a reader (or a Ctrl-C) never sees half a file: a
+    temporary file beside it, flushed to disk, then renamed over it (``os.replace`` is atomic)."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "w") as f:
+        json.dump(results, f, indent=1, default=str)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def _done_key(rec: dict) -> tuple:
+    """The (point, run) a run record belongs to: the unit the sweep finishes and resumes by."""
+    return (rec["drafter"], rec["n_max"], rec["temperature"], rec["thinking"], rec["run"])
+
+
+#: settings a resumed sweep must share with the results.json it continues (``runs`` may grow)
+_RESUME_KEYS = ("n_max", "prompts", "n_conversations", "turns", "thinking", "temperature", "max_tokens", "native",
+                "seed", "verify_reps", "n_ctx", "n_gpu_layers")
+
+
+def _load_resume(path: Path, settings: dict, model: dict) -> dict | None:
+    """The earlier results.json in ``path`` to continue, or None when there is none.
+
+    Raises:
+        InvalidArgumentError: it is unreadable, or was made with other settings / another target or
+            drafters (the message names what differs).
+    """
+    if not path.exists():
+        return None
+    try:
+        with open(path) as f:
+            old = json.load(f)
+    except (OSError, ValueError) as exc:
+        raise InvalidArgumentError(f"--resume: {path} is not a readable results.json ({exc}); move it away or "
+                                   "drop --resume") from None
+    if old.get("schema") != SCHEMA:
+        raise InvalidArgumentError(f"--resume: {path} has schema {old.get('schema')!r}, this version writes {SCHEMA!r}")
+    differ = [k for k in _RESUME_KEYS if json.loads(json.dumps(old["settings"].get(k), default=str))
+              != json.loads(json.dumps(settings.get(k), default=str))]
+    if old["model"].get("target") != model["target"]:
+        differ.append("target")
+    old_d = {n: d.get("spec") for n, d in old["model"].get("drafters", {}).items()}
+    new_d = {n: d.get("spec") for n, d in model["drafters"].items()}
+    if old_d != new_d:
+        differ.append("drafters")
+    if differ:
+        was = "; ".join(f"{k} {old['settings'].get(k, old['model'].get(k))!r}" for k in differ)
+        raise InvalidArgumentError(f"--resume: {path} was made with other {', '.join(differ)} (it has {was}); "
+                                   "give the same settings, or another --out to start afresh")
+    return old
+
+
 def bakeoff(target: str | os.PathLike, drafters: Any = None, *, n_max: Any = (1, 2, 3, 4, 7, 15),
             prompts: Any = "builtin:coding-chat", turns: int | None = 4, thinking: Any = None,
             temperature: Any = (0.0,), runs: int = 3, max_tokens: int = 128, native: bool = False,
             out: Any = None, plots: bool = True, seed: int = 0, n_ctx: int = 4096, n_gpu_layers: int = -1,
-            progress: bool = True, verify_reps: int = 3, generator_kwargs: dict | None = None) -> dict:
+            progress: bool = True, verify_reps: int = 3, generator_kwargs: dict | None = None,
+            resume: bool = False) -> dict:
     """Compare drafters on one target: every drafter × n_max × thinking × temperature, plus plain
     decoding, over a prompt set of (multi-turn) chats, ``runs`` times.
 
+    With ``out``, results.json is written (atomically) each time a point's run finishes, so an
+    interrupted sweep (Ctrl-C: ``KeyboardInterrupt`` is re-raised after the write) leaves a readable
+    results.json with ``"complete": false`` holding every finished point; ``resume=True`` continues
+    it, running only the (point, run) pairs it lacks.
+
     Args:
-        target: the target ``.gguf``.
+        target: the target ``.gguf``, or a model name of :mod:`pyllama_spec.assets` (``"smollm2"``).
         drafters: ``{name: spec}`` as :class:`~pyllama_spec.Generator` takes them (a ``.gguf`` path, a
-            kind such as ``"ngram"``, ``(kind, kwargs)``), or CLI-style ``["dflash=path.gguf", "ngram"]``.
+            kind such as ``"ngram"``, ``(kind, kwargs)``), or CLI-style ``["dflash=path.gguf", "ngram"]``;
+            a bare kind that needs a file (``"dflash"``) is the drafter shipped for the target
+            (:func:`~pyllama_spec.assets.with_shipped_drafters`).
         n_max: draft lengths (ints, and ``"auto"`` for the per-step choice); clamped per drafter.
         prompts: ``"builtin:coding-chat"``, ``"builtin:mixed"``, a ``.jsonl`` path, or a list of strings.
         turns: most user turns per conversation (None: all); each turn's history holds the
@@ -59,19 +120,26 @@ def bakeoff(target: str | os.PathLike, drafters: Any = None, *, n_max: Any = (1,
         plots: draw the PNGs (needs matplotlib: ``pip install pyllama_spec[plot]``).
         seed: base seed of the sampled points.
         n_ctx, n_gpu_layers, generator_kwargs: the :class:`~pyllama_spec.Generator`.
-        progress: a tqdm bar over the whole sweep, with its ETA.
+        progress: a tqdm bar over the preparation (verify-cost measurement, warm-ups) and one over
+            the sweep, with its ETA.
         verify_reps: repetitions per row count of the direct verify-cost measurement (``verify_ms``).
+        resume: continue the sweep of ``out/results.json`` (same settings; ``runs`` may be larger):
+            its finished (point, run) pairs are kept, not run again; its verify costs are reused.
 
     Returns:
-        The results dict written to results.json: ``schema``, ``settings``, ``machine``, ``model``,
-        ``notes``, ``memory``, ``verify_ms``, ``runs`` (one record per generation), ``points``
-        (pooled per configuration), ``cost_models``, ``outputs``.
+        The results dict written to results.json: ``schema``, ``complete``, ``settings``, ``machine``,
+        ``model``, ``notes``, ``memory``, ``verify_ms``, ``runs`` (one record per generation),
+        ``points`` (pooled per configuration), ``cost_models``, ``outputs``.
 
     Raises:
-        InvalidArgumentError: bad settings (named); UnsupportedError: ``native`` without the programs.
+        InvalidArgumentError: bad settings (named); ``resume`` without ``out``, or with an
+        ``out/results.json`` of other settings. UnsupportedError: ``native`` without the programs.
+        ModelNotFoundError: an unknown target name, or no shipped drafter for a bare kind.
+        KeyboardInterrupt: after writing what finished.
     """
     from tqdm.auto import tqdm
 
+    from ..assets import resolve_model, with_shipped_drafters
     from ..generator import Generator
 
     if not isinstance(runs, int) or runs < 1:
@@ -80,6 +148,8 @@ def bakeoff(target: str | os.PathLike, drafters: Any = None, *, n_max: Any = (1,
         raise InvalidArgumentError(f"max_tokens must be an int ≥ 1, got {max_tokens!r}")
     if turns is not None and (not isinstance(turns, int) or turns < 1):
         raise InvalidArgumentError(f"turns must be an int ≥ 1 or None, got {turns!r}")
+    if resume and out is None:
+        raise InvalidArgumentError("resume=True continues out/results.json: give out (--out FOLDER)")
     n_max_values = parse_n_max(n_max)
     temps = [float(t) for t in (str(temperature).split(",") if isinstance(temperature, (str, int, float))
                                 else temperature)]
@@ -87,7 +157,8 @@ def bakeoff(target: str | os.PathLike, drafters: Any = None, *, n_max: Any = (1,
         raise InvalidArgumentError(f"temperatures must be ≥ 0, got {temps}")
     thinking_values = parse_thinking(thinking)
     convs = load_prompts(prompts)
-    specs = _specs(drafters)
+    target = resolve_model(target, progress=progress)
+    specs = with_shipped_drafters(target, _specs(drafters))
     if native:
         from ..native import find_program
 
@@ -102,6 +173,7 @@ def bakeoff(target: str | os.PathLike, drafters: Any = None, *, n_max: Any = (1,
 
     notes = []
     machine = machine_info()
+    log.info("bakeoff: loading %s and %d drafter(s)", Path(target).name, len(specs))
     gen = Generator(target, drafters=specs, n_ctx=n_ctx, n_gpu_layers=n_gpu_layers, **(generator_kwargs or {}))
     try:
         if thinking_values != [None] and not thinking_effect(gen):
@@ -121,54 +193,89 @@ def bakeoff(target: str | os.PathLike, drafters: Any = None, *, n_max: Any = (1,
             if any(t > 0 for t in temps):
                 notes.append("--native runs only the greedy (temperature 0) points: llama.cpp's programs are run "
                              "with --temp 0")
-
-        # the verify cost per row count, measured directly (V(R) of the cost model; n_max="auto" uses it)
-        max_rows = 1 + max(gen.resolve_n_max(p.drafter, p.n_max) for p in points)
-        verify_ms = {"plain": gen.verify_ms(max_rows, reps=verify_reps)}
-        for name in gen.drafters:
-            verify_ms[name] = gen.verify_ms(max_rows, drafter=name, reps=verify_reps)
-        for warm in [None, *gen.drafters]:  # warm-up: first-call costs (graph reserve, page faults)
-            gen.generate("Hello", drafter=warm, max_tokens=8)
-
-        total = len(points) * runs * runner.generations_per_run
-        bar = tqdm(total=total, desc="bakeoff", unit="gen", disable=not progress, dynamic_ncols=True)
-        records = []
-        t0 = time.time()
-
-        def on_generation(point, rec):
-            bar.set_postfix_str(f"{point.label} T={point.temperature} run {rec['run'] + 1}", refresh=False)
-            bar.update(1)
-
-        runner.on_generation = on_generation
-        try:
-            for run in range(runs):
-                for point in points:
-                    kind = gen.drafters[point.drafter].kind if point.drafter else None
-                    records += [run_record(r, kind) for r in runner.run_point(point, run)]
-        finally:
-            bar.close()
-        memory = gen.memory_report()
-        model = {"target": os.fspath(target), "target_desc": gen.model.description, "target_arch": gen.model.arch,
-                 "n_vocab": gen.model.n_vocab,
+        model = {"target": os.fspath(target), "target_desc": gen.model.description, "target_name": gen.model.name,
+                 "target_label": gen.model.label, "target_arch": gen.model.arch, "n_vocab": gen.model.n_vocab,
                  "drafters": {n: {"spec": str(specs[n]) if not isinstance(specs[n], (str, os.PathLike)) else
                                   os.fspath(specs[n]), "kind": d.kind, "file": files.get(n),
                                   "n_max_limit": d.n_max_limit, "description": getattr(getattr(d, "model", None),
                                                                                       "description", None)}
                               for n, d in gen.drafters.items()}}
+        settings: dict[str, Any] = {"n_max": n_max_values, "prompts": prompts if isinstance(prompts, str) else "inline",
+                    "n_conversations": len(convs), "turns": turns, "thinking": thinking_values,
+                    "temperature": temps, "runs": runs, "max_tokens": max_tokens, "native": native, "seed": seed,
+                    "verify_reps": verify_reps, "n_ctx": n_ctx, "n_gpu_layers": n_gpu_layers, "sync_stages": True,
+                    "wall_s": 0.0}
+        old = _load_resume(Path(out) / "results.json", settings, model) if resume else None
+        records: list[dict] = []
+        if old is not None:
+            records = list(old["runs"])
+            machine = old["machine"]
+            notes = list(dict.fromkeys(old["notes"] + notes))
+            notes.append(f"resumed on {time.strftime('%Y-%m-%d %H:%M %Z')} with {len({_done_key(r) for r in records})} "
+                         f"(point, run) pairs already finished: points measured in different sessions met the "
+                         f"machine in different states (load); compare them with care")
+            settings["wall_s"] = old["settings"].get("wall_s", 0.0)
+        done = {_done_key(r) for r in records}
+        todo = [(run, p) for run in range(runs) for p in points
+                if (p.drafter, p.n_max, p.temperature, p.thinking, run) not in done]
+
+        t0 = time.time()
+
+        def results_now(complete: bool) -> dict:
+            res = {"schema": SCHEMA, "complete": complete,
+                   "settings": {**settings, "wall_s": settings["wall_s"] + time.time() - t0},
+                   "machine": machine, "model": model, "notes": notes, "memory": gen.memory_report(),
+                   "verify_ms": verify_ms, "runs": records, "outputs": {}}
+            return summarize(res)
+
+        def save() -> None:
+            if out is not None:
+                Path(out).mkdir(parents=True, exist_ok=True)
+                _atomic_json(results_now(False), Path(out) / "results.json")
+
+        # the verify cost per row count, measured directly (V(R) of the cost model; n_max="auto" uses it),
+        # and warm-ups (first-call costs: graph reserve, page faults); a resumed sweep keeps its costs
+        max_rows = 1 + max(gen.resolve_n_max(p.drafter, p.n_max) for p in points)
+        verify_ms = dict(old["verify_ms"]) if old is not None and old.get("verify_ms") else {}
+        steps = [(k, d) for k, d in [("plain", None), *((n, n) for n in gen.drafters)] if k not in verify_ms]
+        per_point = runner.generations_per_run
+        total = len(points) * runs * per_point
+        try:
+            save()  # from the start: the settings, no runs yet (a Ctrl-C always leaves a results.json)
+            with tqdm(total=len(steps) + (1 + len(gen.drafters) if todo else 0), desc="preparing", unit="step",
+                      disable=not progress or not (todo or steps), dynamic_ncols=True) as prep:
+                for key, taps_of in steps:
+                    prep.set_postfix_str(f"verify cost of 1..{max_rows} rows, {key} taps")
+                    verify_ms[key] = gen.verify_ms(max_rows, drafter=taps_of, reps=verify_reps)
+                    prep.update(1)
+                save()  # (a resume reuses the verify costs)
+                for warm in [None, *gen.drafters] if todo else []:
+                    prep.set_postfix_str(f"warm-up {warm or 'plain'}")
+                    gen.generate("Hello", drafter=warm, max_tokens=8)
+                    prep.update(1)
+
+            with tqdm(total=total, initial=total - len(todo) * per_point, desc="bakeoff", unit="gen",
+                      disable=not progress, dynamic_ncols=True) as bar:
+                def on_generation(point, rec):
+                    bar.set_postfix_str(f"{point.label} T={point.temperature} run {rec['run'] + 1}", refresh=False)
+                    bar.update(1)
+
+                runner.on_generation = on_generation
+                for run, point in todo:
+                    bar.set_postfix_str(f"{point.label} T={point.temperature} run {run + 1}")
+                    kind = gen.drafters[point.drafter].kind if point.drafter else None
+                    records += [run_record(r, kind) for r in runner.run_point(point, run)]
+                    save()  # what finished is on disk: a Ctrl-C loses at most this point's run
+        except KeyboardInterrupt:
+            if out is None:
+                raise
+            n_done = len({_done_key(r) for r in records})
+            raise KeyboardInterrupt(f"{Path(out) / 'results.json'} holds {n_done} of {len(points) * runs} (point, "
+                                    "run) pairs; the same command with --resume (resume=True) continues") from None
+        results = results_now(True)
     finally:
         gen.close()
 
-    results = {
-        "schema": SCHEMA,
-        "settings": {"n_max": n_max_values, "prompts": prompts if isinstance(prompts, str) else "inline",
-                     "n_conversations": len(convs), "turns": turns, "thinking": thinking_values,
-                     "temperature": temps, "runs": runs, "max_tokens": max_tokens, "native": native, "seed": seed,
-                     "verify_reps": verify_reps, "n_ctx": n_ctx, "n_gpu_layers": n_gpu_layers, "sync_stages": True,
-                     "wall_s": time.time() - t0},
-        "machine": machine, "model": model, "notes": notes, "memory": memory, "verify_ms": verify_ms,
-        "runs": records, "outputs": {},
-    }
-    summarize(results)
     if out is not None:
         write_outputs(results, out, plots=plots)
     return results
@@ -184,8 +291,7 @@ def write_outputs(results: dict, out: Any, *, plots: bool = True) -> dict:
     results["outputs"] = paths
 
     def dump():
-        with open(out / "results.json", "w") as f:
-            json.dump(results, f, indent=1, default=str)
+        _atomic_json(results, out / "results.json")
 
     dump()  # the measurements first: a failing plot must not lose them
     if plots:

@@ -7,17 +7,6 @@ import sys
 import time
 
 
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def _memory_gib() -> float | None:
     try:
         with open("/proc/meminfo") as f:
@@ -43,20 +32,28 @@ def machine_info() -> dict:
     except OSError:
         load = None
     return {"date": time.strftime("%Y-%m-%d %H:%M %Z"), "host": platform.node(), "platform": platform.platform(),
-            "python": sys.version.split()[0], "cpu": _cpu_model(), "n_cpus": os.cpu_count(), "load_avg": load,
+            "python": sys.version.split()[0], "cpu": ps.cpu_name(), "n_cpus": os.cpu_count(), "load_avg": load,
             "memory_gib": _memory_gib(), "devices": devs, "gpu": ", ".join(gpus) or None,
             "system_info": ps.system_info(), "llama_cpp_build": ps._ffi.LLAMA_CPP_BUILD,
             "llama_cpp_commit": ps.LLAMA_CPP_COMMIT, "pyllama_spec": ps.__version__}
 
 
 def machine_label(m: dict) -> str:
-    """A short name for titles: the GPU when there is one, else the CPU and its core count."""
+    """A short name for titles: the GPU when there is one, else the CPU (``backend.cpu_name``,
+    without the ™ marks) and its core count, e.g. ``"AMD EPYC (Zen 4), 2 cores"``."""
     if m.get("gpu"):
         return m["gpu"]
     cpu = m.get("cpu") or "CPU"
     for junk in ("(R)", "(TM)", " CPU", " Processor", "  "):
         cpu = cpu.replace(junk, " " if junk == "  " else "")
-    return f"{' '.join(cpu.split())} ({m.get('n_cpus')} cores)"
+    n = m.get("n_cpus")
+    return f"{' '.join(cpu.split())}, {n} core{'' if n == 1 else 's'}"
 
 
-__all__ = ["machine_info", "machine_label"]
+def target_label(model: dict) -> str:
+    """The target's name for titles: the GGUF's ``general.name`` and weight type (``Model.label``),
+    or llama.cpp's description for results written before that was recorded."""
+    return model.get("target_label") or model["target_desc"]
+
+
+__all__ = ["machine_info", "machine_label", "target_label"]

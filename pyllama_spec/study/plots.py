@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from .machine import machine_label
+from .machine import machine_label, target_label
 from .summary import STEP_STAGES
 
 
@@ -20,7 +20,7 @@ def _plt():
 
 def _title(ax_or_fig: Any, what: str, results: dict, fig: Any = False) -> None:
     m, model = results["machine"], results["model"]
-    sub = f"{model['target_desc']} · {machine_label(m)} · {m['date'].split()[0]}"
+    sub = f"{target_label(model)} · {machine_label(m)} · {m['date'].split()[0]}"
     if fig:
         ax_or_fig.suptitle(f"{what}\n{sub}", fontsize=11)
     else:
@@ -109,7 +109,8 @@ def speed_and_tau(results: Any, out: Path, plt: Any) -> Path | None:
         a1.axhline(1.0, color="gray", ls=":")
         label = _setting({"temperature": s[0], "thinking": s[1]})
         a1.set_title(f"τ vs n_max ({label})", fontsize=10)
-        a2.set_title(f"tokens/s vs n_max ({label}; bars: ± sd over runs)", fontsize=10)
+        bars = "; bars: ± sd over runs" if results["settings"].get("runs", 1) > 1 else ""
+        a2.set_title(f"tokens/s vs n_max ({label}{bars})", fontsize=10)
         a1.set_xlabel("n_max (draft tokens per step)")
         a1.set_ylabel("τ (tokens committed per verify step)")
         a2.set_xlabel("n_max (draft tokens per step)")
@@ -192,15 +193,20 @@ def depth(results: Any, out: Path, plt: Any) -> Path | None:
         return None
     s0 = _settings(pts)[0]
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(13.5, 4.4))
-    for p in pts:
-        if (p["temperature"], p["thinking"]) != s0:
-            continue
+    # one colour per series, the same in both panels (plain, gray and dotted, is only on the right:
+    # it drafts nothing, so it has no acceptance); each panel gets its own legend
+    sel = [p for p in pts if (p["temperature"], p["thinking"]) == s0]
+    cycle = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    spec = [p for p in sel if p["drafter"] is not None]
+    colour = {id(p): cycle[i % len(cycle)] for i, p in enumerate(spec)}
+    for p in sel:
         turns = [b["turn"] for b in p["by_turn"]]
         lab = "plain" if p["drafter"] is None else f"{p['drafter']} n_max {p['n_max']}"
-        a2.plot(turns, [b["tokens_per_s"] for b in p["by_turn"]], marker="o", ms=3, label=lab,
+        c = colour.get(id(p), "gray")
+        a2.plot(turns, [b["tokens_per_s"] for b in p["by_turn"]], marker="o", ms=3, label=lab, color=c,
                 ls=":" if p["drafter"] is None else "-")
         if p["drafter"] is not None:
-            a1.plot(turns, [b["acceptance"] for b in p["by_turn"]], marker="o", ms=3, label=lab)
+            a1.plot(turns, [b["acceptance"] for b in p["by_turn"]], marker="o", ms=3, label=lab, color=c)
     ctx = [int(b["n_prompt_mean"]) for b in pts[0]["by_turn"]]
     for a in (a1, a2):
         a.set_xticks(range(1, len(ctx) + 1))
@@ -208,6 +214,8 @@ def depth(results: Any, out: Path, plt: Any) -> Path | None:
         a.set_xlabel("turn (mean prompt length, tokens)")
         a.grid(alpha=0.3)
     a2.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    if spec:
+        a1.legend(fontsize=7, loc="best")
     a1.set_ylabel("acceptance (accepted / drafted)")
     a1.set_ylim(0, 1.02)
     a2.set_ylabel("generation speed (tokens/s)")

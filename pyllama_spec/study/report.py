@@ -7,7 +7,7 @@ import csv
 import json
 from typing import Any
 
-from .machine import machine_label
+from .machine import machine_label, target_label
 from .summary import STEP_STAGES
 
 POINT_COLUMNS = ("drafter", "kind", "n_max", "temperature", "thinking", "n_runs", "n_generations", "n_generated",
@@ -52,6 +52,11 @@ def _f(v, fmt="{:.2f}", none="–"):
     return fmt.format(v)
 
 
+def _n(count: Any, word: str) -> str:
+    """``"1 run"``, ``"3 runs"``."""
+    return f"{count} {word}{'' if count == 1 else 's'}"
+
+
 def _table(header: Any, rows: Any) -> list[str]:
     out = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     out += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
@@ -85,18 +90,26 @@ def write_report(results: dict, path: Any) -> None:
     """REPORT.md from a results dict."""
     m, s, model = results["machine"], results["settings"], results["model"]
     pts = _order(results["points"])
-    L = [f"# Drafter bake-off: {model['target_desc']} on {machine_label(m)}", "",
+    runs = s["runs"]
+    L = [f"# Drafter bake-off: {target_label(model)} on {machine_label(m)}", "",
          f"{m['date']} · llama.cpp `{m['llama_cpp_build']}` · pyllama_spec {m['pyllama_spec']} · "
-         f"{m['cpu']}, {m['n_cpus']} CPUs" + (f", 1-min load {m['load_avg']:.1f} at start" if m.get("load_avg")
-                                              is not None else "") + (f" · GPU: {m['gpu']}" if m.get("gpu") else ""),
+         f"{m['cpu']}, {_n(m['n_cpus'], 'CPU')}" + (f", 1-min load {m['load_avg']:.1f} at start"
+                                                   if m.get("load_avg") is not None else "")
+         + (f" · GPU: {m['gpu']}" if m.get("gpu") else ""),
          "", f"Target `{model['target']}`; drafters: "
          + ", ".join(f"**{n}** ({d['kind']}" + (f", `{d['file']}`" if d.get("file") else "") + ")"
                      for n, d in model["drafters"].items()) + ".", "",
-         f"Prompts `{s['prompts']}` ({s['n_conversations']} conversations, up to {s['turns'] or 'all'} turns, each "
-         f"turn's history = the model's own earlier answers), {s['max_tokens']} tokens per answer, {s['runs']} runs "
-         f"per point (alternating), n_max {s['n_max']}, temperature {s['temperature']}, thinking {s['thinking']}, "
+         f"Prompts `{s['prompts']}` ({_n(s['n_conversations'], 'conversation')}, up to "
+         f"{_n(s['turns'], 'turn') if s['turns'] else 'all turns'}, each turn's history = the model's own earlier "
+         f"answers), {_n(s['max_tokens'], 'token')} per answer, "
+         + (f"{runs} runs per point (alternating)" if runs != 1 else "1 run per point")
+         + f", n_max {s['n_max']}, temperature {s['temperature']}, thinking {s['thinking']}, "
          f"stage clocks synchronized. tokens/s = tokens committed ÷ seconds after prefill, pooled over every "
-         f"generation of a point; τ = tokens committed per verify step; acceptance = accepted ÷ drafted.", ""]
+         f"generation of a point" + (" (± the standard deviation over runs)" if runs > 1 else "")
+         + "; τ = tokens committed per verify step; acceptance = accepted ÷ drafted.", ""]
+    if not results.get("complete", True):
+        L += ["**Incomplete**: the sweep was interrupted; these tables hold the points that finished "
+              "(`pyllama-spec bakeoff ... --resume` continues it).", ""]
     if results["notes"]:
         L += ["Notes:", ""] + [f"- {n}" for n in results["notes"]] + [""]
 
@@ -108,7 +121,8 @@ def write_report(results: dict, path: Any) -> None:
         nat = p.get("native") or {}
         err = (p.get("predicted_tok_s") / p["tokens_per_s"] - 1) * 100 if p.get("predicted_tok_s") else None
         rows.append([_setting(p), _name(p), p["n_max"] if p["drafter"] else "–",
-                     _f(p["tokens_per_s"], "{:.1f}") + f" ± {_f(p['tokens_per_s_sd'], '{:.1f}')}",
+                     _f(p["tokens_per_s"], "{:.1f}") + (f" ± {_f(p['tokens_per_s_sd'], '{:.1f}')}"
+                                                         if p["n_runs"] > 1 else ""),
                      _f(p.get("speedup")), _f(p["tau"]), _f(p["acceptance"], "{:.1%}"),
                      _f(p["mean_draft_length"]), _f(p.get("predicted_tok_s"), "{:.1f}"), _f(err, "{:+.0f}%"),
                      _f(p.get("predicted_heldout_tok_s"), "{:.1f}"), _f(p.get("break_even_tau")),
