@@ -15,7 +15,8 @@ sequences are exactly what the drafter sees at inference.
 Reproducible: shard ``i/n`` is every prompt whose index in the file is ≡ i (mod n); a prompt's
 temperature and seed depend on its id and ``--seed`` alone (``hf``: a sampled batch is seeded by
 its first prompt's seed, so its draws also depend on the batch, which the sorted shard fixes).
-``--max-seconds`` stops starting new batches (a call of the GPU tool must end within 10 min);
+``--max-seconds`` (counted after the target is loaded) stops starting new batches (a call of the GPU
+tool must end within 10 min);
 running the same command again resumes, answering only what the shard's files lack.
 
 Output: ``OUT_DIR/answers-s{i}of{n}-{k:02d}.jsonl.gz``, each at most ``--chunk-mib`` compressed
@@ -182,7 +183,6 @@ def regenerate(target: str | os.PathLike, prompts_path: str | os.PathLike, out_d
     if not 0 <= sampled <= 1 or temperature <= 0:
         raise InvalidArgumentError(f"need 0 ≤ sampled ≤ 1 and temperature > 0, got {sampled}, {temperature}")
     t0 = time.time()
-    deadline = t0 + max_seconds if max_seconds else float("inf")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     i_shard, n_shard = shard
@@ -203,6 +203,8 @@ def regenerate(target: str | os.PathLike, prompts_path: str | os.PathLike, out_d
                                   device="cuda" if torch.cuda.is_available() else "cpu")
     else:
         lm = ps.Model(target, n_gpu_layers=n_gpu_layers)
+    # the budget counts from here: loading the target (30 s or more) must not eat the first batch
+    deadline = time.time() + max_seconds if max_seconds else float("inf")
     writer = ChunkWriter(out, stem, int(chunk_mib * 2**20), first=first_chunk)
     n_ans = n_tok = n_samp = 0
     complete = True
@@ -297,7 +299,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--temperature", type=float, default=0.7)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--batch", type=int, default=512, help="sequences per generate call (llama: streams, ≤ 256)")
-    ap.add_argument("--max-seconds", type=float, help="start no new batch after this many seconds")
+    ap.add_argument("--max-seconds", type=float,
+                    help="start no new batch after this many seconds of generation (loading not counted)")
     ap.add_argument("--chunk-mib", type=float, default=15.0, help="largest output file, compressed")
     ap.add_argument("--dtype", default="bfloat16", choices=["float32", "bfloat16", "float16"], help="hf weights")
     ap.add_argument("--limit", type=int, help="the shard's first N prompts only")
