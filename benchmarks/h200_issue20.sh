@@ -8,20 +8,21 @@
 # three parts, HumanEval's wheel in .dev/i20/). The device has torch, transformers and accelerate.
 #
 #   call 1: bash benchmarks/h200.sh install && bash benchmarks/h200.sh model0
-#                                                   carry .dev/gpu, .dev/smol.part00        (builds: ~6 min)
-#   call 2: bash benchmarks/h200.sh model1 && bash benchmarks/h200_issue20.sh data
-#                                                   carry .dev/smol.part01, .dev/smol.part02, .dev/i20
+#                                                   carry .dev/gpu, .dev/smol.part00   (builds: ~6 min)
+#   call 2: bash benchmarks/h200.sh model1          carry .dev/smol.part01   (64 MiB a call: one part each)
+#   call 3: bash benchmarks/h200_issue20.sh data    carry .dev/smol.part02, .dev/i20
 #           the prompt set (Magpie on the GPU for MAGPIE_SECONDS + local code/docs + seed lists + follow-ups;
 #           filtered, deduped, HumanEval / bake-off overlap refused), then answer shard SHARD for REGEN_SECONDS
-#   call 3: bash benchmarks/h200_issue20.sh train   the configurations side by side, TRAIN_SECONDS each
-#   call 4: bash benchmarks/h200_issue20.sh tau     loop τ of each on held-out prompts; HumanEval[:40] of the best
+#   call 4: bash benchmarks/h200_issue20.sh train   the configurations side by side, TRAIN_SECONDS each
+#   call 5: bash benchmarks/h200_issue20.sh tau     loop τ of each on held-out prompts; HumanEval[:40] of the best
+#   (calls within 30 s of each other: the machine and /tmp/w stay; ≈ 7.5 + 0.5 + 8.5 + 8.5 + 3.5 min)
 #   more data in any later call (same prompts, next shard): SHARD=1/8 bash benchmarks/h200_issue20.sh regen
 #   (carry .dev/i20 holding prompts.jsonl.gz and answers/ of earlier calls to start a fresh machine from them)
 #
 # Budget: transformers generate was measured at 13.6 k tok/s (batch 1024), so a 5-min shard gives ≈ 2–4 M
 # answer tokens; ≥ 20 M needs ≈ 6–8 such shards, i.e. more than one session's 30 min of device time.
 #
-# Settings: N_PROMPTS (30000), MIX, SEED (0), MAGPIE_SECONDS (150), SHARD (0/8), REGEN_SECONDS (270),
+# Settings: N_PROMPTS (30000), MIX, SEED (0), MAGPIE_SECONDS (150), SHARD (0/8), REGEN_SECONDS (180 in the data call, set 420 for a regen-only call),
 # MAX_TOKENS (512), BATCH (1024), CONFIGS (B8-L3,B8-L5,B16-L3,B16-L5: block size, drafter layers),
 # LAYERS (target taps, 2,15,28), TRAIN_SECONDS (400), TAU_PROMPTS (60); for a CPU dry run also W, GGUF,
 # TRAIN_EXTRA (e.g. "--device cpu --target-dtype float32"), ENGINE (hf).
@@ -60,10 +61,10 @@ smol() {  # SmolLM2 from its parts, this checkout's Python over the installed wh
 }
 
 regen() {  # one shard of answers (HF generate at large batch, bf16), then its files to $OUT
-  log "answers, shard $SHARD, ${REGEN_SECONDS:-270} s"
-  (cd /tmp && timeout $(( ${REGEN_SECONDS:-270} + 120 )) python3 -m pyllama_spec.train.regen "$GGUF" "$I/prompts.jsonl.gz" \
+  log "answers, shard $SHARD, ${REGEN_SECONDS:-180} s"
+  (cd /tmp && timeout $(( ${REGEN_SECONDS:-180} + 120 )) python3 -m pyllama_spec.train.regen "$GGUF" "$I/prompts.jsonl.gz" \
       "$I/answers" --shard "$SHARD" --engine "$ENGINE" --batch ${BATCH:-1024} --max-tokens ${MAX_TOKENS:-512} \
-      --sampled 0.25 --temperature 0.7 --seed "$SEED" --max-seconds ${REGEN_SECONDS:-270}) 2>&1 | grep -v "Loading weights\|de-quantizing" | tail -30
+      --sampled 0.25 --temperature 0.7 --seed "$SEED" --max-seconds ${REGEN_SECONDS:-180}) 2>&1 | grep -v "Loading weights\|de-quantizing" | tail -30
   s=${SHARD/\//of}
   cp "$I"/answers/answers-s${s}-*.jsonl.gz "$I"/answers/manifest-s${s}.json "$OUT/" 2>/dev/null
   ls -la "$OUT"
@@ -98,17 +99,20 @@ train)
     B=${c%%-*}; B=${B#B}; L=${c##*-}; L=${L#L}
     (cd /tmp && timeout $(( ${TRAIN_SECONDS:-400} + 150 )) python3 -m pyllama_spec.train.online "$GGUF" "$I/run/$c" \
         --data "$I/answers/answers-*.jsonl.gz" --layers "$LAYERS" --drafter-layers "$L" --block-size "$B" \
-        --seconds ${TRAIN_SECONDS:-400} --batch 32 --blocks 32 --lr 1.5e-3 --eval-every 400 --eval-seqs 200 \
+        --seconds ${TRAIN_SECONDS:-400} --steps 1000000 --batch 32 --blocks 32 --lr 1.5e-3 --eval-every 400 --eval-seqs 200 \
         --seed "$SEED" --quant q8_0 ${TRAIN_EXTRA:-} > "$I/log_$c.txt" 2>&1) &
   done
   wait
   for c in ${CONFIGS//,/ }; do
     grep -v "Warning\|warn(\|Loading weights\|de-quantizing" "$I/log_$c.txt" | tr '\r' '\n' | grep "step\|τ\|error\|best" | tail -6 | sed "s/^/[$c] /"
   done
-  python3 - "$I" "$CONFIGS" <<'PY' | tee "$OUT/online_summary.txt"
+  # $OUT takes 8 files: the reports in one JSON, the summary on stdout, a drafter per configuration
+  python3 - "$I" "$CONFIGS" "$OUT/online_reports.json" <<'PY'
 import json, sys
 from pathlib import Path
 root, names = Path(sys.argv[1]), sys.argv[2].split(",")
+Path(sys.argv[3]).write_text(json.dumps({n: json.loads((root / "run" / n / "report.json").read_text())
+                                         for n in names if (root / "run" / n / "report.json").exists()}, indent=1))
 for n in names:
     p = root / "run" / n / "report.json"
     if not p.exists():
@@ -120,7 +124,6 @@ for n in names:
           f"q8_0 {r['gguf']['q8_0']['bytes'] / 2**20:.1f} MiB")
 PY
   for c in ${CONFIGS//,/ }; do
-    [ -f "$I/run/$c/report.json" ] && cp "$I/run/$c/report.json" "$OUT/report_$c.json"
     [ -f "$I/run/$c/drafter-q8_0.gguf" ] && cp "$I/run/$c/drafter-q8_0.gguf" "$OUT/drafter_$c-q8_0.gguf"
   done
   ls -la "$OUT"
@@ -149,14 +152,14 @@ PY
   for c in ${CONFIGS//,/ }; do
     d=$I/run/$c/drafter-q8_0.gguf; [ -f "$d" ] || continue
     log "$c: held-out τ, ${TAU_PROMPTS:-60} prompts"
-    (cd /tmp && timeout 150 python3 "$REPO/benchmarks/heldout_tau.py" "$HELD" --drafter "$d" --n-prompts ${TAU_PROMPTS:-60} \
+    (cd /tmp && timeout 150 python3 "$REPO/benchmarks/heldout_tau.py" "$HELD" --target "$GGUF" --drafter "$d" --n-prompts ${TAU_PROMPTS:-60} \
         --n-max 7 --json "$OUT/tau_$c.json") 2>&1 | tail -2
     t=$(python3 -c "import json; print(json.load(open('$OUT/tau_$c.json'))['tau'])" 2>/dev/null || echo 0)
     if python3 -c "import sys; sys.exit(0 if float('$t') > float('$bt') else 1)"; then best=$c; bt=$t; fi
   done
   [ -n "$best" ] || { echo "no drafter measured"; exit 1; }
   log "best $best (τ $bt): HumanEval[:40], chat and raw"
-  (cd /tmp && timeout 200 python3 "$REPO/benchmarks/humaneval_tau.py" --drafter "$I/run/$best/drafter-q8_0.gguf" \
+  (cd /tmp && timeout 200 python3 "$REPO/benchmarks/humaneval_tau.py" --target "$GGUF" --drafter "$I/run/$best/drafter-q8_0.gguf" \
       --n-problems 40 --modes chat,raw --n-max 7 --json "$OUT/humaneval_$best.json") 2>&1 | tail -4
   ;;
 esac
