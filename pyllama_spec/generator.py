@@ -67,6 +67,24 @@ def _check_not_a_drafter(target: str | os.PathLike) -> None:
         f"-d {short}={path})")
 
 
+def tokenize_chat(model: Model, messages: list[dict[str, Any]],
+                  template_kwargs: Mapping[str, Any] | None = None) -> list[int]:
+    """The token ids of a chat rendered with ``model``'s template and a generation prompt (what
+    :meth:`Generator.tokenize_prompt` feeds the target; a ``vocab_only`` model suffices).
+
+    Raises:
+        UnsupportedError: the model has no chat template.
+    """
+    vocab = model.vocab
+    bos = vocab.token_to_piece(vocab.bos, special=True).decode() if vocab.bos is not None else ""
+    eos = vocab.token_to_piece(vocab.eos, special=True).decode() if vocab.eos is not None else ""
+    text = render_chat(model.chat_template, messages, bos_token=bos, eos_token=eos, **(template_kwargs or {}))
+    toks = vocab.tokenize(text, add_special=True, parse_special=True)
+    # a template that writes BOS itself plus a tokenizer that adds one: keep one
+    if len(toks) > 1 and vocab.bos is not None and toks[0] == toks[1] == vocab.bos:
+        toks = toks[1:]
+    return toks
+
 class Generator:
     """A target model with named drafters, ready to generate.
 
@@ -221,15 +239,7 @@ class Generator:
         if template_kwargs is not None and not isinstance(template_kwargs, Mapping):
             raise InvalidTypeError(f"template_kwargs must be a dict or None, got {type(template_kwargs).__name__}")
         if messages is not None:
-            bos = vocab.token_to_piece(vocab.bos, special=True).decode() if vocab.bos is not None else ""
-            eos = vocab.token_to_piece(vocab.eos, special=True).decode() if vocab.eos is not None else ""
-            text = render_chat(self.model.chat_template, messages, bos_token=bos, eos_token=eos,
-                               **(template_kwargs or {}))
-            toks = vocab.tokenize(text, add_special=True, parse_special=True)
-            # a template that writes BOS itself plus a tokenizer that adds one: keep one
-            if len(toks) > 1 and vocab.bos is not None and toks[0] == toks[1] == vocab.bos:
-                toks = toks[1:]
-            return toks
+            return tokenize_chat(self.model, messages, template_kwargs)
         check_str("prompt", prompt)
         return vocab.tokenize(prompt, add_special=True, parse_special=False)  # type: ignore[arg-type]
 
@@ -674,4 +684,4 @@ class TextStream:
         return self._run.result
 
 
-__all__ = ["Generator", "TextStream"]
+__all__ = ["Generator", "TextStream", "tokenize_chat"]

@@ -17,6 +17,11 @@ Pipeline (each step a module, each runnable on its own):
    tokenizer metadata copied from the target's GGUF; DFlash also as an HF checkpoint.
 6. :mod:`.pipeline` — all of it for one :class:`.config.TrainConfig`:
    ``python -m pyllama_spec.train target.gguf out/ --kind dflash|eagle3|draft``.
+
+At scale (issue 20): :mod:`.prompts` — natural prompt sets (Magpie, code and docs on the machine,
+seed topics, follow-ups; filtered, deduplicated, evaluation sets refused); :mod:`.regen` — answers
+by the target in shards (transformers ``generate`` or our batched path); :mod:`.online` — DFlash
+trained with the target's features computed inside each step (transformers, from the GGUF).
 """
 from .config import KINDS, TrainConfig
 

@@ -25,7 +25,7 @@ import os
 import random
 import sysconfig
 from collections import deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -220,17 +220,47 @@ class _Stream:
     index: int  # of the prompt
     pos: int  # next position
     answer: list[int]
+    rng: np.random.Generator | None = None  # of a sampled (T > 0) answer
+
+
+def sample_rows(logits: np.ndarray, temperatures: Sequence[float], rngs: Sequence[np.random.Generator | None], *,
+                min_p: float = 0.0) -> np.ndarray:
+    """One token per row of ``logits`` ``(n_rows, n_vocab)``: argmax where the row's temperature is
+    0 (or its generator None), else a draw from the softmax at that temperature, cut to the
+    tokens whose probability is at least ``min_p`` times the best one's (min-p sampling, Nguyen et
+    al. 2024, arXiv 2407.01082). Drawn by the Gumbel-max trick with the row's own generator, so a
+    prompt's draw does not depend on which other prompts share its batch (and no per-row sort of
+    the vocabulary is needed). Returns ``(n_rows,)`` int64."""
+    out = logits.argmax(axis=1).astype(np.int64)
+    rows = [r for r, (t, g) in enumerate(zip(temperatures, rngs)) if t > 0 and g is not None]
+    if not rows:
+        return out
+    z = logits[rows].astype(np.float32) / np.array([temperatures[r] for r in rows], dtype=np.float32)[:, None]
+    g = np.stack([rngs[r].gumbel(size=z.shape[1]).astype(np.float32) for r in rows])  # type: ignore[union-attr]
+    y = z + g
+    if min_p > 0:
+        y[z < z.max(axis=1, keepdims=True) + np.float32(np.log(min_p))] = -np.inf
+    out[rows] = y.argmax(axis=1)
+    return out
 
 
 def answer_batched(model: Model, prompts: Sequence[Sequence[int]], *, max_tokens: int, n_parallel: int = 64,
-                   n_batch: int = 2048, progress: bool = True) -> Iterator[tuple[int, list[int], bool]]:
-    """Greedy answers to many prompts at once: one KV-cache stream per prompt, every step one
+                   n_batch: int = 2048, progress: bool = True, temperatures: Sequence[float] | None = None,
+                   seed: int = 0, seeds: Sequence[int] | None = None, min_p: float = 0.0,
+                   n_threads: int | None = None) -> Generator[tuple[int, list[int], bool], None, None]:
+    """Answers to many prompts at once: one KV-cache stream per prompt, every step one
     ``llama_decode`` that feeds the last token of each running answer and the prompts of newly
     started ones. Yields ``(index, answer_tokens, ended_by_eog)`` in completion order;
     ``answer_tokens`` include the end-of-generation token when one ended the answer.
 
+    Args:
+        temperatures: per prompt (default all 0: greedy); a prompt with T > 0 is sampled by
+            :func:`sample_rows` (``min_p``) with ``numpy.random.default_rng([seed, index])``, or
+            ``default_rng(seeds[index])``, so a prompt's draws are fixed whatever the batch.
+        n_threads: CPU threads of llama.cpp (default: its own; 1 is often faster on a busy CPU).
+
     Raises:
-        InvalidArgumentError: a prompt longer than ``n_batch`` tokens.
+        InvalidArgumentError: a prompt longer than ``n_batch`` tokens; ``temperatures`` of another length.
     """
     import pyllama_spec as ps
 
@@ -238,13 +268,16 @@ def answer_batched(model: Model, prompts: Sequence[Sequence[int]], *, max_tokens
 
     if not prompts:
         return
+    if temperatures is not None and len(temperatures) != len(prompts):
+        raise InvalidArgumentError(f"temperatures has {len(temperatures)} values for {len(prompts)} prompts")
+    temps = [0.0] * len(prompts) if temperatures is None else [float(t) for t in temperatures]
     longest = max(len(p) for p in prompts)
     if longest > n_batch:
         raise InvalidArgumentError(f"a prompt of {longest} tokens exceeds n_batch={n_batch}; shorten it")
     n_parallel = max(1, min(n_parallel, len(prompts)))
     per_seq = -(-(longest + max_tokens + 1) // 256) * 256  # llama.cpp pads n_ctx to 256: keep it divisible
     ctx = ps.Context(model, n_ctx=n_parallel * per_seq, n_batch=n_batch, n_ubatch=min(n_batch, 512),
-                     n_seq_max=n_parallel)
+                     n_seq_max=n_parallel, n_threads=n_threads, n_threads_batch=n_threads)
     vocab = model.vocab
     queue = deque(range(len(prompts)))
     slots: list[_Stream | None] = [None] * n_parallel  # per KV-cache stream
@@ -281,10 +314,16 @@ def answer_batched(model: Model, prompts: Sequence[Sequence[int]], *, max_tokens
                 pos.extend(range(len(p)))
                 seq.extend([k] * len(p))
                 flags.extend([0] * (len(p) - 1) + [1])
-                slots[k] = new = _Stream(i, len(p), [])
+                slots[k] = new = _Stream(i, len(p), [],
+                                         None if temps[i] <= 0 else
+                                         np.random.default_rng([seed, i] if seeds is None else seeds[i]))
                 owners.append((k, new))
             ctx.decode(toks, np.asarray(pos), seq_id=np.asarray(seq), logits=np.asarray(flags))
-            nxt = ctx.logits().argmax(axis=1)
+            if any(temps[st.index] > 0 for _, st in owners):
+                nxt = sample_rows(ctx.logits(), [temps[st.index] for _, st in owners], [st.rng for _, st in owners],
+                                  min_p=min_p)
+            else:
+                nxt = ctx.logits().argmax(axis=1)
             for row, (k, st) in enumerate(owners):
                 t = int(nxt[row])
                 st.answer.append(t)

@@ -106,13 +106,14 @@ class Objective(Generic[ModelT]):
 
 
 # --------------------------------------------------------------------------------------------- DFlash
-def make_batch(seqs: Sequence[dict[str, Any]], feats: Sequence[np.ndarray], idx: Sequence[int], c: DFlashConfig,
-               n_blocks: int, rng: np.random.Generator, device: torch.device, *, all_anchors: bool = False) -> Batch:
-    """DFlash tensors for sequences ``idx``: features, positions, packed blocks, mask and targets."""
+def make_blocks(seqs: Sequence[dict[str, Any]], idx: Sequence[int], c: DFlashConfig, n_blocks: int,
+                rng: np.random.Generator, *, all_anchors: bool = False) -> tuple[np.ndarray, ...]:
+    """DFlash's block tensors for sequences ``idx`` (all but the features), as numpy arrays:
+    ``(ctx_pos (n, Lc), block_tokens (n, Lq), block_pos (n, Lq), mask (n, 1, Lq, Lc + Lq), targets
+    (n, Lq))`` with ``Lc`` the longest sequence and ``Lq = K · block_size`` for K anchor blocks."""
     B = c.block_size
     lens = [len(seqs[i]["tokens"]) for i in idx]
     Lc = max(lens)
-    n_in = feats[idx[0]].shape[1]
     anchors = []
     for i in idx:
         lo, hi = anchor_range(seqs[i])
@@ -124,14 +125,12 @@ def make_batch(seqs: Sequence[dict[str, Any]], feats: Sequence[np.ndarray], idx:
         anchors.append(np.sort(a))
     K = max(len(a) for a in anchors)
     Lq = K * B
-    f = np.zeros((len(idx), Lc, n_in), dtype=np.float16)
     tok = np.full((len(idx), Lq), c.mask_token_id, dtype=np.int64)
     pos = np.zeros((len(idx), Lq), dtype=np.int64)
     tgt = np.full((len(idx), Lq), -100, dtype=np.int64)
     mask = np.zeros((len(idx), 1, Lq, Lc + Lq), dtype=bool)
     for r, (i, a_list) in enumerate(zip(idx, anchors)):
         t = seqs[i]["tokens"]
-        f[r, :len(t)] = feats[i]
         for k, a in enumerate(a_list):
             q0 = k * B
             tok[r, q0] = t[a]
@@ -145,8 +144,18 @@ def make_batch(seqs: Sequence[dict[str, Any]], feats: Sequence[np.ndarray], idx:
             q0 = k * B
             mask[r, 0, q0:q0 + B, Lc + q0:Lc + q0 + B] = True
     ctx_pos = np.broadcast_to(np.arange(Lc), (len(idx), Lc))
-    return (_as_t(f, device), _as_t(ctx_pos, device), _as_t(tok, device), _as_t(pos, device), _as_t(mask, device),
-            _as_t(tgt, device))
+    return ctx_pos, tok, pos, mask, tgt
+
+
+def make_batch(seqs: Sequence[dict[str, Any]], feats: Sequence[np.ndarray], idx: Sequence[int], c: DFlashConfig,
+               n_blocks: int, rng: np.random.Generator, device: torch.device, *, all_anchors: bool = False) -> Batch:
+    """DFlash tensors for sequences ``idx``: features, positions, packed blocks, mask and targets."""
+    blocks = make_blocks(seqs, idx, c, n_blocks, rng, all_anchors=all_anchors)
+    Lc = blocks[0].shape[1]
+    f = np.zeros((len(idx), Lc, feats[idx[0]].shape[1]), dtype=np.float16)
+    for r, i in enumerate(idx):
+        f[r, :len(seqs[i]["tokens"])] = feats[i]
+    return (_as_t(f, device), *(_as_t(x, device) for x in blocks))
 
 
 def position_weights(c: DFlashConfig, device: torch.device) -> torch.Tensor:
@@ -409,4 +418,4 @@ def build_objective(tc: TrainConfig, info: GGUFInfo, seqs: Sequence[dict[str, An
 
 
 __all__ = ["build_objective", "target_layers", "default_layers", "Objective", "DFlashObjective", "Eagle3Objective",
-           "DraftObjective", "make_batch", "position_weights", "anchor_range", "draft_vocab_ids"]
+           "DraftObjective", "make_batch", "make_blocks", "position_weights", "anchor_range", "draft_vocab_ids"]

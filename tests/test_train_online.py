@@ -1,0 +1,116 @@
+"""Online training (pyllama_spec.train.online): a tiny llama target loaded by transformers from its
+GGUF gives the same layer-input features as llama.cpp's taps, the online DFlash objective's loss
+equals the stored-features one, and a few online steps reduce the loss."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+pytest.importorskip("accelerate")
+
+import pyllama_spec as ps  # noqa: E402
+from pyllama_spec.fixtures import write_tiny_target  # noqa: E402
+from pyllama_spec.train import TrainConfig  # noqa: E402
+from pyllama_spec.train.features import extract  # noqa: E402
+from pyllama_spec.train.model import DFlashConfig  # noqa: E402
+from pyllama_spec.train.objectives import DFlashObjective  # noqa: E402
+from pyllama_spec.train.online import TargetFeatures, load_hf_target, online_objective, token_matrices  # noqa: E402
+from pyllama_spec.train.trainer import train  # noqa: E402
+
+LAYERS = [1, 3]
+TEXTS = ["the cat sat on the mat and then it ran away", "def add(a, b):\n    return a + b\n",
+         "hello there, how are you today?", "in the beginning the tiny model had random weights",
+         "a b c d e f g h i j k l m n o p", "speculative decoding drafts tokens that the target verifies"]
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    d = tmp_path_factory.mktemp("online")
+    path = d / "tiny.gguf"
+    info = write_tiny_target(path, n_layer=4, n_embd=64, n_head=4, n_head_kv=2, n_ff=128, seed=3)
+    return path, info
+
+
+@pytest.fixture(scope="module")
+def seqs(tiny):
+    m = ps.Model(tiny[0], vocab_only=True)
+    out = []
+    for i, t in enumerate(TEXTS * 3):
+        toks = m.vocab.tokenize(t * (1 + i % 3), add_special=False)
+        out.append({"split": "heldout" if i % 6 == 5 else "train", "tokens": toks, "n_prompt": 4})
+    return out
+
+
+def test_hf_hidden_states_are_llama_cpp_layer_inputs(tiny):
+    path, _ = tiny
+    model = ps.Model(path)
+    toks = model.vocab.tokenize("the layer inputs of llama.cpp and transformers agree", add_special=False)
+    ctx = ps.Context(model, n_ctx=256, n_batch=256, n_ubatch=256)
+    ctx.enable_layer_inputs(list(range(4)))
+    ctx.decode(toks, np.arange(len(toks)), logits="none")
+    ref = {i: ctx.layer_input(i) for i in range(4)}
+    ctx.close()
+    model.close()
+    hf = load_hf_target(path)
+    x = torch.tensor([toks])
+    with torch.no_grad():
+        hs = hf.model(input_ids=x, output_hidden_states=True).hidden_states
+    for i in range(4):  # hidden_states[i] is the input of decoder layer i = llama.cpp's tap of layer i
+        scale = np.abs(ref[i]).max()
+        assert np.abs(hs[i][0].numpy() - ref[i]).max() < 2e-3 * max(scale, 1.0), i
+    taps = TargetFeatures(hf, LAYERS)
+    f = taps(x)[0].numpy()
+    assert f.shape == (len(toks), 64 * len(LAYERS))
+    np.testing.assert_array_equal(f, torch.cat([hs[i][0] for i in LAYERS], -1).numpy())  # hook = hidden_states[i]
+    np.testing.assert_allclose(f, np.concatenate([ref[i] for i in LAYERS], 1), atol=2e-3 * np.abs(f).max())
+    # right padding leaves the earlier rows as they are (causal): batches pad with token 0
+    padded = torch.tensor([toks + [0] * 7])
+    np.testing.assert_allclose(taps(padded)[0, :len(toks)].numpy(), f, atol=1e-5)
+    with pytest.raises(ps.errors.InvalidArgumentError, match="already has"):
+        TargetFeatures(hf, LAYERS)
+    taps.close()
+    TargetFeatures(hf, [0]).close()
+
+
+def _objectives(tiny, seqs):
+    path, info = tiny
+    hf = load_hf_target(path)
+    emb, head = token_matrices(hf)
+    ginfo = ps.Model(path, vocab_only=True).info
+    c = DFlashConfig.for_target(ginfo, emb.shape[0], n_layer=1, target_layer_ids=LAYERS, block_size=4,
+                                mask_token_id=info["<|mask|>"])
+    on = online_objective(c, emb, head, TargetFeatures(hf, LAYERS), n_blocks=4)
+    return on, DFlashObjective(c, emb, head, n_blocks=4), c
+
+
+def test_online_loss_equals_stored_features_loss(tiny, seqs):
+    on, off, _ = _objectives(tiny, seqs)
+    feats, _ = extract(tiny[0], seqs, LAYERS, progress=False)
+    idx = [0, 1, 2, 3]
+    cpu = torch.device("cpu")
+    b_on = on.batch(seqs, None, idx, np.random.default_rng(7), cpu)
+    b_off = off.batch(seqs, feats, idx, np.random.default_rng(7), cpu)
+    for x, y in zip(b_on[1:], b_off[1:]):  # the same anchors, blocks and targets
+        assert torch.equal(x, y)
+    torch.manual_seed(0)
+    model = on.build()
+    l_on = float(on.loss(model, b_on, torch.float32).detach())
+    l_off = float(off.loss(model, b_off, torch.float32).detach())
+    assert abs(l_on - l_off) < 1e-3 * abs(l_off), (l_on, l_off)
+
+
+def test_online_steps_reduce_the_loss(tiny, seqs):
+    on, _, _ = _objectives(tiny, seqs)
+    tc = TrainConfig(kind="dflash", steps=40, batch=4, n_blocks=4, lr=3e-3, warmup=5, eval_every=40, seed=0,
+                     device="cpu", block_size=4, layers=LAYERS)
+    cpu = torch.device("cpu")
+    train_idx = [i for i, s in enumerate(seqs) if s["split"] == "train"][:8]
+    b = on.batch(seqs, None, train_idx, np.random.default_rng(1), cpu)
+    torch.manual_seed(tc.seed)  # train() builds its model after the same seeding: the same start
+    before = float(on.loss(on.build(), b, torch.float32).detach())
+    model, hist = train(seqs, None, on, tc, progress=False, log=lambda m: None)
+    after = float(on.loss(model, b, torch.float32).detach())
+    assert hist and np.isfinite(hist[-1]["tau"])
+    assert after < 0.8 * before, (before, after)

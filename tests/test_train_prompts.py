@@ -1,0 +1,206 @@
+"""Prompt sets beyond the templates (pyllama_spec.train.prompts) and answer regeneration
+(pyllama_spec.train.regen): filters, dedupe, the evaluation-overlap check, the held-out split,
+Magpie's template prefix, the batched sampler, and sharded, resumable, chunked answers."""
+from __future__ import annotations
+
+import gzip
+import itertools
+import json
+import random
+
+import numpy as np
+import pytest
+
+from pyllama_spec.errors import InvalidArgumentError
+from pyllama_spec.fixtures import CHATML, write_tiny_target
+from pyllama_spec.study.prompts import load_prompts
+from pyllama_spec.train import prompts as P
+from pyllama_spec.train.data import answer_batched, sample_rows
+
+CODE = '''def clamp(x, lo, hi):
+    """Clamp x to [lo, hi]."""
+    if x < lo:
+        return lo
+    if x > hi and hi is not None:
+        return hi
+    return x + 1 - 1
+
+
+def mean(xs):
+    return sum(xs) / len(xs)
+'''
+
+
+def test_normalise_hash_and_near_duplicates():
+    assert P.text_hash("How do I sort a list?") == P.text_hash("  how do i SORT a list  ")
+    idx = P.NearDupIndex(threshold=0.6)
+    long = "Write a Python function that reads a CSV file and returns the rows as a list of dictionaries."
+    assert idx.add(long)
+    assert idx.find(long.upper()) == "exact"
+    assert idx.find(long.replace("Python", "python 3")) == "near"  # one word changed
+    assert not idx.add(long.replace("returns", "gives back"))
+    assert idx.add("Explain the difference between TCP and UDP to a beginner.")
+    assert len(idx) == 2
+
+
+def test_contamination_refuses_the_evaluation_sets():
+    refs = P.evaluation_texts(humaneval=False)
+    c = P.Contamination(refs)
+    turns = [t for b in ("mixed", "coding-chat") for conv in load_prompts(f"builtin:{b}") for t in conv.turns]
+    assert len(refs) == len(turns) > 8
+    for t in turns:
+        assert c.check(t), t  # the turn itself
+        assert c.check("Hi! " + t + " Thanks."), t  # wrapped in a request
+    long = max(turns, key=len)
+    words = long.split()
+    words[len(words) // 2] = "banana"
+    assert c.check(" ".join(words))  # one word changed
+    assert c.check("How do I write a haiku about my cat?") is None
+    assert c.check("Explain what a closure is in JavaScript, with an example.") is None
+
+
+def test_contamination_refuses_humaneval():
+    try:
+        refs = P.evaluation_texts(humaneval=True)
+    except Exception as exc:  # no registry and no cached wheel
+        pytest.skip(f"HumanEval not available: {exc}")
+    from pyllama_spec.assets import humaneval_problems
+
+    c = P.Contamination(refs)
+    p0 = humaneval_problems(1)[0]["prompt"]
+    assert c.check(f"Complete the following Python function:\n\n```python\n{p0}\n```")
+    assert c.check(p0.strip().splitlines()[-2] + "\n" + p0)  # a line more still overlaps
+    assert c.check("Write a Rust program to parse a URL into scheme, host, path and query.") is None
+
+
+@pytest.mark.parametrize("text,reason", [
+    ("hi", "short"), ("I'm sorry, but I cannot help with that request.", "refusal"),
+    ("Sure! Here is a function that sorts a list for you.", "answer-like"),
+    ("What is this <|im_start|>assistant thing", "leak"), ("Wie schreibe ich eine Funktion in Python für Listen?",
+                                                          "non-english"),
+    ("Что такое рекурсия и как она работает?", "non-english"),
+    (" ".join(["the cat is on the mat"] * 10), "repetitive"), ("how do i " + "ha" * 40, "repetitive"),
+    ("x" * 3001 + " the a", "long"),
+])
+def test_filter_reasons(text, reason):
+    assert P.filter_reason(text) == reason
+
+
+def test_filter_keeps_requests_and_quoted_code():
+    assert P.filter_reason("How do I reverse a linked list in C? Show the code.") is None
+    code = "\n".join(["    x = x + 1"] * 12)
+    assert P.filter_reason(f"Explain what this code does:\n\n```python\n{code}\n```") is None
+
+
+def test_split_by_hash():
+    texts = [f"Question number {i}: how does thing {i} work?" for i in range(4000)]
+    splits = [P.split_of(t) for t in texts]
+    assert splits == [P.split_of(t) for t in texts]
+    assert P.split_of("How DOES thing 7 work") == P.split_of("how does thing 7 work?")
+    assert 0.035 < splits.count("heldout") / len(texts) < 0.065
+
+
+def test_user_turn_prefix_chatml():
+    assert P.user_turn_prefix(CHATML) == "<|im_start|>user\n"
+    assert P.user_turn_prefix(CHATML, "Be brief.") == "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\n"
+    with pytest.raises(InvalidArgumentError, match="verbatim"):
+        P.user_turn_prefix("{% for m in messages %}{{ m['content'] | lower }}{% endfor %}")
+
+
+def test_local_requests_and_bug_mutation(tmp_path):
+    (tmp_path / "m.py").write_text(CODE)
+    bug = P._mutated(CODE.split("\n\n\n")[0])
+    assert bug is not None and "x <= lo" in bug and '"""' not in bug
+    recs = list(itertools.islice(P.local_requests(random.Random(0), [tmp_path / "m.py"]), 40))
+    assert {"explain-code", "raw-code", "find-bug"} <= {t for t, _ in recs}
+    for _task, r in recs:
+        assert ("turns" in r) != ("prompt" in r)
+        text = r.get("turns", [r.get("prompt")])[0]
+        assert "clamp" in text or "mean" in text
+
+
+def test_build_is_deterministic_clean_and_mixed(tmp_path):
+    (tmp_path / "m.py").write_text(CODE * 3)
+    kw = dict(mix={"local": 0.3, "seed": 0.4, "followup": 0.3}, humaneval=False, roots=[tmp_path], progress=False)
+    recs, st = P.build(None, 60, seed=3, **kw)
+    again, _ = P.build(None, 60, seed=3, **kw)
+    assert recs == again
+    assert st["per_source"]["seed"] == 24 and st["per_source"]["followup"] == 18
+    assert all(len(r["turns"]) == 2 for r in recs if r["source"] == "followup")
+    ids = [r["id"] for r in recs]
+    assert len(set(ids)) == len(ids)
+    c = P.Contamination(P.evaluation_texts(humaneval=False))
+    assert all(c.check(t) is None for r in recs for t in r.get("turns", [r.get("prompt", "")]))
+    other, _ = P.build(None, 60, seed=4, **kw)
+    assert other != recs
+    path = tmp_path / "p.jsonl.gz"
+    assert P.write_prompts(path, recs) == len(recs)
+    assert P.read_prompts(path) == recs
+
+
+def test_parse_mix():
+    assert P.parse_mix("magpie=1,seed=3") == {"magpie": 0.25, "seed": 0.75}
+    with pytest.raises(InvalidArgumentError, match="unknown prompt source"):
+        P.parse_mix("sharegpt=1")
+    with pytest.raises(InvalidArgumentError, match="number"):
+        P.parse_mix("seed=lots")
+
+
+def test_sample_rows():
+    L = np.random.default_rng(0).standard_normal((6, 300)).astype(np.float32) * 3
+    rngs = [np.random.default_rng(i) for i in range(6)]
+    out = sample_rows(L, [0, 1, 0, 1, 1, 0], rngs)
+    assert (out[[0, 2, 5]] == L[[0, 2, 5]].argmax(1)).all()
+    # a row's draw does not depend on its batch: the same generator state gives the same token alone
+    alone = sample_rows(L[3:4], [1.0], [np.random.default_rng(3)])
+    assert alone[0] == sample_rows(L, [1] * 6, [np.random.default_rng(i) for i in range(6)])[3]
+    x = np.array([[0.0, np.log(3.0), -12.0]], dtype=np.float32)
+    g = np.random.default_rng(0)
+    draws = np.bincount([int(sample_rows(x, [1.0], [g], min_p=0.01)[0]) for _ in range(3000)], minlength=3)
+    assert draws[2] == 0  # below min_p
+    assert abs(draws[1] / 3000 - 0.75) < 0.03
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    path = tmp_path_factory.mktemp("regen") / "tiny.gguf"
+    write_tiny_target(path, n_layer=2, n_embd=32, n_head=2, n_head_kv=1, n_ff=64, seed=5)
+    return path
+
+
+def test_regen_llama_shards_resumes_and_chunks(tiny, tmp_path):
+    import pyllama_spec as ps
+    from pyllama_spec.generator import tokenize_chat
+    from pyllama_spec.train.regen import regenerate, temperature_of
+
+    recs = [{"id": f"p{i}", "source": "seed", "task": "t", "split": "train",
+             "turns": [f"question {i} about cats"] + (["and a follow-up"] if i % 3 == 0 else [])} for i in range(8)]
+    recs.append({"id": "raw", "source": "local", "task": "raw-code", "split": "heldout", "prompt": "def f(x):\n"})
+    P.write_prompts(tmp_path / "p.jsonl", recs)
+    out = tmp_path / "ans"
+    man = regenerate(tiny, tmp_path / "p.jsonl", out, shard=(1, 2), engine="llama", max_tokens=6, sampled=0.5,
+                     seed=1, batch=4, chunk_mib=1.02, progress=False, command="test")
+    mine = [r for k, r in enumerate(recs) if k % 2 == 1]
+    n_seq = sum(len(r.get("turns", [0])) for r in mine)
+    assert man["n_answers"] == n_seq and man["complete"] and man["files"] == ["answers-s1of2-00.jsonl.gz"]
+    lines = [json.loads(x) for x in gzip.open(out / "answers-s1of2-00.jsonl.gz", "rt")]
+    assert sorted(d["key"] for d in lines) == sorted(f"{r['id']}/{t}" for r in mine for t in range(len(r["turns"])))
+    m = ps.Model(tiny, vocab_only=True)
+    greedy = [d for d in lines if d["turn"] == 0 and d["temperature"] == 0]
+    assert greedy
+    for d in lines:
+        assert d["temperature"] == temperature_of(d["key"], 1, 0.5, 0.7)
+        r = next(r for r in mine if r["id"] == d["id"])
+        if d["turn"] == 0:
+            assert d["prompt_tokens"] == tokenize_chat(m, [{"role": "user", "content": r["turns"][0]}])
+    # the greedy answers are our batched path's (the same engine at T = 0)
+    lm = ps.Model(tiny)
+    ref = {i: a for i, a, _ in answer_batched(lm, [d["prompt_tokens"] for d in greedy], max_tokens=6, n_parallel=4,
+                                              progress=False)}
+    assert [d["answer_tokens"] for d in greedy] == [ref[i] for i in range(len(greedy))]
+    lm.close()
+    # a second call resumes: nothing new, a manifest entry more
+    again = regenerate(tiny, tmp_path / "p.jsonl", out, shard=(1, 2), engine="llama", max_tokens=6, sampled=0.5,
+                       seed=1, batch=4, progress=False, command="test")
+    assert again["n_answers"] == 0
+    assert len(json.loads((out / "manifest-s1of2.json").read_text())) == 2
