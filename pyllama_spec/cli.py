@@ -17,23 +17,8 @@ import sys
 import traceback
 from typing import Any
 
+from .drafter_specs import parse_drafter_specs as _drafter_specs
 from .errors import InvalidArgumentError, PyllamaSpecError
-
-
-def _drafter_specs(items: list[str] | None) -> dict[str, Any]:
-    """``-d`` values → ``Generator`` drafter specs: ``NAME`` (a kind without a file, e.g. ``mtp``),
-    ``NAME=PATH`` (the file's architecture picks the kind), ``NAME=KIND:PATH`` (that kind)."""
-    from .speculative.drafters import drafter_kinds
-
-    out: dict[str, Any] = {}
-    for item in items or []:
-        name, _, spec = item.partition("=")
-        kind, sep, path = spec.partition(":")
-        if sep and kind in drafter_kinds():
-            out[name] = (kind, {"path": path})
-        else:
-            out[name] = spec or name
-    return out
 
 
 def _common(ap: argparse.ArgumentParser) -> None:

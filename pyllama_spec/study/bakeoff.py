@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ..drafter_specs import parse_drafter_specs
 from ..errors import InvalidArgumentError
 from .machine import machine_info
 from .prompts import load_prompts
@@ -23,13 +24,11 @@ SCHEMA = "pyllama_spec.bakeoff/1"
 def _specs(drafters: Any) -> dict[str, Any]:
     """``{name: spec}`` from a dict, or from ``"name=path"`` / ``"name=kind:path"`` / ``"kind"`` strings
     (the CLI's ``-d``, read as ``pyllama-spec generate`` reads it)."""
-    from ..cli import _drafter_specs
-
     if drafters is None:
         return {}
     if isinstance(drafters, dict):
         return dict(drafters)
-    return _drafter_specs([str(item) for item in drafters])
+    return parse_drafter_specs([str(item) for item in drafters])
 
 
 def bakeoff(target: str | os.PathLike, drafters: Any = None, *, n_max: Any = (1, 2, 3, 4, 7, 15),
