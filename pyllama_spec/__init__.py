@@ -17,9 +17,10 @@ Layers (each module has one job):
 import importlib as _importlib
 from types import ModuleType as _ModuleType
 
-from . import assets, fixtures, native, pairing, speculative  # noqa: F401  (attributes: ps.assets, ...)
+from . import assets, drafter_fixtures, fixtures, native, pairing, speculative  # noqa: F401  (ps.assets, ...)
 from ._ffi import LLAMA_CPP_COMMIT
-from .backend import cpu_name, devices, set_llama_log_level, supports_gpu_offload, system_info
+from ._version import __version__
+from .backend import cpu_name, set_llama_log_level, supports_gpu_offload, system_info
 from .batching import BatchPiece, BatchResult, BatchStream
 from .cache_reuse import ConversationState
 from .context import Context
@@ -44,7 +45,7 @@ from .errors import (
 from .generator import Generator, TextStream
 from .memory import Memory
 from .model import Model
-from .placement import Placement
+from .placement import Placement, devices
 from .speculative.config import SpecConfig
 from .speculative.drafters import Draft, Drafter, create_drafter, drafter_kinds, register_drafter
 from .speculative.report import GenerationResult
@@ -52,8 +53,6 @@ from .speculative.sampling import SamplingParams
 from .speculative.stats import SpecStats
 from .study import bakeoff
 from .vocab import Vocab
-
-__version__ = "0.1.0"
 
 __all__ = [
     "LLAMA_CPP_COMMIT", "BatchPiece", "BatchResult", "BatchStream", "ClosedError", "Context", "ContextError",

@@ -359,13 +359,6 @@ def resolve_model(spec: str | os.PathLike, *, progress: bool | None = None) -> P
                              f"models: {', '.join(MODELS)} (`pyllama-spec models` lists them)")
 
 
-def _canonical_kind(kind: str) -> str:
-    from .speculative.drafters import _REGISTRY  # (the registry maps aliases such as "dflash" to the kind)
-
-    cls = _REGISTRY.get(kind)
-    return cls.kind if cls is not None else kind
-
-
 def shipped_drafters(name: str) -> dict[str, Path]:
     """``{kind: path}`` of the drafters shipped with the package for the model ``name`` ({} when none).
 
@@ -377,13 +370,15 @@ def shipped_drafters(name: str) -> dict[str, Path]:
 
 
 def shipped_drafter(target: str | os.PathLike, kind: str = "draft-dflash") -> Path:
-    """The drafter of ``kind`` shipped for ``target`` (a model name, or the path of a named model's file).
+    """The drafter of ``kind`` (a llama.cpp ``--spec-type`` name such as ``"draft-dflash"``; the
+    aliases of the drafter registry, such as ``"dflash"``, are resolved one layer up, by
+    :func:`pyllama_spec.drafter_specs.with_shipped_drafters`) shipped for ``target`` (a model name, or
+    the path of a named model's file).
 
     Raises:
         ModelNotFoundError: no such drafter ships for it; the message names what does ship and how
             to give a file instead.
     """
-    kind = _canonical_kind(kind)
     name = target if isinstance(target, str) and target in MODELS else model_name_of(target)
     have = shipped_drafters(name) if name else {}
     if kind in have:
@@ -392,22 +387,6 @@ def shipped_drafter(target: str | os.PathLike, kind: str = "draft-dflash") -> Pa
     what = f"{name!r}" if name else f"{Path(target).name} (not one of the named models: {', '.join(MODELS)})"
     raise ModelNotFoundError(f"no {kind} drafter ships for {what}; shipped drafters: {ships}. Give the drafter's "
                              f"file instead (-d NAME=PATH.gguf), or train one (python -m pyllama_spec.train)")
-
-
-def with_shipped_drafters(target: str | os.PathLike, specs: dict) -> dict:
-    """``specs`` (``{name: Generator drafter spec}``) with every bare kind that needs a file (a
-    spec that is just ``"dflash"``, ``"draft-eagle3"``, ... ) replaced by the drafter of that kind
-    shipped for ``target``; other specs are kept as they are.
-
-    Raises:
-        ModelNotFoundError: such a kind has no shipped drafter for ``target`` (the message says what ships).
-    """
-    out = dict(specs)
-    for n, spec in specs.items():
-        kind = n if spec is None else spec
-        if isinstance(kind, str) and not os.path.exists(kind) and _canonical_kind(kind) in FILE_KINDS:
-            out[n] = os.fspath(shipped_drafter(target, kind))
-    return out
 
 
 def model_table() -> list[dict]:
@@ -468,5 +447,5 @@ def humaneval_problems(n: int | None = None) -> list[dict]:
 __all__ = ["humaneval_problems", "model_path", "asset", "MODELS", "ModelAsset", "WheelPart", "smollm2_path",
            "smollm2_f16_path", "random_dflash_for_smollm2", "smollm2_dflash_path", "shipped_dflash_path", "cache_dir",
            "SMOLLM2_DFLASH",
-           "resolve_model", "model_name_of", "shipped_drafter", "shipped_drafters", "with_shipped_drafters",
+           "resolve_model", "model_name_of", "shipped_drafter", "shipped_drafters",
            "model_table", "SHIPPED_DRAFTERS", "FILE_KINDS"]

@@ -3,15 +3,15 @@
 llama.cpp's log output goes to the Python logger ``pyllama_spec.llama_cpp``.
 It is quiet by default (warnings and errors only); call
 ``set_llama_log_level(logging.INFO)`` or configure that logger to see more.
-The last error lines are kept so that a failed load can quote them.
+The last error lines are kept (``_logring.recent_errors``) so that a failed load can quote them.
 """
 from __future__ import annotations
 
-import collections
 import logging
 import threading
 
 from ._ffi import ffi, lib
+from ._logring import last_llama_error, recent_errors
 
 log = logging.getLogger("pyllama_spec.llama_cpp")
 log.setLevel(logging.WARNING)
@@ -26,8 +26,6 @@ _init_lock = threading.Lock()
 _initialized = False
 _pending: list[str] = []
 _pending_level = logging.INFO
-#: the most recent warning/error lines from llama.cpp (for error messages)
-recent_errors: collections.deque[str] = collections.deque(maxlen=16)
 
 
 @ffi.def_extern()
@@ -65,11 +63,6 @@ def ensure_init() -> None:
 def set_llama_log_level(level: int) -> None:
     """Set the level of llama.cpp's log lines that reach Python logging (e.g. ``logging.INFO``)."""
     log.setLevel(level)
-
-
-def last_llama_error(default: str = "") -> str:
-    """The last warning/error line logged by llama.cpp, or ``default``."""
-    return recent_errors[-1] if recent_errors else default
 
 
 def system_info() -> str:
@@ -135,7 +128,7 @@ def supports_gpu_offload() -> bool:
 
 
 def device_table() -> list[dict]:
-    """Like :func:`devices`, plus each device's ``handle`` (``ggml_backend_dev_t``) and its
+    """Like :func:`pyllama_spec.placement.devices`, plus each device's ``handle`` (``ggml_backend_dev_t``) and its
     ``backend`` (registry name: ``"CPU"``, ``"CUDA"``, ``"RPC"``). Free memory is not asked (an RPC
     device would ask its server over the network)."""
     ensure_init()
@@ -164,25 +157,5 @@ def default_offload_devices(table: list[dict] | None = None) -> list[dict]:
     return gpus or [d for d in table if d["type"] == "igpu"]
 
 
-def devices() -> list[dict]:
-    """The ggml backend devices: ``[{"name", "description", "type", "backend", "free_mib",
-    "total_mib"}]`` (``type``: ``"cpu"``, ``"gpu"``, ``"igpu"``, ``"accel"``; ``backend``: ``"CPU"``,
-    ``"CUDA"``, ``"RPC"`` …). The names are what ``devices=`` / ``drafter_device=`` take."""
-    free = ffi.new("size_t *")
-    total = ffi.new("size_t *")
-    out = []
-    for d in device_table():
-        if d["backend"] == "RPC":
-            from .rpc import reachable
-            if not reachable(d["description"]):  # asking a server that is gone would abort the process
-                out.append({"name": d["name"], "description": d["description"], "type": d["type"],
-                            "backend": d["backend"], "free_mib": float("nan"), "total_mib": float("nan")})
-                continue
-        lib.ggml_backend_dev_memory(d["handle"], free, total)
-        out.append({"name": d["name"], "description": d["description"], "type": d["type"],
-                    "backend": d["backend"], "free_mib": free[0] / 2**20, "total_mib": total[0] / 2**20})
-    return out
-
-
-__all__ = ["ensure_init", "set_llama_log_level", "last_llama_error", "system_info", "cpu_name",
-           "supports_gpu_offload", "devices", "device_table", "default_offload_devices"]
+__all__ = ["ensure_init", "set_llama_log_level", "last_llama_error", "recent_errors", "system_info", "cpu_name",
+           "supports_gpu_offload", "device_table", "default_offload_devices"]

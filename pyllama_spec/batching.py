@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import codecs
 import time
-from collections.abc import Generator, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, overload
 
@@ -20,8 +20,9 @@ from .speculative.stats import SpecStats
 from .speculative.timing import StageTimer
 
 if TYPE_CHECKING:
-    from .generator import Generator as GeneratorT
+    from .context import Context
     from .speculative.batch_loop import StepOutput
+    from .speculative.drafters import Drafter
     from .vocab import Vocab
 
 
@@ -161,11 +162,11 @@ class _SeqText:
 class BatchRun:
     """Drives a :class:`BatchLoop` and turns its steps into :class:`BatchPiece` s."""
 
-    def __init__(self, gen: GeneratorT, loop: BatchLoop, prompts: list, stops: list[str], timer: StageTimer,
+    def __init__(self, vocab: Vocab, loop: BatchLoop, prompts: list, stops: list[str], timer: StageTimer,
                  stats: list[SpecStats], spec: SpecConfig, n_max: list[int], sampling: SamplingParams):
-        self.gen, self.loop, self.prompts, self.timer, self.stats = gen, loop, prompts, timer, stats
+        self.loop, self.prompts, self.timer, self.stats = loop, prompts, timer, stats
         self.spec, self.n_max, self.sampling = spec, n_max, sampling
-        self.texts = [_SeqText(gen.model.vocab, stops) for _ in prompts]
+        self.texts = [_SeqText(vocab, stops) for _ in prompts]
         self.result: BatchResult | None = None
         self.invalid = False
         self._steps: Generator[list[tuple[int, StepOutput]], None, None] | None = None
@@ -235,19 +236,31 @@ class BatchStream:
         return self._run.result
 
 
-def generate_batch(gen: GeneratorT, *, prompts: list | None, messages: list | None, prompt_tokens: list | None,
-                   max_tokens: int | Sequence[int], n_max: int | Sequence[int] | None,
-                   stop: str | Iterable[str] | None, stream: bool, template_kwargs: Mapping[str, Any] | None,
-                   sampling: SamplingParams,
-                   spec: SpecConfig) -> BatchResult | BatchStream:
-    """The body of :meth:`Generator.generate_batch` (see there), with the configuration objects built."""
+def start_batch(ctx: Context, *, resolve: Callable[[SpecConfig], tuple[Drafter | None, SpecConfig, bool]],
+                tokenize: Callable[[str | None, list | None, Mapping[str, Any] | None], list[int]],
+                release: Callable[[], None], prompts: list | None, messages: list | None,
+                prompt_tokens: list | None, max_tokens: int | Sequence[int], n_max: int | Sequence[int] | None,
+                stop: str | Iterable[str] | None, template_kwargs: Mapping[str, Any] | None,
+                sampling: SamplingParams, spec: SpecConfig) -> BatchRun:
+    """The body of :meth:`Generator.generate_batch` (see there), with the configuration objects built:
+    checks the arguments, tokenizes, and returns the run, not started (iterate ``run.pieces()``).
+
+    The generator's own parts come as callables, so this module does not depend on it: ``resolve``
+    (a SpecConfig → its drafter, the SpecConfig with ``n_max`` resolved, whether it was ``"auto"``),
+    ``tokenize`` (``(prompt, messages, template_kwargs)`` → token ids) and ``release`` (called once
+    the arguments are good, before the target's cache is cleared: an unfinished stream is void and
+    the prefix-reuse record forgotten). ``ctx`` is the target context.
+
+    Raises:
+        InvalidArgumentError, PromptTooLongError: as :meth:`Generator.generate_batch`.
+    """
     given = [x for x in (prompts, messages, prompt_tokens) if x is not None]
     if len(given) != 1 or not isinstance(given[0], (list, tuple)) or not given[0]:
         raise InvalidArgumentError("pass exactly one of prompts=, messages= or prompt_tokens=, a non-empty list "
                                    "(one entry per sequence)")
     n = len(given[0])
-    if n > gen.ctx.n_seq_max:
-        raise InvalidArgumentError(f"{n} prompts, but this Generator runs at most {gen.ctx.n_seq_max} sequences "
+    if n > ctx.n_seq_max:
+        raise InvalidArgumentError(f"{n} prompts, but this Generator runs at most {ctx.n_seq_max} sequences "
                                    f"at once: create it with n_parallel={n} (or more)")
     per_seq_max: list[Any] = list(max_tokens) if isinstance(max_tokens, (list, tuple)) else [max_tokens] * n
     per_seq_nmax = list(n_max) if isinstance(n_max, (list, tuple)) else [n_max if n_max is not None
@@ -261,7 +274,7 @@ def generate_batch(gen: GeneratorT, *, prompts: list | None, messages: list | No
     for m in per_seq_max:
         if not isinstance(m, int) or isinstance(m, bool) or m < 1:
             raise InvalidArgumentError(f"max_tokens must be an int ≥ 1 (or one per prompt), got {m!r}")
-    resolved = [gen._resolve(spec.replace(n_max=m)) for m in per_seq_nmax]
+    resolved = [resolve(spec.replace(n_max=m)) for m in per_seq_nmax]
     d, spec = resolved[0][0], resolved[0][1]
     nmaxes = [int(r[1].n_max or 0) for r in resolved]  # resolved: always an int
     stops = [stop] if isinstance(stop, str) else list(stop or [])
@@ -274,39 +287,30 @@ def generate_batch(gen: GeneratorT, *, prompts: list | None, messages: list | No
             toks = []
             for p in prompt_tokens:
                 p = [int(t) for t in p]
-                bad = [t for t in p if not 0 <= t < gen.model.n_vocab]
+                bad = [t for t in p if not 0 <= t < ctx.model.n_vocab]
                 if bad:
                     raise InvalidArgumentError(f"prompt_tokens holds ids outside the vocabulary "
-                                               f"[0, {gen.model.n_vocab}): {bad[:5]}")
+                                               f"[0, {ctx.model.n_vocab}): {bad[:5]}")
                 toks.append(p)
         elif prompts is not None:
-            toks = [gen.tokenize_prompt(p, None, template_kwargs) for p in prompts]
+            toks = [tokenize(p, None, template_kwargs) for p in prompts]
         else:
             assert messages is not None  # exactly one of the three was given (checked above)
-            toks = [gen.tokenize_prompt(None, m, template_kwargs) for m in messages]
+            toks = [tokenize(None, m, template_kwargs) for m in messages]
     for i, p in enumerate(toks):
         if not p:
             raise InvalidArgumentError(f"prompt {i} is empty (no tokens)")
-        if len(p) >= gen.ctx.n_ctx_seq:
-            raise PromptTooLongError(f"prompt {i} has {len(p)} tokens but n_ctx is {gen.ctx.n_ctx_seq}; "
+        if len(p) >= ctx.n_ctx_seq:
+            raise PromptTooLongError(f"prompt {i} has {len(p)} tokens but n_ctx is {ctx.n_ctx_seq}; "
                                      "shorten it or create the Generator with a larger n_ctx")
     batch_drafter = d.batched(n) if d is not None else None
-    if gen._active is not None:
-        gen._active.invalidate()  # the caches are about to be used: an unfinished stream is void
-    gen._ledger.forget()
+    release()  # the caches are about to be used
     stats = [SpecStats(n_max=m) for m in nmaxes]
     seqs = [SeqSpec(prompt=p, max_tokens=m, n_max=k, rng=np.random.default_rng(sampling.seed))
             for p, m, k in zip(toks, per_seq_max, nmaxes)]
-    loop = BatchLoop(gen.ctx, batch_drafter, seqs, sp=sampling, verify=spec.verify, stats=stats, timer=timer,
+    loop = BatchLoop(ctx, batch_drafter, seqs, sp=sampling, verify=spec.verify, stats=stats, timer=timer,
                      backend_sampling=spec.backend_sampling)
-    run = BatchRun(gen, loop, toks, stops, timer, stats, spec, nmaxes, sampling)
-    gen._active = run
-    if stream:
-        return BatchStream(run)
-    for _ in run.pieces():
-        pass
-    assert run.result is not None  # set when the pieces run out
-    return run.result
+    return BatchRun(ctx.model.vocab, loop, toks, stops, timer, stats, spec, nmaxes, sampling)
 
 
-__all__ = ["BatchPiece", "BatchResult", "BatchRun", "BatchStream", "generate_batch"]
+__all__ = ["BatchPiece", "BatchResult", "BatchRun", "BatchStream", "start_batch"]

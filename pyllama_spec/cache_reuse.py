@@ -23,7 +23,7 @@ from __future__ import annotations
 import io
 import json
 import os
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -33,7 +33,6 @@ from .errors import InvalidArgumentError
 
 if TYPE_CHECKING:
     from .context import Context
-    from .generator import Generator as GeneratorT
     from .speculative.drafters import Drafter
     from .speculative.loop import StepOutput
 
@@ -157,40 +156,54 @@ def fingerprint(ctx: Context) -> dict:
             "n_vocab": m.n_vocab, "n_ctx_seq": ctx.n_ctx_seq}
 
 
-def snapshot(gen: GeneratorT) -> ConversationState:
-    """:meth:`Generator.save_state` (see there)."""
-    if gen._active is not None and gen._active.result is None and not gen._active.invalid:
-        raise InvalidArgumentError("a stream of this Generator is still running: consume or close it before "
-                                   "saving the state")
-    if not gen._ledger.valid:
+def snapshot(ledger: CacheLedger, ctx: Context, drafters: Mapping[str, Drafter]) -> ConversationState:
+    """The body of :meth:`Generator.save_state` (see there): the conversation ``ledger`` records for
+    the target ``ctx`` and each drafter's own state (the caller checks that no stream is running).
+
+    Raises:
+        InvalidArgumentError: the ledger holds no valid record.
+    """
+    if not ledger.valid:
         raise InvalidArgumentError("the caches hold no known conversation (no generate() since the Generator "
                                    "was made or the contexts were used directly): nothing to save")
-    drafters = {}
-    for name, d in gen.drafters.items():
+    states = {}
+    for name, d in drafters.items():
         st = d.save_state()
         if st is not None:
-            drafters[name] = st
-    return ConversationState(tokens=list(gen._ledger.tokens), target=gen.ctx.memory.state_get(0),
-                             drafters=drafters, model=fingerprint(gen.ctx))
+            states[name] = st
+    return ConversationState(tokens=list(ledger.tokens), target=ctx.memory.state_get(0),
+                             drafters=states, model=fingerprint(ctx))
 
 
-def restore(gen: GeneratorT, state: ConversationState) -> None:
-    """:meth:`Generator.load_state` (see there)."""
+def check_state(ctx: Context, state: ConversationState) -> None:
+    """Raise unless ``state`` can be restored into the target ``ctx`` (changes nothing).
+
+    Raises:
+        InvalidArgumentError: not a ConversationState, or saved from another model or context layout.
+    """
     if not isinstance(state, ConversationState):
         raise InvalidArgumentError(f"state must be a ConversationState, got {type(state).__name__}")
-    mine = fingerprint(gen.ctx)
+    mine = fingerprint(ctx)
     if state.model != mine:
         diff = {k: (state.model.get(k), v) for k, v in mine.items() if state.model.get(k) != v}
         raise InvalidArgumentError(f"this state was saved from another model or context (saved, here): {diff}")
-    if gen._active is not None:
-        gen._active.invalidate()
-    gen._ledger.forget()
-    gen.ctx.memory.clear()
-    gen.ctx.memory.state_set(state.target, 0)
-    gen._ledger.record(state.tokens)
+
+
+def restore(ledger: CacheLedger, ctx: Context, drafters: Mapping[str, Drafter], state: ConversationState) -> None:
+    """The body of :meth:`Generator.load_state` (see there): ``state`` into the target ``ctx`` and
+    the drafters of the same names, recorded in ``ledger`` (the caller cuts off a running stream).
+
+    Raises:
+        InvalidArgumentError: as :func:`check_state`; nothing was changed then.
+    """
+    check_state(ctx, state)
+    ledger.forget()
+    ctx.memory.clear()
+    ctx.memory.state_set(state.target, 0)
+    ledger.record(state.tokens)
     for name, st in state.drafters.items():
-        if name in gen.drafters:
-            gen.drafters[name].load_state(st)
+        if name in drafters:
+            drafters[name].load_state(st)
 
 
-__all__ = ["CacheLedger", "ConversationState", "common_prefix", "fingerprint", "restore", "snapshot"]
+__all__ = ["CacheLedger", "ConversationState", "check_state", "common_prefix", "fingerprint", "restore", "snapshot"]

@@ -22,24 +22,8 @@ import sys
 import traceback
 from typing import Any
 
+from .drafter_specs import parse_drafter_specs as _drafter_specs
 from .errors import InvalidArgumentError, PyllamaSpecError
-
-
-def _drafter_specs(items: list[str] | None) -> dict[str, Any]:
-    """``-d`` values → ``Generator`` drafter specs: ``NAME`` (a kind without a file, e.g. ``mtp``),
-    ``NAME=PATH`` (the file's architecture picks the kind), ``NAME=KIND:PATH`` (that kind)."""
-    from .speculative.drafters import drafter_kinds
-
-    out: dict[str, Any] = {}
-    for item in items or []:
-        name, _, spec = item.partition("=")
-        kind, sep, path = spec.partition(":")
-        if sep and kind in drafter_kinds():
-            out[name] = (kind, {"path": path})
-        else:
-            out[name] = spec or name
-    return out
-
 
 #: shown by ``pyllama-spec --help``
 EPILOG = """examples:
@@ -60,7 +44,8 @@ EPILOG = """examples:
 def _resolve(a: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
     """The target file (a model name resolved, fetched on first use) and the drafter specs of ``-d``
     (a bare file-reading kind such as ``dflash`` → the drafter shipped for that target)."""
-    from .assets import resolve_model, with_shipped_drafters
+    from .assets import resolve_model
+    from .drafter_specs import with_shipped_drafters
 
     target = resolve_model(a.target, progress=False if getattr(a, "no_progress", False) else None)
     return target, with_shipped_drafters(target, _drafter_specs(a.add_drafter))

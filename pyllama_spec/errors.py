@@ -31,6 +31,8 @@ exits with status 2 and one line).
 """
 from __future__ import annotations
 
+from ._logring import recent_reason
+
 
 class PyllamaSpecError(Exception):
     """Base class of every exception raised by pyllama_spec."""
@@ -125,9 +127,7 @@ def check_decode(rc: int, what: str) -> None:
     """
     if rc == 0:
         return
-    from .backend import recent_errors
-
-    reason = " | ".join(line.strip() for line in recent_errors if line.strip())
+    reason = recent_reason()
     if reason:
         what = f"{what} [llama.cpp: {reason}]"
     if rc == 1:

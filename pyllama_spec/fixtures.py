@@ -343,15 +343,6 @@ def write_dflash_drafter(path: str | os.PathLike, *, target: str | os.PathLike, 
                              name="pyllama_spec random DFlash drafter")
 
 
-def __getattr__(name: str) -> Any:
-    # the writers of the other drafter kinds' files live in drafter_fixtures (loaded on first use)
-    from . import drafter_fixtures
-
-    if name in drafter_fixtures.__all__:
-        return getattr(drafter_fixtures, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
 #: A Qwen3-8B-shaped pair: the target's shape (36 layers, hidden 4096, 32/8 heads of 128, FFN 12288,
 #: vocabulary 151 936) and a z-lab-shaped DFlash drafter (5 layers of the same width, block 16,
 #: target layers 1, 9, 17, 25, 33 as z-lab's Qwen3-8B drafter reads them).

@@ -12,9 +12,8 @@ import numpy as np
 
 from . import backend
 from ._check import check_bool, check_int, check_str, check_str_list, check_token_ids
-from .batching import BatchResult, BatchRun, BatchStream
-from .batching import generate_batch as _generate_batch
-from .cache_reuse import CacheLedger, ConversationState, restore, snapshot
+from .batching import BatchResult, BatchRun, BatchStream, start_batch
+from .cache_reuse import CacheLedger, ConversationState, check_state, restore, snapshot
 from .chat import render_chat
 from .context import Context
 from .errors import InvalidArgumentError, InvalidTypeError, PromptTooLongError, PyllamaSpecError, UnsupportedError
@@ -464,9 +463,23 @@ class Generator:
             raise InvalidArgumentError("pass either spec=SpecConfig(...) or the drafter/verify/sync_stages keywords, "
                                        "not both")
         with self._lock:
-            return _generate_batch(self, prompts=prompts, messages=messages, prompt_tokens=prompt_tokens,
-                                   max_tokens=max_tokens, n_max=n_max, stop=stop, stream=stream,
-                                   template_kwargs=template_kwargs, sampling=sampling, spec=spec)
+            run = start_batch(self.ctx, resolve=self._resolve, tokenize=self.tokenize_prompt,
+                              release=self._release_caches, prompts=prompts, messages=messages,
+                              prompt_tokens=prompt_tokens, max_tokens=max_tokens, n_max=n_max, stop=stop,
+                              template_kwargs=template_kwargs, sampling=sampling, spec=spec)
+            self._active = run
+            if stream:
+                return BatchStream(run)
+            for _ in run.pieces():
+                pass
+            assert run.result is not None  # set when the pieces run out
+            return run.result
+
+    def _release_caches(self) -> None:
+        """Before a batch uses the caches: an unfinished stream is void, the prefix-reuse record gone."""
+        if self._active is not None:
+            self._active.invalidate()
+        self._ledger.forget()
 
     def _resolve(self, spec: SpecConfig) -> tuple[Drafter | None, SpecConfig, bool]:
         """The drafter named by ``spec``, ``spec`` with ``n_max`` resolved (default, clamps; for
@@ -539,7 +552,10 @@ class Generator:
                 else used the contexts since).
         """
         with self._lock:
-            return snapshot(self)
+            if self._active is not None and self._active.result is None and not self._active.invalid:
+                raise InvalidArgumentError("a stream of this Generator is still running: consume or close it "
+                                           "before saving the state")
+            return snapshot(self._ledger, self.ctx, self.drafters)
 
     def load_state(self, state: ConversationState) -> None:
         """Restore the caches saved by :meth:`save_state` (an unfinished stream is cut off).
@@ -549,7 +565,10 @@ class Generator:
             PyllamaSpecError: llama.cpp rejected the data (the caches are then empty).
         """
         with self._lock:
-            restore(self, state)
+            check_state(self.ctx, state)  # a wrong state leaves a running stream alone
+            if self._active is not None:
+                self._active.invalidate()
+            restore(self._ledger, self.ctx, self.drafters, state)
 
     def memory_report(self) -> dict[str, Any]:
         """Memory in MiB: ``{"target": {...}, "drafters": {name: {...}}}`` with ``weights_mib``,

@@ -7,27 +7,11 @@ import re
 import subprocess
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from .errors import PyllamaSpecError, UnsupportedError
+from ._bin import find_program
+from .errors import PyllamaSpecError
 from .speculative.drafters import Drafter
-
-
-def find_program(name: str) -> Path:
-    """Path of a reference program installed with the package.
-
-    Raises:
-        UnsupportedError: not built; reinstall with ``-C cmake.define.PYLLAMA_SPEC_NATIVE_TOOLS=ON``.
-    """
-    import pyllama_spec
-
-    for d in pyllama_spec.__path__:
-        p = Path(d) / "bin" / name
-        if p.is_file() and os.access(p, os.X_OK):
-            return p
-    raise UnsupportedError(f"{name} is not installed: reinstall with "
-                           "`pip install . -C cmake.define.PYLLAMA_SPEC_NATIVE_TOOLS=ON`")
 
 
 @dataclass

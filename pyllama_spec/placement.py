@@ -9,7 +9,7 @@ divided among the devices in proportion to ``tensor_split`` (default: their free
 layer's KV cache with it; ``"row"`` also splits each weight matrix by rows across CUDA GPUs;
 ``"none"`` puts everything on device ``main_gpu``. The device list defaults to llama.cpp's
 (RPC servers first, then the GPUs; ``src/llama.cpp`` ``llama_prepare_model_devices``), or is
-given by name (``backend.devices()`` lists the names: ``"CUDA0"``, ``"RPC0"``; ``"CPU"`` alone
+given by name (:func:`devices` lists the names: ``"CUDA0"``, ``"RPC0"``; ``"CPU"`` alone
 means no offload).
 """
 from __future__ import annotations
@@ -22,6 +22,7 @@ from typing import Any
 from . import backend
 from ._ffi import ffi, lib
 from .errors import InvalidArgumentError, UnsupportedError
+from .rpc import reachable
 
 SPLIT_MODES = {"none": lib.LLAMA_SPLIT_MODE_NONE, "layer": lib.LLAMA_SPLIT_MODE_LAYER,
                "row": lib.LLAMA_SPLIT_MODE_ROW}
@@ -38,7 +39,7 @@ class Placement:
             normalised by llama.cpp); None: in proportion to free memory.
         main_gpu: index in the device list of the device used with ``split_mode="none"`` (and for
             the intermediate results of ``"row"``).
-        devices: device names (``backend.devices()``), in order; None: llama.cpp's default list;
+        devices: device names (:func:`devices`), in order; None: llama.cpp's default list;
             ``("CPU",)``: no offload.
 
     Raises:
@@ -147,4 +148,24 @@ class Placement:
         return tuple(keep)
 
 
-__all__ = ["Placement", "SPLIT_MODES"]
+def devices() -> list[dict]:
+    """The ggml backend devices: ``[{"name", "description", "type", "backend", "free_mib",
+    "total_mib"}]`` (``type``: ``"cpu"``, ``"gpu"``, ``"igpu"``, ``"accel"``; ``backend``: ``"CPU"``,
+    ``"CUDA"``, ``"RPC"`` …). The names are what ``devices=`` / ``drafter_device=`` take. An RPC
+    server that no longer answers is listed with NaN memory (asking it would abort the process)."""
+    free = ffi.new("size_t *")
+    total = ffi.new("size_t *")
+    out = []
+    for d in backend.device_table():
+        if d["backend"] == "RPC":
+            if not reachable(d["description"]):  # asking a server that is gone would abort the process
+                out.append({"name": d["name"], "description": d["description"], "type": d["type"],
+                            "backend": d["backend"], "free_mib": float("nan"), "total_mib": float("nan")})
+                continue
+        lib.ggml_backend_dev_memory(d["handle"], free, total)
+        out.append({"name": d["name"], "description": d["description"], "type": d["type"],
+                    "backend": d["backend"], "free_mib": free[0] / 2**20, "total_mib": total[0] / 2**20})
+    return out
+
+
+__all__ = ["Placement", "SPLIT_MODES", "devices"]

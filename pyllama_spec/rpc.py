@@ -34,6 +34,7 @@ import time
 from collections.abc import Iterator
 
 from . import backend
+from ._bin import find_program
 from ._ffi import lib
 from .errors import InvalidArgumentError, UnsupportedError
 
@@ -152,8 +153,6 @@ def server_program():
     Raises:
         UnsupportedError: not built (``PYLLAMA_SPEC_RPC=OFF``).
     """
-    from .native import find_program
-
     try:
         return find_program("ggml-rpc-server")
     except UnsupportedError:

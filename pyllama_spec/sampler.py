@@ -17,7 +17,7 @@ from ._check import check_int
 from ._ffi import ffi, lib
 from ._locks import locked
 from .errors import ClosedError, InvalidArgumentError
-from .speculative.sampling import SamplingParams
+from .sampling_params import SamplingParams
 
 if TYPE_CHECKING:
     from .context import Context

@@ -101,13 +101,15 @@ def test_resolve_model_and_shipped_drafters(tmp_path):
     assert assets.resolve_model(f) == f and assets.resolve_model(str(f)) == f
     with pytest.raises(ModelNotFoundError, match="named models: smollm2, qwen2.5-coder-0.5b, gemma3-270m"):
         assets.resolve_model("smolm2")
-    assert assets.shipped_drafter("smollm2", "dflash") == assets.smollm2_dflash_path()
+    from pyllama_spec.drafter_specs import with_shipped_drafters
+
+    assert assets.shipped_drafter("smollm2", "draft-dflash") == assets.smollm2_dflash_path()
     assert assets.shipped_drafters("gemma3-270m") == {}
     with pytest.raises(ModelNotFoundError, match=r"no draft-dflash drafter ships for m.gguf \(not one of the named"):
-        assets.shipped_drafter(f, "dflash")
+        assets.shipped_drafter(f, "draft-dflash")
     with pytest.raises(ModelNotFoundError, match="shipped drafters: smollm2: draft-dflash"):
-        assets.with_shipped_drafters("qwen2.5-coder-0.5b", {"dflash": "dflash", "ngram": "ngram"})
-    specs = assets.with_shipped_drafters("smollm2", {"dflash": "dflash", "d2": "draft-dflash", "ngram": "ngram",
-                                                     "x": ("ngram-mod", {})})
+        with_shipped_drafters("qwen2.5-coder-0.5b", {"dflash": "dflash", "ngram": "ngram"})
+    specs = with_shipped_drafters("smollm2", {"dflash": "dflash", "d2": "draft-dflash", "ngram": "ngram",
+                                              "x": ("ngram-mod", {})})
     path = str(assets.smollm2_dflash_path())
     assert specs == {"dflash": path, "d2": path, "ngram": "ngram", "x": ("ngram-mod", {})}

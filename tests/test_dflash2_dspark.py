@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import pyllama_spec as ps
-from pyllama_spec import fixtures
+from pyllama_spec import drafter_fixtures, fixtures
 from pyllama_spec.speculative.drafters import drafter_kind_of_file
 from pyllama_spec.speculative.drafters.dflash2 import DFlash2Drafter, walk_lattice
 from pyllama_spec.speculative.drafters.dspark import DSparkDrafter
@@ -19,11 +19,11 @@ def files(tmp_path_factory):
     d = tmp_path_factory.mktemp("dflash2")
     t = d / "target.gguf"
     fixtures.write_tiny_target(t, arch="llama", n_layer=4, n_embd=64, seed=41, layer_scale=0.1)
-    fixtures.write_dflash2_drafter(d / "dflash2.gguf", target=t, seed=1)
-    fixtures.write_dspark_drafter(d / "dspark_echo.gguf", target=t, echo=True)
-    fixtures.write_dspark_drafter(d / "dspark_random.gguf", target=t, seed=3)
-    fixtures.write_dspark_drafter(d / "dspark_bonus.gguf", target=t, echo=True, sample_from_anchor=False)
-    fixtures.write_dspark_drafter(d / "dspark_noconf.gguf", target=t, seed=4, confidence=False)
+    drafter_fixtures.write_dflash2_drafter(d / "dflash2.gguf", target=t, seed=1)
+    drafter_fixtures.write_dspark_drafter(d / "dspark_echo.gguf", target=t, echo=True)
+    drafter_fixtures.write_dspark_drafter(d / "dspark_random.gguf", target=t, seed=3)
+    drafter_fixtures.write_dspark_drafter(d / "dspark_bonus.gguf", target=t, echo=True, sample_from_anchor=False)
+    drafter_fixtures.write_dspark_drafter(d / "dspark_noconf.gguf", target=t, seed=4, confidence=False)
     return {"target": t, "dir": d} | {k: d / f"{k}.gguf" for k in
                                       ("dflash2", "dspark_echo", "dspark_random", "dspark_bonus", "dspark_noconf")}
 

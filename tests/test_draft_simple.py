@@ -2,7 +2,7 @@
 import pytest
 
 import pyllama_spec as ps
-from pyllama_spec import fixtures
+from pyllama_spec import drafter_fixtures, fixtures
 from pyllama_spec.speculative.drafters import create_drafter, drafter_kind_of_file
 from pyllama_spec.speculative.drafters.draft_simple import DraftModelDrafter
 
@@ -21,8 +21,8 @@ def pair(tmp_path_factory):
     d = tmp_path_factory.mktemp("draft_simple")
     t = d / "target.gguf"
     info = fixtures.write_tiny_target(t, arch="llama", n_layer=2, n_embd=64, seed=11, layer_scale=0.5)
-    fixtures.write_draft_model(d / "copy.gguf", target=t)
-    fixtures.write_draft_model(d / "noisy.gguf", target=t, noise=0.6, seed=1)
+    drafter_fixtures.write_draft_model(d / "copy.gguf", target=t)
+    drafter_fixtures.write_draft_model(d / "noisy.gguf", target=t, noise=0.6, seed=1)
     fixtures.write_tiny_target(d / "small.gguf", arch="qwen3", n_layer=1, n_embd=32, n_head=2, n_head_kv=1, n_ff=64,
                                seed=12)
     return {"target": t, "copy": d / "copy.gguf", "noisy": d / "noisy.gguf", "small": d / "small.gguf", "dir": d,
@@ -80,7 +80,7 @@ def test_memory_report_has_its_own_kv_cache(gen):
 def _mismatched(pair, name, **set_kv):
     out = pair["dir"] / f"{name}.gguf"
     if not out.exists():
-        fixtures.copy_gguf(pair["copy"], out, set_kv=set_kv)
+        drafter_fixtures.copy_gguf(pair["copy"], out, set_kv=set_kv)
     return out
 
 

@@ -3,7 +3,7 @@
 import pytest
 
 import pyllama_spec as ps
-from pyllama_spec import fixtures
+from pyllama_spec import drafter_fixtures, fixtures
 from pyllama_spec.speculative.drafters.eagle3 import Eagle3Drafter
 
 from .drafter_helpers import compare_with_native
@@ -18,12 +18,12 @@ def heads(tmp_path_factory):
     d = tmp_path_factory.mktemp("eagle3")
     t = d / "target.gguf"
     info = fixtures.write_tiny_target(t, arch="llama", n_layer=4, n_embd=64, seed=21, layer_scale=0.1)
-    fixtures.write_eagle3_drafter(d / "random.gguf", target=t, seed=1)
-    fixtures.write_eagle3_drafter(d / "echo.gguf", target=t, echo=True, target_layers=[0, 2, 3])
-    fixtures.write_eagle3_drafter(d / "wide.gguf", target=t, n_embd=96, n_head=4, seed=2)
+    drafter_fixtures.write_eagle3_drafter(d / "random.gguf", target=t, seed=1)
+    drafter_fixtures.write_eagle3_drafter(d / "echo.gguf", target=t, echo=True, target_layers=[0, 2, 3])
+    drafter_fixtures.write_eagle3_drafter(d / "wide.gguf", target=t, n_embd=96, n_head=4, seed=2)
     q = d / "qwen3.gguf"
     fixtures.write_tiny_target(q, arch="qwen3", n_layer=6, n_embd=64, seed=3)
-    fixtures.write_eagle3_drafter(d / "qwen3_head.gguf", target=q, target_layers=[2, 3, 5], seed=4)
+    drafter_fixtures.write_eagle3_drafter(d / "qwen3_head.gguf", target=q, target_layers=[2, 3, 5], seed=4)
     return {"target": t, "qwen3": q, "dir": d, **{k: d / f"{k}.gguf" for k in ("random", "echo", "wide", "qwen3_head")},
             **info}
 
@@ -73,13 +73,13 @@ def test_taps_and_memory(gen):
 
 def test_mismatched_heads_raise(gen, heads, tiny):
     d = heads["dir"]
-    fixtures.write_eagle3_drafter(d / "other_size.gguf", target=heads["target"], target_hidden_size=128)
+    drafter_fixtures.write_eagle3_drafter(d / "other_size.gguf", target=heads["target"], target_hidden_size=128)
     with pytest.raises(ps.DrafterMismatchError, match="hidden size 128.*has 64"):
         Eagle3Drafter(gen.ctx, d / "other_size.gguf")
     with pytest.raises(ps.DrafterMismatchError, match=r"6 layers|has 4 layers"):
         # a head for the 6-layer qwen3 target reads layer 5, which the 4-layer llama lacks
         Eagle3Drafter(gen.ctx, heads["qwen3_head"])
-    fixtures.write_eagle3_drafter(d / "final.gguf", target=heads["target"], target_layers=[1, 2, 4])
+    drafter_fixtures.write_eagle3_drafter(d / "final.gguf", target=heads["target"], target_layers=[1, 2, 4])
     with pytest.raises(ps.DrafterMismatchError, match="final hidden state"):
         Eagle3Drafter(gen.ctx, d / "final.gguf")
     with pytest.raises(ps.DrafterMismatchError, match="not an EAGLE-3 head"):

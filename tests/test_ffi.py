@@ -52,7 +52,7 @@ def test_exported_members():
     public = {n for n in dir(ps) if not n.startswith("_") and n not in {
         "backend", "batch", "chat", "context", "errors", "generator", "gguf_file", "memory", "model", "speculative",
         "vocab", "fixtures", "drafter_fixtures", "assets", "native", "sampler", "cli", "pairing", "cache_reuse",
-        "placement", "batching", "rpc", "study"}}
+        "placement", "batching", "rpc", "study", "sampling_params", "drafter_specs"}}
     assert exported - {"__version__"} == public
     for name in exported:
         assert getattr(ps, name) is not None

@@ -5,7 +5,7 @@ import logging
 import pytest
 
 import pyllama_spec as ps
-from pyllama_spec import fixtures
+from pyllama_spec import drafter_fixtures
 from pyllama_spec.speculative.drafters.mtp import MTPDrafter
 
 from .drafter_helpers import compare_with_native
@@ -18,11 +18,11 @@ def files(tmp_path_factory):
     """Tiny GLM-4.5-style targets with one MTP layer (echo and random), a tiny Gemma-4 target with
     an echo and a random assistant."""
     d = tmp_path_factory.mktemp("mtp")
-    fixtures.write_mtp_target(d / "mtp_echo.gguf", layer_scale=0.1, echo_mtp=True, seed=31)
-    fixtures.write_mtp_target(d / "mtp_random.gguf", layer_scale=0.1, seed=31)
-    fixtures.write_gemma4_target(d / "gemma4.gguf", layer_scale=0.1, seed=32)
-    fixtures.write_gemma4_assistant(d / "asst_echo.gguf", target=d / "gemma4.gguf", echo=True)
-    fixtures.write_gemma4_assistant(d / "asst_random.gguf", target=d / "gemma4.gguf", seed=33)
+    drafter_fixtures.write_mtp_target(d / "mtp_echo.gguf", layer_scale=0.1, echo_mtp=True, seed=31)
+    drafter_fixtures.write_mtp_target(d / "mtp_random.gguf", layer_scale=0.1, seed=31)
+    drafter_fixtures.write_gemma4_target(d / "gemma4.gguf", layer_scale=0.1, seed=32)
+    drafter_fixtures.write_gemma4_assistant(d / "asst_echo.gguf", target=d / "gemma4.gguf", echo=True)
+    drafter_fixtures.write_gemma4_assistant(d / "asst_random.gguf", target=d / "gemma4.gguf", seed=33)
     return {k: d / f"{k}.gguf" for k in ("mtp_echo", "mtp_random", "gemma4", "asst_echo", "asst_random")} | {"dir": d}
 
 
@@ -76,8 +76,8 @@ def test_bad_pairings_raise(gemma, files, tiny):
         with ps.Generator(tiny["target"], drafters={"mtp": None}, n_ctx=256):
             pass
     d = files["dir"]
-    fixtures.write_gemma4_target(d / "gemma4_wide.gguf", n_embd=96, seed=5)
-    fixtures.write_gemma4_assistant(d / "asst_wide.gguf", target=d / "gemma4_wide.gguf")
+    drafter_fixtures.write_gemma4_target(d / "gemma4_wide.gguf", n_embd=96, seed=5)
+    drafter_fixtures.write_gemma4_assistant(d / "asst_wide.gguf", target=d / "gemma4_wide.gguf")
     with pytest.raises(ps.DrafterMismatchError, match="width 96.*hidden size 64"):
         MTPDrafter(gemma.ctx, d / "asst_wide.gguf")
     with pytest.raises(ps.DrafterMismatchError, match="assistant for 'gemma4' models"):

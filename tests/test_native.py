@@ -56,43 +56,109 @@ def test_smollm2_dflash_matches_speculative_simple(smol_gen):
     assert nat.stdout.lstrip(b"\n").startswith(_pieces(vocab, ours.prompt_tokens) + _pieces(vocab, ours.tokens))
 
 
-@pytest.mark.smollm2
-def test_eos_inside_an_accepted_block(smol_gen):
-    """With a drafter that knows the answer, the EOS arrives as an accepted draft token: the
-    output ends there and neither cache keeps anything at or after it."""
+def _eos_inside_oracle(ctx, answer, eos, n_prompt, n_max):
+    """An oracle drafter that steers its block sizes so that the step reaching the EOS drafts it
+    strictly inside a full block of ``n_max`` (at index 1 or 2, with accepted drafts before it and
+    drafts after it), whatever the answer's length: the test no longer depends on how many tokens
+    one CPU's numerics give the answer. ``n_max >= 4``."""
+    from pyllama_spec.speculative.drafters import Draft
+
     from .test_loop import OracleDrafter
 
+    class EosInsideOracle(OracleDrafter):
+        def propose(self, last_token, n_past, n_max, sp, rng, timer):
+            start = n_past + 1 - self.n_prompt  # output index of the first draft
+            d = len(answer) - start  # the EOS's index in a draft starting here
+            # d in 1..n_max-2: the EOS lands inside this block. Otherwise shorten the block (all of it
+            # accepted, plus the target's bonus token) so the next step starts with d == 1.
+            k = n_max if 1 <= d <= n_max - 2 else max(1, min(n_max, d - 2))
+            return Draft(tokens=list(self.ref[start:start + k]))
+
+    assert n_max >= 4
+    return EosInsideOracle(ctx, list(answer) + [eos] + [198] * 20, n_prompt)
+
+
+@pytest.mark.smollm2
+def test_eos_inside_an_accepted_block(smol_gen):
+    """With a drafter that knows the answer, the EOS arrives as an accepted draft token strictly inside
+    a block: the output ends there and neither cache keeps anything at or after it."""
     msgs = [{"role": "user", "content": "Say hello."}]
-    plain = smol_gen.generate(messages=msgs, max_tokens=200)
-    assert plain.finish_reason == "eos" and len(plain.tokens) < 150
+    # cold, as the oracle's run is (a drafter that keeps nothing makes the target start cold): a prefix
+    # kept from an earlier test's prompt may differ from a cold prefill in the last bits
+    plain = smol_gen.generate(messages=msgs, max_tokens=200, reuse_prefix=False)
+    assert plain.finish_reason == "eos" and 4 < len(plain.tokens) < 150
     n_prompt = len(plain.prompt_tokens)
     eos = smol_gen.model.vocab.eos if smol_gen.model.vocab.eot is None else smol_gen.model.vocab.eot
-    ref = plain.tokens + [eos] + [198] * 20
-    drafter = OracleDrafter(smol_gen.ctx, ref, n_prompt)
-    smol_gen.drafters["oracle"] = drafter
+    answer = plain.tokens
     try:
-        # n_max chosen so the EOS falls strictly inside a block
-        n_max = next(n for n in range(3, 9) if (len(plain.tokens) + 1) % (n + 1) not in (0, n))
-        r = smol_gen.generate(messages=msgs, drafter="oracle", n_max=n_max, max_tokens=200)
-        if not EXACT and r.tokens != plain.tokens:
-            pytest.skip("a near-tie flipped under another batch shape (GPU): the EOS is no longer where the "
-                        "oracle expects it")
-        assert r.tokens == plain.tokens
+        # On a GPU another batch shape may flip a near-tie, so the oracle's own run can part from plain
+        # decoding: its output is then the answer to replay (a fixed point within a few rounds).
+        for _ in range(1 if EXACT else 4):
+            smol_gen.drafters["oracle"] = _eos_inside_oracle(smol_gen.ctx, answer, eos, n_prompt, n_max=5)
+            r = smol_gen.generate(messages=msgs, drafter="oracle", n_max=5, max_tokens=200, reuse_prefix=False)
+            if r.tokens == answer or r.finish_reason != "eos":
+                break
+            answer = r.tokens
+        assert r.tokens == answer
+        if EXACT:
+            assert r.tokens == plain.tokens
         assert r.finish_reason == "eos"
-        assert r.stats.acceptance_lengths[-1] > 0  # the last step accepted drafts, the EOS among them
+        assert 1 <= r.stats.acceptance_lengths[-1] <= 3  # drafts before the EOS accepted, the EOS at index 1..3
         eos_pos = n_prompt + len(r.tokens)
         assert smol_gen.ctx.memory.pos_max() < eos_pos
-        r2 = smol_gen.generate(messages=msgs, drafter="dflash", max_tokens=200)
+        r2 = smol_gen.generate(messages=msgs, drafter="dflash", max_tokens=200, reuse_prefix=False)
         assert_same_tokens(r2.tokens, plain.tokens)
         assert smol_gen.drafters["dflash"].ctx.memory.pos_max() < eos_pos
     finally:
-        del smol_gen.drafters["oracle"]
+        smol_gen.drafters.pop("oracle", None)
 
 
 @pytest.mark.smollm2
-def test_smollm2_stages_account_for_the_wall_time(smol_gen):
-    """On a real model the named stages cover the wall time to within 3 % (``other`` is the rest)."""
+def test_smollm2_stages_account_for_the_wall_time(smol_gen, monkeypatch):
+    """On a real model every call that queues backend work or waits for it happens inside a named stage
+    (with sync_stages each stage waits for what it queued), so ``other`` is the loop's Python glue alone.
+
+    That is the claim on every backend. How large the glue is against the stages is a ratio of host
+    to device speed (on the H200 a SmolLM2 step takes ~3 ms and the glue ~0.1 ms of it; a 2-core CPU
+    takes ~10x longer per step), so the bound on ``other`` is loose: it catches device work left
+    outside the stages, which costs as much as a stage."""
+    from pyllama_spec.speculative.timing import StageTimer
+
+    open_stages: list[str] = []
+    enter, leave = StageTimer.__enter__, StageTimer.__exit__
+
+    def tracked_enter(self):
+        open_stages.append(self._name)
+        return enter(self)
+
+    def tracked_exit(self, *exc):
+        try:
+            return leave(self, *exc)
+        finally:
+            open_stages.pop()
+
+    monkeypatch.setattr(StageTimer, "__enter__", tracked_enter)
+    monkeypatch.setattr(StageTimer, "__exit__", tracked_exit)
+    outside: list[str] = []
+
+    def watch(obj, label, name):
+        orig = getattr(obj, name)
+
+        def call(*a, **kw):
+            if not open_stages:
+                outside.append(f"{label}.{name}")
+            return orig(*a, **kw)
+        monkeypatch.setattr(obj, name, call)
+
+    for label, ctx in (("target", smol_gen.ctx), ("drafter", smol_gen.drafters["dflash"].ctx)):
+        for name in ("decode", "decode_embd", "stage_dflash_inject", "synchronize", "logits", "sampled_tokens",
+                     "sampled_candidates", "layer_input"):
+            watch(ctx, label, name)
+        for name in ("clear", "seq_rm"):
+            watch(ctx.memory, f"{label}.memory", name)
     r = smol_gen.generate(messages=CHAT, drafter="dflash", n_max=4, max_tokens=48)
+    assert not outside, f"backend calls outside every stage (they land in 'other'): {sorted(set(outside))}"
     t = r.timings
-    assert t["other"]["seconds"] <= 0.03 * t["wall"]["seconds"], r.report()
+    glue_us = 1e6 * t["other"]["seconds"] / r.stats.n_steps
+    assert t["other"]["seconds"] <= 0.10 * t["wall"]["seconds"], (f"{glue_us:.0f} µs of glue per step", r.report())
     assert t["verify"]["count"] == r.stats.n_steps and t["draft"]["count"] >= r.stats.n_steps - 1

@@ -97,12 +97,16 @@ def speculative_generate(target: Context, drafter: Drafter | None, prompt: list,
         raise PyllamaSpecError(f"verify must be one of {VERIFY_MODES}, got {verify!r}")
     vocab = target.model.vocab
     mem = target.memory
-    if n_keep:
-        mem.seq_rm(0, n_keep)  # nothing after the kept prefix remains
-    else:
-        mem.clear()
-    # the target records exactly the layer inputs the active drafter reads (none without one)
-    target.set_layer_inputs(drafter.target_layer_ids if drafter is not None else [])
+    # Setting up the caches for this prompt is part of the prefill: timed as "prefill" (a cleared KV
+    # cache is a device memset on a GPU, a drafter's begin() clears its own), so that "other" holds
+    # only the loop's Python glue — on a fast GPU a short generation's set-up is a few % of its wall.
+    with timer("prefill", target):
+        if n_keep:
+            mem.seq_rm(0, n_keep)  # nothing after the kept prefix remains
+        else:
+            mem.clear()
+        # the target records exactly the layer inputs the active drafter reads (none without one)
+        target.set_layer_inputs(drafter.target_layer_ids if drafter is not None else [])
     host_rule = verify == "rejection" and not sp.greedy and drafter is not None
     fits = n_max + 1 <= target.n_outputs_max_per_seq  # llama.cpp's sampling graph is sized for that many rows
     use_backend = backend_sampling is True or (backend_sampling == "auto" and not sp.greedy)
@@ -110,12 +114,13 @@ def speculative_generate(target: Context, drafter: Drafter | None, prompt: list,
     target.set_sampler(chain)
     if drafter is not None:
         drafter.want_confidence = draft_length is not None
-        # n_keep > 0 only for drafters that said they hold that prefix (Drafter.cached_prefix), so
-        # drafters that never keep one may define begin(prompt)
-        if n_keep:
-            drafter.begin(prompt[:-1], n_keep)
-        else:
-            drafter.begin(prompt[:-1])
+        with timer("prefill", getattr(drafter, "ctx", None)):
+            # n_keep > 0 only for drafters that said they hold that prefix (Drafter.cached_prefix), so
+            # drafters that never keep one may define begin(prompt)
+            if n_keep:
+                drafter.begin(prompt[:-1], n_keep)
+            else:
+                drafter.begin(prompt[:-1])
     # with the match rule the drafter proposes its argmax, as llama.cpp's drafters do
     dsp = sp if verify == "rejection" else SamplingParams()
     try:

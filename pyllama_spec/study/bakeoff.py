@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ..drafter_specs import parse_drafter_specs
 from ..errors import InvalidArgumentError
 from .machine import machine_info
 from .prompts import load_prompts
@@ -23,13 +24,11 @@ SCHEMA = "pyllama_spec.bakeoff/1"
 def _specs(drafters: Any) -> dict[str, Any]:
     """``{name: spec}`` from a dict, or from ``"name=path"`` / ``"name=kind:path"`` / ``"kind"`` strings
     (the CLI's ``-d``, read as ``pyllama-spec generate`` reads it)."""
-    from ..cli import _drafter_specs
-
     if drafters is None:
         return {}
     if isinstance(drafters, dict):
         return dict(drafters)
-    return _drafter_specs([str(item) for item in drafters])
+    return parse_drafter_specs([str(item) for item in drafters])
 
 
 def _atomic_json(results: dict, path: Path) -> None:
@@ -104,7 +103,7 @@ def bakeoff(target: str | os.PathLike, drafters: Any = None, *, n_max: Any = (1,
         drafters: ``{name: spec}`` as :class:`~pyllama_spec.Generator` takes them (a ``.gguf`` path, a
             kind such as ``"ngram"``, ``(kind, kwargs)``), or CLI-style ``["dflash=path.gguf", "ngram"]``;
             a bare kind that needs a file (``"dflash"``) is the drafter shipped for the target
-            (:func:`~pyllama_spec.assets.with_shipped_drafters`).
+            (:func:`~pyllama_spec.drafter_specs.with_shipped_drafters`).
         n_max: draft lengths (ints, and ``"auto"`` for the per-step choice); clamped per drafter.
         prompts: ``"builtin:coding-chat"``, ``"builtin:mixed"``, a ``.jsonl`` path, or a list of strings.
         turns: most user turns per conversation (None: all); each turn's history holds the
@@ -139,7 +138,8 @@ def bakeoff(target: str | os.PathLike, drafters: Any = None, *, n_max: Any = (1,
     """
     from tqdm.auto import tqdm
 
-    from ..assets import resolve_model, with_shipped_drafters
+    from ..assets import resolve_model
+    from ..drafter_specs import with_shipped_drafters
     from ..generator import Generator
 
     if not isinstance(runs, int) or runs < 1:

@@ -23,19 +23,22 @@ def machine_info() -> dict:
     "gpu", "system_info", "llama_cpp_build", "llama_cpp_commit", "pyllama_spec"}``; ``gpu`` names the
     GPUs llama.cpp sees (None on a CPU-only build), ``load_avg`` the 1-minute load when the run began
     (a busy machine's numbers are not final)."""
-    import pyllama_spec as ps
+    from .. import _ffi
+    from .._version import __version__
+    from ..backend import cpu_name, system_info
+    from ..placement import devices
 
-    devs = ps.devices()
+    devs = devices()
     gpus = [d["description"] for d in devs if d["type"] == "gpu"]
     try:
         load = os.getloadavg()[0]
     except OSError:
         load = None
     return {"date": time.strftime("%Y-%m-%d %H:%M %Z"), "host": platform.node(), "platform": platform.platform(),
-            "python": sys.version.split()[0], "cpu": ps.cpu_name(), "n_cpus": os.cpu_count(), "load_avg": load,
+            "python": sys.version.split()[0], "cpu": cpu_name(), "n_cpus": os.cpu_count(), "load_avg": load,
             "memory_gib": _memory_gib(), "devices": devs, "gpu": ", ".join(gpus) or None,
-            "system_info": ps.system_info(), "llama_cpp_build": ps._ffi.LLAMA_CPP_BUILD,
-            "llama_cpp_commit": ps.LLAMA_CPP_COMMIT, "pyllama_spec": ps.__version__}
+            "system_info": system_info(), "llama_cpp_build": _ffi.LLAMA_CPP_BUILD,
+            "llama_cpp_commit": _ffi.LLAMA_CPP_COMMIT, "pyllama_spec": __version__}
 
 
 def machine_label(m: dict) -> str:

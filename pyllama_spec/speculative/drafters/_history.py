@@ -22,7 +22,7 @@ from ..._check import check_int
 from ...errors import PyllamaSpecError
 from ..sampling import SamplingParams
 from ..timing import StageTimer
-from . import Draft, Drafter
+from .base import Draft, Drafter
 
 if TYPE_CHECKING:
     from ...context import Context

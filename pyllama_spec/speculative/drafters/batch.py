@@ -30,7 +30,7 @@ import numpy as np
 
 from ..sampling import SamplingParams
 from ..timing import StageTimer
-from . import Draft, Drafter
+from .base import Draft, Drafter
 
 
 @dataclass

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
@@ -42,8 +42,8 @@ from ...pairing import check_dflash_pair
 from ...sampler import SamplerChain
 from ..sampling import SamplingParams, densify, filtered_rows, sample_rows
 from ..timing import StageTimer
-from . import Draft, ModelDrafter, register_drafter
 from ._pick import pick
+from .base import Draft, ModelDrafter, register_drafter
 
 if TYPE_CHECKING:
     from .batch import BatchDrafter
@@ -91,13 +91,20 @@ class DFlashDrafter(ModelDrafter):
     aliases = ("dflash",)
     supports_rejection = True
 
+    #: the class a file with a selector over its block gets: ``dflash2.py`` sets it to
+    #: DFlash2Drafter when it is imported (the package imports it), so that this base class
+    #: need not import its subclass
+    selector_class: ClassVar[type[DFlashDrafter] | None] = None
+
     def __new__(cls, target: Context | None = None, path: str | os.PathLike | None = None,
                 **kwargs: Any) -> DFlashDrafter:
         # one --spec-type for both: a DFlash2 file (a selector over the block) gets its own class
         if (cls is DFlashDrafter and path is not None and target is not None
                 and check_dflash_pair(target.model, path)["selector_top_k"] > 0):
-            from .dflash2 import DFlash2Drafter
-            cls = DFlash2Drafter
+            if DFlashDrafter.selector_class is None:  # only if dflash2.py was never imported
+                raise UnsupportedError(f"{os.fspath(path)!r} is a DFlash2 file; import "
+                                       "pyllama_spec.speculative.drafters to register its drafter")
+            cls = DFlashDrafter.selector_class
         return super().__new__(cls)
 
     def __init__(self, target: Context, path: str | os.PathLike | None = None, *, p_min: float = 0.0,

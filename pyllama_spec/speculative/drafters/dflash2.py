@@ -20,7 +20,7 @@ import numpy as np
 
 from ..sampling import SamplingParams
 from ..timing import StageTimer
-from . import Draft, Drafter
+from .base import Draft, Drafter
 from .dflash import DFlashDrafter
 
 if TYPE_CHECKING:
@@ -80,6 +80,9 @@ class DFlash2Drafter(DFlashDrafter):
     def batched(self, n_seq: int) -> BatchDrafter:
         # DFlashBatch drafts plain DFlash blocks (logits rows); this kind reads more of its graph
         return Drafter.batched(self, n_seq)
+
+
+DFlashDrafter.selector_class = DFlash2Drafter  # what DFlashDrafter(target, path) makes for such a file
 
 
 __all__ = ["DFlash2Drafter", "walk_lattice"]

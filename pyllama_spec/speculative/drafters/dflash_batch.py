@@ -3,15 +3,19 @@ block in one drafter decode, as llama.cpp's ``common_speculative_impl_draft_dfla
 for ``n_seq > 1`` (common/speculative.cpp)."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from ...errors import InvalidArgumentError
 from ...sampler import SamplerChain
 from ..sampling import SamplingParams, densify, filtered_rows, sample_rows
 from ..timing import StageTimer
-from . import Draft
+from .base import Draft
 from .batch import BatchDrafter, DraftRequest, SeqRows
-from .dflash import DFlashDrafter
+
+if TYPE_CHECKING:  # the parent's type only: dflash.py imports this module to make the batch form
+    from .dflash import DFlashDrafter
 
 
 class DFlashBatch(BatchDrafter):

@@ -21,8 +21,8 @@ from ...errors import DrafterMismatchError, InvalidArgumentError
 from ...model import Model
 from ..sampling import SamplingParams
 from ..timing import StageTimer
-from . import Draft, ModelDrafter, register_drafter
 from ._pick import pick
+from .base import Draft, ModelDrafter, register_drafter
 
 #: llama.cpp's SPEC_VOCAB_MAX_SIZE_DIFFERENCE and SPEC_VOCAB_CHECK_START_TOKEN_ID
 VOCAB_MAX_SIZE_DIFFERENCE = 128

@@ -21,7 +21,7 @@ import numpy as np
 from ...errors import DrafterMismatchError, InvalidArgumentError
 from ..sampling import SamplingParams
 from ..timing import StageTimer
-from . import Draft, Drafter, register_drafter
+from .base import Draft, Drafter, register_drafter
 from .dflash import DFlashDrafter
 
 if TYPE_CHECKING:

@@ -29,8 +29,8 @@ from ...gguf_file import read_gguf
 from ...model import HIDDEN_STATE_ARCHS, TAPPABLE_ARCHS, Model
 from ..sampling import SamplingParams
 from ..timing import StageTimer
-from . import Draft, ModelDrafter, register_drafter
 from ._pick import pick
+from .base import Draft, ModelDrafter, register_drafter
 
 
 def check_eagle3_pair(target_model: Model, drafter_path: str | os.PathLike) -> dict:

@@ -34,8 +34,8 @@ from ...gguf_file import read_gguf
 from ...model import MTP_ARCHS, Model
 from ..sampling import SamplingParams
 from ..timing import StageTimer
-from . import Draft, Drafter, register_drafter
 from ._pick import pick
+from .base import Draft, Drafter, register_drafter
 
 log = logging.getLogger("pyllama_spec")
 

@@ -22,8 +22,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..._check import check_int
-from . import register_drafter
 from ._history import HistoryDrafter, NgramIndex
+from .base import register_drafter
 
 if TYPE_CHECKING:
     from ...context import Context

@@ -36,8 +36,8 @@ import numpy as np
 
 from ..._check import check_int
 from ...errors import InvalidArgumentError
-from . import register_drafter
 from ._history import HistoryDrafter
+from .base import register_drafter
 
 if TYPE_CHECKING:
     from ...context import Context

@@ -33,8 +33,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..._check import check_int
-from . import register_drafter
 from ._history import HistoryDrafter, NgramIndex
+from .base import register_drafter
 
 if TYPE_CHECKING:
     from ...context import Context

@@ -26,8 +26,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from ..._check import check_int
-from . import register_drafter
 from ._history import HistoryDrafter
+from .base import register_drafter
 
 if TYPE_CHECKING:
     from ...context import Context
