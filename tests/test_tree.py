@@ -116,6 +116,7 @@ class CheckedDFlash(DFlashDrafter):
 def test_dflash_tree_is_lossless_and_injects_the_path(tree_gen, plain, budget, fused):
     d = tree_gen.add_drafter("checked", CheckedDFlash(tree_gen.ctx, tree_gen.drafters["dflash"].model.path,
                                                       fused_inject=fused))
+    d.tree_full_softmax = not fused  # both ways of ranking the nodes (full softmax / the backend's 10 candidates)
     try:
         for prompt in PROMPTS[:2]:
             d.trees.clear()

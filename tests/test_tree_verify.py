@@ -170,3 +170,19 @@ def test_sample_tree_shape_and_draws():
         firsts.append(t.tokens[0])
     freq = np.bincount(firsts, minlength=4) / len(firsts)
     assert abs(freq[0] - 0.5) < 0.08  # the first child is a draw from q
+
+
+def test_build_tree_spine_holds_the_chain():
+    rng = np.random.default_rng(1)
+    for _ in range(10):
+        D, k = 4, 3
+        p = rng.dirichlet(np.ones(6), size=D)
+        ids = np.argsort(-p, axis=1)[:, :k]
+        lp = np.log(np.take_along_axis(p, ids, axis=1))
+        t = build_tree(ids, lp, 10, spine=True)
+        check_tree(t, 10, 6)
+        assert len(t) == 10 and t.tokens[:D] == ids[:, 0].tolist() and t.parents[:D].tolist() == [-1, 0, 1, 2]
+        # the other nodes are the best-first ones outside the chain: path probabilities never increase
+        path_lp = [sum(t.logp[j] for j in t.path(i)) for i in range(D, len(t))]
+        assert np.all(np.diff(path_lp) <= 1e-12)
+        assert build_tree(ids, lp, 2, spine=True).tokens == ids[:2, 0].tolist()

@@ -9,6 +9,7 @@
         drafter.on_accept(len(draft), k)
         rollback both caches to n_past + 1 + k
         commit draft[:k] + [bonus]; stop at EOS / stop string / max_tokens / context
+    (with a node budget, ``tree=``: tree_step.py drafts a token tree, verifies and observes it instead)
 
 Invariant: both KV caches hold exactly positions ``[0, n_past)``; ``last`` (the newest
 committed token, at position ``n_past``) has not been decoded by the target yet. It is the

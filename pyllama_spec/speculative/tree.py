@@ -146,13 +146,16 @@ def _topk_desc(logp: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     return np.take_along_axis(idx, order, axis=1), np.take_along_axis(vals, order, axis=1)
 
 
-def build_tree(cand_tokens: np.ndarray, cand_logp: np.ndarray, budget: int) -> TreeDraft:
+def build_tree(cand_tokens: np.ndarray, cand_logp: np.ndarray, budget: int, spine: bool = False) -> TreeDraft:
     """The best-first tree over per-position candidates (EAGLE-2 / DDTree).
 
     Args:
         cand_tokens: ``(D, k)`` int, each depth's candidate tokens (depth d+1 below the root is row d).
         cand_logp: ``(D, k)`` float, their log-probabilities (any order; ``-inf`` = no candidate).
         budget: the most nodes (≥ 0).
+        spine: take the chain of every depth's best candidate first (as deep as the budget allows), then
+            best-first: the tree then holds the chain's draft, so a step never accepts less than the
+            chain would.
 
     Returns:
         A deterministic :class:`TreeDraft` (``probs`` None, ``logp`` the per-node log-probabilities)
@@ -191,7 +194,23 @@ def build_tree(cand_tokens: np.ndarray, cand_logp: np.ndarray, budget: int) -> T
             heapq.heappush(heap, (-(base + lp[d, r]), d, serial, parent, r))
             serial += 1
 
-    offer(-1, 0, 0)
+    if spine:
+        parent = -1
+        for d in range(min(D, budget)):
+            if not np.isfinite(lp[d, 0]):
+                break
+            tokens.append(int(tok[d, 0]))
+            parents.append(parent)
+            logp.append(float(lp[d, 0]))
+            path_lp.append((path_lp[parent] if parent >= 0 else 0.0) + float(lp[d, 0]))
+            offer(parent, d, 1)  # its next sibling
+            parent = len(tokens) - 1
+        if tokens:
+            offer(parent, len(tokens), 0)  # below the spine
+        else:
+            offer(-1, 0, 0)
+    else:
+        offer(-1, 0, 0)
     while heap and len(tokens) < budget:
         neg, d, _, parent, r = heapq.heappop(heap)
         i = len(tokens)
