@@ -87,6 +87,61 @@ class TokenBatch:
         return self._c[0]
 
 
+class SeqSetBatch:
+    """A reusable ``llama_batch`` of up to ``capacity`` tokens, each in a set of up to ``width``
+    sequences (llama.cpp's ``common_batch_add`` with several seq ids): a token's KV cell then belongs
+    to every sequence of its set, which is how a token tree is verified in one decode (each node is
+    in the sequence of every branch through it; ``speculative/tree_step.py``).
+    """
+
+    def __init__(self, capacity: int, width: int) -> None:
+        capacity, width = check_int("capacity", capacity, min=1), check_int("width", width, min=1)
+        self.capacity, self.width = capacity, width
+        self.token = np.zeros(capacity, dtype=np.int32)
+        self.pos = np.zeros(capacity, dtype=np.int32)
+        self.seq = np.zeros((capacity, width), dtype=np.int32)
+        self.logits = np.zeros(capacity, dtype=np.int8)
+        self._n_seq_id = np.ones(capacity, dtype=np.int32)
+        self._seq_ptrs = ffi.new("llama_seq_id *[]", capacity)
+        base = ffi.cast("llama_seq_id *", self.seq.ctypes.data)
+        for i in range(capacity):
+            self._seq_ptrs[i] = base + i * width
+        self._c = ffi.new("struct llama_batch *")
+        self._c.token = ffi.cast("llama_token *", self.token.ctypes.data)
+        self._c.embd = ffi.NULL
+        self._c.pos = ffi.cast("llama_pos *", self.pos.ctypes.data)
+        self._c.n_seq_id = ffi.cast("int32_t *", self._n_seq_id.ctypes.data)
+        self._c.seq_id = self._seq_ptrs
+        self._c.logits = ffi.cast("int8_t *", self.logits.ctypes.data)
+        self.n_tokens = 0
+
+    def set(self, tokens: np.ndarray, pos: np.ndarray, seq_sets: list[list[int]], logits: np.ndarray) -> None:
+        """Fill with ``tokens`` / ``pos`` / ``logits`` flags ``(n,)`` and one non-empty list of
+        sequence ids per token (callers check ranges and lengths).
+
+        Raises:
+            InvalidBatchError: more tokens than the capacity, or a set wider than ``width`` or empty.
+        """
+        n = len(tokens)
+        if n == 0 or n > self.capacity:
+            raise InvalidBatchError(f"a batch holds 1..{self.capacity} tokens (the context's n_batch), got {n}", -1)
+        for i, s in enumerate(seq_sets):
+            if not 0 < len(s) <= self.width:
+                raise InvalidBatchError(f"token {i} belongs to {len(s)} sequences; a token belongs to 1..{self.width} "
+                                        "(the context's n_seq_max)", -1)
+            self.seq[i, :len(s)] = s
+            self._n_seq_id[i] = len(s)
+        self.token[:n] = tokens
+        self.pos[:n] = pos
+        self.logits[:n] = logits
+        self.n_tokens = n
+
+    def as_c(self) -> Any:
+        """The ``struct llama_batch`` value (valid while this object lives)."""
+        self._c.n_tokens = self.n_tokens
+        return self._c[0]
+
+
 class EmbdBatch:
     """A ``llama_batch_ext`` of embedding rows (owned; freed with the object).
 
@@ -171,4 +226,4 @@ class TokenEmbdBatch:
         return self._ptr
 
 
-__all__ = ["TokenBatch", "EmbdBatch", "TokenEmbdBatch"]
+__all__ = ["TokenBatch", "SeqSetBatch", "EmbdBatch", "TokenEmbdBatch"]

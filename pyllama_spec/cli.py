@@ -267,7 +267,7 @@ def cmd_bakeoff(a: argparse.Namespace) -> int:
     res = ps.bakeoff(a.target, a.add_drafter, n_max=a.n_max, prompts=a.prompts, turns=a.turns or None,
                      thinking=a.thinking, temperature=a.temperature, runs=a.runs, max_tokens=a.max_tokens,
                      native=a.native, out=a.out, plots=not a.no_plots, seed=a.seed, n_ctx=a.n_ctx,
-                     n_gpu_layers=a.n_gpu_layers, progress=not a.no_progress, resume=a.resume)
+                     n_gpu_layers=a.n_gpu_layers, progress=not a.no_progress, resume=a.resume, tree=a.tree)
     written = [a.out + "/" + p for p in ("results.json", "results.csv", "REPORT.md")] + (res["outputs"].get("plots")
                                                                                       or [])
     print(f"{len(res['runs'])} generations; wrote {', '.join(written)}")
@@ -345,6 +345,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="a drafter: dflash=path/to/drafter.gguf, a kind without file such as 'ngram', or 'dflash' "
                         "alone for the drafter shipped for the target (repeatable; any kind the Generator accepts)")
     k.add_argument("--n-max", default="1,2,3,4,7,15", help="draft lengths, comma-separated; 'auto' = chosen per step")
+    k.add_argument("--tree", default="", metavar="BUDGETS",
+                   help="token-tree node budgets, comma-separated (e.g. 8,16,32): a point per budget at each n_max "
+                        "(the depth) for drafters that draft trees (draft-dflash)")
     k.add_argument("--prompts", default="builtin:coding-chat",
                    help="builtin:coding-chat | builtin:mixed | a .jsonl file of conversations")
     k.add_argument("--turns", type=int, default=4, help="most user turns per conversation (0 = all)")

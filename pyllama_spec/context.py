@@ -22,7 +22,7 @@ from . import backend
 from ._check import check_bool, check_choice, check_int
 from ._ffi import ffi, lib
 from ._locks import locked
-from .batch import EmbdBatch, TokenBatch, TokenEmbdBatch
+from .batch import EmbdBatch, SeqSetBatch, TokenBatch, TokenEmbdBatch
 from .errors import (
     ClosedError,
     ContextError,
@@ -246,6 +246,7 @@ class Context:
         self.memory = Memory(self)
         self._batch = TokenBatch(self.n_batch)
         self._ebatch: EmbdBatch | None = None
+        self._sbatch: SeqSetBatch | None = None
         self._n_vocab = model.n_vocab
         self._n_embd = model.n_embd
         ids = model.target_layer_ids
@@ -523,6 +524,61 @@ class Context:
         self._cache_version += 1
         rc = lib.llama_decode(self.ptr, self._batch.as_c())
         self._after_decode(rc, n, n_out, "decode", flags)
+        return n_out
+
+    @locked
+    def decode_seq_sets(self, tokens: Sequence[int] | np.ndarray, pos: Sequence[int] | np.ndarray,
+                        seq_sets: Sequence[Sequence[int]], *, logits: str | Sequence[bool] | np.ndarray = "all") -> int:
+        """Decode a batch whose tokens may each belong to several sequences (llama.cpp's seq-id
+        lists): a token's KV cell then belongs to all of them, and it attends to the cells of its
+        first (lowest) sequence. A token tree is verified this way (``speculative/tree_step.py``).
+
+        llama.cpp requires (and checks, refusing the batch) that each sequence's positions in the
+        batch follow its last cached position without gaps and never decrease, and that sequences
+        sharing a token hold the same positions in the cache.
+
+        Args:
+            tokens: ``(n,)`` token ids.  pos: ``(n,)`` positions.
+            seq_sets: ``n`` non-empty lists of sequence ids (each in ``[0, n_seq_max)``).
+            logits: which rows produce outputs (as :meth:`decode`).
+
+        Returns:
+            The number of output rows.
+
+        Raises:
+            InvalidArgumentError: a sequence id out of range; a backend sampler is attached (llama.cpp
+                samples a row for its first sequence only: detach it with ``set_sampler(None)``).
+            InvalidBatchError, KVCacheFullError, DecodeError: as :meth:`decode`.
+        """
+        toks = _as_int_array("tokens", tokens)
+        n = toks.shape[0]
+        if n == 0:
+            raise InvalidBatchError("decode_seq_sets() needs at least one token", -1)
+        if toks.min() < 0 or toks.max() >= self._n_vocab:
+            bad = toks[(toks < 0) | (toks >= self._n_vocab)][0]
+            raise InvalidBatchError(f"token id {bad} is outside the vocabulary [0, {self._n_vocab})", -1)
+        posa = _as_int_array("pos", pos)
+        if posa.shape != (n,) or len(seq_sets) != n:
+            raise InvalidBatchError(f"{n} tokens need {n} positions and {n} sequence sets, got {posa.shape[0]} and "
+                                    f"{len(seq_sets)}", -1)
+        sets = [sorted(int(s) for s in ss) for ss in seq_sets]
+        for ss in sets:
+            if not ss or ss[0] < 0 or ss[-1] >= self.n_seq_max or len(set(ss)) != len(ss):
+                raise InvalidArgumentError(f"each sequence set must be distinct ids in [0, {self.n_seq_max}) "
+                                           f"(n_seq_max), got {ss}")
+        if self._samplers:
+            raise InvalidArgumentError("decode_seq_sets() reads logits: detach the backend sampler first "
+                                       "(set_sampler(None))")
+        flags = _output_flags(logits, n)
+        n_out = int(np.count_nonzero(flags))
+        self._check_batch(n, n_out)
+        if self._sbatch is None:
+            self._sbatch = SeqSetBatch(self.n_batch, self.n_seq_max)
+        self._sbatch.set(toks, posa, sets, flags)
+        backend.recent_errors.clear()
+        self._cache_version += 1
+        rc = lib.llama_decode(self.ptr, self._sbatch.as_c())
+        self._after_decode(rc, n, n_out, "decode_seq_sets", flags)
         return n_out
 
     @locked

@@ -26,6 +26,7 @@ from .speculative.report import GenerationResult
 from .speculative.sampling import SamplingParams
 from .speculative.stats import SpecStats
 from .speculative.timing import StageTimer
+from .speculative.tree import TREE_BUDGET_MAX
 
 log = logging.getLogger("pyllama_spec")
 
@@ -109,6 +110,11 @@ class Generator:
             head (a DFlash drafter computes its logits with it). A ``(kind, kwargs)`` spec takes
             ``device=`` in its kwargs.
         repack: llama.cpp's CPU weight repacking (off by default; refused on AMX CPUs, where it crashes).
+        tree: token-tree verification (``speculative/tree_step.py``): the node budget of the tree each
+            step drafts and verifies with drafters that support trees (draft-dflash; ``n_max`` is the
+            depth); 0 (default) = chains. The target context gets ``tree`` branch sequences in one
+            unified KV cache (``n_seq_max=tree, kv_unified=True``); a ``SpecConfig(tree=...)`` may ask
+            for a smaller tree, or 0, per generation. Not with ``n_parallel > 1``.
 
     Raises:
         ModelLoadError (and subclasses), ContextError, DrafterMismatchError, InvalidTypeError,
@@ -132,12 +138,17 @@ class Generator:
                  n_threads: int | None = None, repack: bool = False, progress: bool = False, n_parallel: int = 1,
                  split_mode: str = "layer", tensor_split: Sequence[float] | None = None, main_gpu: int = 0,
                  devices: Sequence[str] | None = None, rpc_servers: Sequence[str] | None = None,
-                 drafter_device: str | Mapping[str, str] | None = None):
+                 drafter_device: str | Mapping[str, str] | None = None, tree: int = 0):
         self._lock = threading.RLock()
         if drafters is not None and not isinstance(drafters, Mapping):
             raise InvalidTypeError(f"drafters must be a dict {{name: spec}} or None, got {type(drafters).__name__}")
         n_parallel = check_int("n_parallel", n_parallel, min=1,
                                what="an int ≥ 1 (sequences generate_batch runs at once)")
+        self.tree = check_int("tree", tree, min=0, max=TREE_BUDGET_MAX,
+                              what=f"a node budget in [0, {TREE_BUDGET_MAX}] (0 = chains)")
+        if self.tree and n_parallel > 1:
+            raise UnsupportedError(f"tree={self.tree} and n_parallel={n_parallel}: token trees use the target's "
+                                   "sequences as branches; create one Generator for trees and one for generate_batch")
         if drafter_device is not None and not isinstance(drafter_device, (str, Mapping)):
             raise InvalidTypeError(f"drafter_device must be a device name, a {{drafter name: device}} dict or "
                                    f"None, got {drafter_device!r}")
@@ -154,8 +165,9 @@ class Generator:
                            split_mode=split_mode, tensor_split=tensor_split, main_gpu=main_gpu, devices=devices)
         # a verify batch of up to VERIFY_ROWS_BACKEND rows is sampled in the decode graph (larger ones on the host)
         self.ctx = Context(self.model, n_ctx=n_ctx * n_parallel if n_ctx else 0, n_batch=n_batch, n_ubatch=n_ubatch,
-                           n_seq_max=n_parallel, flash_attn=flash_attn, type_k=type_k, type_v=type_v,
-                           n_threads=n_threads, n_outputs_max_per_seq=min(VERIFY_ROWS_BACKEND, n_batch))
+                           n_seq_max=max(n_parallel, self.tree), flash_attn=flash_attn, type_k=type_k,
+                           type_v=type_v, n_threads=n_threads, n_outputs_max_per_seq=min(VERIFY_ROWS_BACKEND, n_batch),
+                           kv_unified=self.tree > 1)
         self.drafters: dict[str, Drafter] = {}
         self._active: _Run | BatchRun | None = None
         self._ledger = CacheLedger(self.ctx)  # what sequence 0 of the target holds (prefix reuse)
@@ -404,7 +416,8 @@ class Generator:
                                      state=self._auto_state.setdefault(spec.drafter, AutoState()))
         steps = speculative_generate(self.ctx, d, tokens, max_tokens=max_tokens, n_max=int(spec.n_max or 0),
                                      sp=sampling, verify=spec.verify, stats=stats, timer=timer, rng=rng,
-                                     backend_sampling=spec.backend_sampling, n_keep=n_keep, draft_length=policy)
+                                     backend_sampling=spec.backend_sampling, n_keep=n_keep, draft_length=policy,
+                                     tree=int(spec.tree or 0))
         run = _Run(self, self._ledger.track(steps, tokens), stops=stops, stop_ids=stop_ids, special=special,
                    timer=timer, stats=stats, prompt_tokens=tokens, spec=spec, sampling=sampling, auto=auto)
         run.n_reused = n_keep
@@ -489,11 +502,12 @@ class Generator:
             InvalidArgumentError: an unknown drafter name.
         """
         if spec.drafter is None:
-            return None, spec.replace(n_max=0), False
+            return None, spec.replace(n_max=0, tree=0), False
         if spec.drafter not in self.drafters:
             raise InvalidArgumentError(f"unknown drafter {spec.drafter!r}; this generator has: "
                                        f"{', '.join(self.drafters) or 'none'} (or None for plain decoding)")
         d = self.drafters[spec.drafter]
+        spec = spec.replace(tree=self._resolve_tree(spec, d))
         auto = spec.n_max == AUTO
         n_max = d.n_max_limit if auto else d.n_max_default if spec.n_max is None else int(spec.n_max)
         if auto:  # the ceiling: what the drafter can make and the verify batch sampled in the graph holds
@@ -506,6 +520,26 @@ class Generator:
                         self.ctx.n_batch, self.ctx.n_batch - 1)
             n_max = self.ctx.n_batch - 1
         return d, spec.replace(n_max=n_max), auto
+
+    def _resolve_tree(self, spec: SpecConfig, d: Drafter) -> int:
+        """The node budget of ``spec`` with drafter ``d``: the Generator's ``tree`` unless the spec
+        names one (chains for drafters without tree support or with ``n_max="auto"``).
+
+        Raises:
+            InvalidArgumentError: a budget above the Generator's ``tree``.
+            UnsupportedError: a budget for a drafter that drafts chains only, or with ``n_max="auto"``.
+        """
+        if spec.tree is None:
+            return self.tree if d.supports_tree and spec.n_max != AUTO else 0
+        if spec.tree and spec.tree > self.tree:
+            raise InvalidArgumentError(f"tree={spec.tree} nodes, but this Generator's target context is sized for "
+                                       f"trees of up to tree={self.tree}: create the Generator with tree={spec.tree}")
+        if spec.tree and not d.supports_tree:
+            raise UnsupportedError(f"drafter {spec.drafter!r} ({d.kind}) drafts chains only: tree={spec.tree} needs a "
+                                   "drafter with supports_tree (draft-dflash)")
+        if spec.tree and spec.n_max == AUTO:
+            raise UnsupportedError("n_max='auto' chooses a chain's length: use an int n_max (the depth) with a tree")
+        return int(spec.tree)
 
     def verify_ms(self, n_rows: int, drafter: str | None = None, tokens: Iterable[int] | None = None, *,
                   depth: int = 256, reps: int = 3) -> list[float]:

@@ -25,12 +25,12 @@ PLOTS = ["speed_tau_vs_n_max.png", "acceptance_per_position.png", "stage_time_pe
 
 TOP_KEYS = {"schema", "complete", "settings", "machine", "model", "notes", "memory", "verify_ms", "runs", "points",
             "cost_models", "outputs"}
-RUN_KEYS = {"drafter", "kind", "n_max", "n_max_ceiling", "temperature", "thinking", "run", "conversation", "turn",
-            "n_prompt", "n_generated", "finish_reason", "generation_s", "prefill_s", "tokens_per_s",
+RUN_KEYS = {"drafter", "kind", "n_max", "tree", "n_max_ceiling", "temperature", "thinking", "run", "conversation",
+            "turn", "n_prompt", "n_generated", "finish_reason", "generation_s", "prefill_s", "tokens_per_s",
             "prompt_tokens_per_s", "n_steps", "n_drafted", "n_accepted", "tau", "acceptance", "accepted_at",
             "drafted_at", "accepted_per_position", "mean_draft_length", "draft_length_counts", "stage_ms",
             "stages_ms_per_step", "native"}
-POINT_KEYS = {"drafter", "kind", "n_max", "temperature", "thinking", "n_runs", "n_generations", "n_generated",
+POINT_KEYS = {"drafter", "kind", "n_max", "tree", "temperature", "thinking", "n_runs", "n_generations", "n_generated",
               "n_steps", "tokens_per_s", "prompt_tokens_per_s", "tau", "acceptance", "accepted_per_position",
               "survival", "mean_draft_length", "ms_per_step", "stages_ms_per_step", "tokens_per_s_runs",
               "tokens_per_s_sd", "draft_length_counts", "by_turn", "native", "speedup"}
@@ -104,7 +104,7 @@ def test_results_schema_is_stable(sweep):
     for r in res["runs"]:
         assert set(r) == RUN_KEYS
     for p in res["points"]:
-        fixed = p["drafter"] is not None and isinstance(p["n_max"], int)
+        fixed = p["drafter"] is not None and isinstance(p["n_max"], int) and not p["tree"]
         assert set(p) == POINT_KEYS | (PREDICTED_KEYS if fixed else set()), p["drafter"]
         assert set(p["by_turn"][0]) == {"turn", "n_prompt_mean", "tau", "acceptance", "tokens_per_s"}
     for cm in res["cost_models"]:
@@ -356,3 +356,20 @@ def test_ctrl_c_while_preparing_leaves_a_results_json(tiny, tmp_path, monkeypatc
     monkeypatch.setattr(ps.Generator, "verify_ms", real)
     res = _small(tiny["target"], tmp_path, resume=True)
     assert res["complete"] is True and len(res["runs"]) == 12
+
+
+def test_bakeoff_tree_points(tiny):
+    """--tree: a point per budget for the tree drafter only (the n-gram drafter drafts chains), lossless at
+    T = 0, kept out of the chain cost model; bad budgets are named."""
+    res = ps.bakeoff(tiny["target"], {"dflash": str(tiny["dflash"]), "ngram": "ngram"}, n_max=[3],
+                     prompts=["def add(a, b):"], turns=1, runs=1, max_tokens=8, n_ctx=512, progress=False,
+                     verify_reps=1, plots=False, tree="4,8")
+    pts = {(p["drafter"], p["tree"]): p for p in res["points"]}
+    assert set(pts) == {(None, 0), ("dflash", 0), ("dflash", 4), ("dflash", 8), ("ngram", 0)}
+    assert res["settings"]["tree"] == [4, 8]
+    assert "predicted_tok_s" not in pts[("dflash", 4)] and "predicted_tok_s" in pts[("dflash", 0)]
+    runs = {(r["drafter"], r["tree"]): r for r in res["runs"]}
+    for d, t in pts:
+        assert runs[(d, t)]["n_generated"] == 8
+    with pytest.raises(InvalidArgumentError, match="tree budgets"):
+        ps.bakeoff(tiny["target"], {"ngram": "ngram"}, tree="0", progress=False)

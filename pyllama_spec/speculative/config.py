@@ -13,6 +13,7 @@ import numpy as np
 
 from .._check import check_bool, check_choice, check_int, check_str
 from ..errors import InvalidTypeError
+from .tree import TREE_BUDGET_MAX
 
 #: verification rules: llama.cpp's (sample the target, accept while equal) and speculative sampling
 VERIFY_MODES = ("match", "rejection")
@@ -47,6 +48,10 @@ class SpecConfig:
             argmax at T=0, which was faster there (865 vs 780 tok/s: llama.cpp's sampling graph
             adds an argmax kernel and a copy per row; benchmarks/RESULTS.md). True / False force
             either path. Rejection sampling always reads logits: it needs both distributions.
+        tree: token trees (``speculative/tree_step.py``): the most nodes of the tree drafted and
+            verified per step (``n_max`` is then its depth), 0 = chains; None = the Generator's
+            ``tree`` for drafters that support trees (draft-dflash), chains for the others. At most the
+            Generator's ``tree`` (its target context is sized for it).
 
     Raises:
         InvalidArgumentError: a value of the wrong type or out of range (the message names it).
@@ -56,6 +61,7 @@ class SpecConfig:
     verify: str = "match"
     sync_stages: bool = True
     backend_sampling: bool | str = "auto"
+    tree: int | None = None
 
     def __post_init__(self) -> None:
         check_str("drafter", self.drafter, none_ok=True)
@@ -65,6 +71,9 @@ class SpecConfig:
                 what="an int ≥ 0, 'auto' (chosen per step) or None (the drafter's default)"))
         check_choice("verify", self.verify, VERIFY_MODES)
         check_bool("sync_stages", self.sync_stages)
+        object.__setattr__(self, "tree", check_int(
+            "tree", self.tree, min=0, max=TREE_BUDGET_MAX, none_ok=True,
+            what=f"a node budget in [0, {TREE_BUDGET_MAX}] (0 = chains) or None (the Generator's)"))
         if not (isinstance(self.backend_sampling, str) and self.backend_sampling == "auto"):
             if not isinstance(self.backend_sampling, (bool, np.bool_)):
                 raise InvalidTypeError("backend_sampling must be True, False or 'auto' (backend sampling at "

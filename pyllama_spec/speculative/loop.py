@@ -9,6 +9,7 @@
         drafter.on_accept(len(draft), k)
         rollback both caches to n_past + 1 + k
         commit draft[:k] + [bonus]; stop at EOS / stop string / max_tokens / context
+    (with a node budget, ``tree=``: tree_step.py drafts a token tree, verifies and observes it instead)
 
 Invariant: both KV caches hold exactly positions ``[0, n_past)``; ``last`` (the newest
 committed token, at position ``n_past``) has not been decoded by the target yet. It is the
@@ -31,13 +32,14 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..context import Context
-from ..errors import InvalidArgumentError, PyllamaSpecError
+from ..errors import InvalidArgumentError, PyllamaSpecError, UnsupportedError
 from ..sampler import SamplerChain
 from .config import VERIFY_MODES
 from .drafters import Draft, Drafter
 from .sampling import SamplingParams
 from .stats import SpecStats
 from .timing import StageTimer
+from .tree_step import check_tree_context, tree_verify_step
 from .verify import accept_prefix, verify_greedy, verify_match, verify_rejection
 
 if TYPE_CHECKING:
@@ -70,7 +72,8 @@ def _check_draft_probs(drafter: Drafter, draft: Draft, n_vocab: int) -> None:
 def speculative_generate(target: Context, drafter: Drafter | None, prompt: list, *, max_tokens: int,
                          n_max: int, sp: SamplingParams, verify: str, stats: SpecStats, timer: StageTimer,
                          rng: np.random.Generator, backend_sampling: bool | str = "auto",
-                         n_keep: int = 0, draft_length: AutoDraftLength | None = None) -> Iterator[StepOutput]:
+                         n_keep: int = 0, draft_length: AutoDraftLength | None = None,
+                         tree: int = 0) -> Iterator[StepOutput]:
     """Run the loop; yields the tokens each step commits (EOS included, then stops).
 
     Args:
@@ -90,6 +93,9 @@ def speculative_generate(target: Context, drafter: Drafter | None, prompt: list,
             and that ``n_keep < len(prompt)``; 0 starts from empty caches.
         draft_length: ``n_max="auto"``: an object whose ``trim(draft)`` returns the prefix of each
             proposal worth verifying (``costmodel.AutoDraftLength``); ``n_max`` is then the ceiling.
+        tree: a node budget > 0 verifies a token tree per step (``tree_step.py``; the drafter needs
+            ``supports_tree``, the target ``n_seq_max ≥ tree`` and ``kv_unified``), ``n_max`` its depth;
+            0: chains. Its rows are read on the host (a backend sampler draws per sequence).
 
     The caller (``Generator``) validates sizes; this function assumes ``len(prompt) < n_ctx_seq``.
     """
@@ -110,7 +116,17 @@ def speculative_generate(target: Context, drafter: Drafter | None, prompt: list,
     host_rule = verify == "rejection" and not sp.greedy and drafter is not None
     fits = n_max + 1 <= target.n_outputs_max_per_seq  # llama.cpp's sampling graph is sized for that many rows
     use_backend = backend_sampling is True or (backend_sampling == "auto" and not sp.greedy)
-    chain = SamplerChain.from_params(sp) if use_backend and fits and not host_rule else None
+    tree_budget = tree if drafter is not None and n_max > 0 else 0
+    if tree_budget:
+        assert drafter is not None  # (tree_budget is 0 without one)
+        if not drafter.supports_tree:
+            raise UnsupportedError(f"drafter {drafter.kind!r} drafts chains only: token trees (tree={tree}) need a "
+                                   "drafter with supports_tree (draft-dflash)")
+        if draft_length is not None:
+            raise UnsupportedError("n_max='auto' chooses a chain's length: use an int n_max with a token tree")
+        check_tree_context(target, tree_budget)
+    chain = (SamplerChain.from_params(sp) if use_backend and fits and not host_rule and not tree_budget
+             else None)
     target.set_sampler(chain)
     if drafter is not None:
         drafter.want_confidence = draft_length is not None
@@ -126,13 +142,13 @@ def speculative_generate(target: Context, drafter: Drafter | None, prompt: list,
     try:
         yield from _run(target, drafter, prompt, vocab, mem, chain, max_tokens=max_tokens, n_max=n_max, sp=sp,
                         dsp=dsp, verify=verify, stats=stats, timer=timer, rng=rng, n_keep=n_keep,
-                        draft_length=draft_length)
+                        draft_length=draft_length, tree_budget=tree_budget)
     finally:
         target.set_sampler(None)  # the user's own decodes get logits again
 
 
 def _run(target, drafter, prompt, vocab, mem, chain, *, max_tokens, n_max, sp, dsp, verify, stats, timer, rng,
-         n_keep, draft_length):
+         n_keep, draft_length, tree_budget):
     # prefill: everything but the last prompt token (and the kept prefix), chunked by n_batch
     timer.mark("prefill_start")
     n_prefill = len(prompt) - 1
@@ -151,8 +167,13 @@ def _run(target, drafter, prompt, vocab, mem, chain, *, max_tokens, n_max, sp, d
     n_ctx = target.n_ctx_seq  # what sequence 0 can hold (n_ctx unless the context has several streams)
     while True:
         room = min(n_ctx - n_past - 1, max_tokens - n_out - 1)
+        step = None
+        if tree_budget and room > 0:  # a token tree: drafted, verified and observed in tree_step.py
+            step = tree_verify_step(target, drafter, last, n_past, n_max=min(n_max, room),
+                                    budget=min(tree_budget, n_ctx - n_past - 1),
+                                    sp=sp, dsp=dsp, verify=verify, rng=rng, timer=timer)
         draft = Draft(tokens=[])
-        if drafter is not None and room > 0 and n_max > 0:
+        if step is None and drafter is not None and room > 0 and n_max > 0:
             ask = min(n_max, room)
             if draft_length is not None:  # n_max="auto": draft no more than might be verified
                 ask = max(1, draft_length.budget(ask))
@@ -164,39 +185,28 @@ def _run(target, drafter, prompt, vocab, mem, chain, *, max_tokens, n_max, sp, d
                 _check_draft_probs(drafter, draft, target.model.n_vocab)
             if draft_length is not None:  # n_max="auto": verify only the prefix the cost model prefers
                 draft = draft_length.trim(draft)
-        n_d = len(draft.tokens)
+        n_d = len(draft.tokens) if step is None else step.depth  # a tree counts its deepest branch
 
-        with timer("verify", target):
-            batch = [last] + draft.tokens
-            pos = np.arange(n_past, n_past + n_d + 1, dtype=np.int32)
-            target.decode(batch, pos, logits="all")
-        with timer("accept"):
-            if chain is not None:
-                k, bonus = accept_prefix(target.sampled_tokens(n_d + 1), draft.tokens)
-            else:
-                logits = target.logits()
-                if sp.greedy:
-                    k, bonus = verify_greedy(logits, draft.tokens)
-                elif verify == "rejection":  # a drafter without probabilities is deterministic (q one-hot)
-                    q = draft.probs if drafter is not None and drafter.supports_rejection else None
-                    k, bonus = verify_rejection(logits, draft.tokens, q, sp, rng)
-                else:
-                    k, bonus = verify_match(logits, draft.tokens, sp, rng)
+        if step is None:
+            batch, pos, k, bonus = _verify_chain(target, drafter, chain, draft, last, n_past, sp, verify, rng, timer)
+            committed = draft.tokens[:k] + [bonus]
+        else:
+            k, committed = step.n_accepted, step.committed
         stats.record(n_d, k)
 
-        committed = draft.tokens[:k] + [bonus]
         if chain is not None:
             for t in committed:  # llama.cpp's seeded draw advances only over accepted rows
                 chain.accept(t)
         if drafter is not None:
-            drafter.observe(batch, pos, k + 1, timer)
+            if step is None:  # (a tree step has observed its accepted path's rows)
+                drafter.observe(batch, pos, k + 1, timer)
             drafter.on_accept(n_d, k)
         n_past += k + 1
         with timer("rollback"):
             mem.seq_rm(0, n_past)
             if drafter is not None:
                 drafter.rollback(n_past)
-        last = bonus
+        last = committed[-1]
 
         finish = None
         for j, t in enumerate(committed):
@@ -219,6 +229,28 @@ def _run(target, drafter, prompt, vocab, mem, chain, *, max_tokens, n_max, sp, d
         yield StepOutput(committed, finish)
         if finish is not None:
             return
+
+
+def _verify_chain(target, drafter, chain, draft, last, n_past, sp, verify, rng, timer):
+    """Verify a chain ``[last] + draft`` in one target decode → ``(batch, positions, k, bonus)``."""
+    n_d = len(draft.tokens)
+    with timer("verify", target):
+        batch = [last] + draft.tokens
+        pos = np.arange(n_past, n_past + n_d + 1, dtype=np.int32)
+        target.decode(batch, pos, logits="all")
+    with timer("accept"):
+        if chain is not None:
+            k, bonus = accept_prefix(target.sampled_tokens(n_d + 1), draft.tokens)
+        else:
+            logits = target.logits()
+            if sp.greedy:
+                k, bonus = verify_greedy(logits, draft.tokens)
+            elif verify == "rejection":  # a drafter without probabilities is deterministic (q one-hot)
+                q = draft.probs if drafter is not None and drafter.supports_rejection else None
+                k, bonus = verify_rejection(logits, draft.tokens, q, sp, rng)
+            else:
+                k, bonus = verify_match(logits, draft.tokens, sp, rng)
+    return batch, pos, k, bonus
 
 
 __all__ = ["speculative_generate", "StepOutput", "VERIFY_MODES"]

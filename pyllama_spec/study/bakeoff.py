@@ -10,6 +10,7 @@ from typing import Any
 
 from ..drafter_specs import parse_drafter_specs
 from ..errors import InvalidArgumentError
+from ..speculative.tree import TREE_BUDGET_MAX
 from .machine import machine_info
 from .prompts import load_prompts
 from .summary import run_record, summarize
@@ -44,12 +45,12 @@ def _atomic_json(results: dict, path: Path) -> None:
 
 def _done_key(rec: dict) -> tuple:
     """The (point, run) a run record belongs to: the unit the sweep finishes and resumes by."""
-    return (rec["drafter"], rec["n_max"], rec["temperature"], rec["thinking"], rec["run"])
+    return (rec["drafter"], rec["n_max"], rec.get("tree", 0), rec["temperature"], rec["thinking"], rec["run"])
 
 
 #: settings a resumed sweep must share with the results.json it continues (``runs`` may grow)
-_RESUME_KEYS = ("n_max", "prompts", "n_conversations", "turns", "thinking", "temperature", "max_tokens", "native",
-                "seed", "verify_reps", "n_ctx", "n_gpu_layers")
+_RESUME_KEYS = ("n_max", "tree", "prompts", "n_conversations", "turns", "thinking", "temperature", "max_tokens",
+                "native", "seed", "verify_reps", "n_ctx", "n_gpu_layers")
 
 
 def _load_resume(path: Path, settings: dict, model: dict) -> dict | None:
@@ -84,12 +85,33 @@ def _load_resume(path: Path, settings: dict, model: dict) -> dict | None:
     return old
 
 
+def parse_trees(values: Any) -> list[int]:
+    """Node budgets from ``"4,16"``, an int or a list (empty: none).
+
+    Raises:
+        InvalidArgumentError: a budget that is not an int in [1, TREE_BUDGET_MAX].
+    """
+    if values is None or values == "" or values == ():
+        return []
+    items = values.split(",") if isinstance(values, str) else [values] if isinstance(values, int) else list(values)
+    out = []
+    for v in items:
+        try:
+            b = int(str(v).strip())
+        except ValueError:
+            raise InvalidArgumentError(f"tree budgets are ints in [1, {TREE_BUDGET_MAX}], got {v!r}") from None
+        if not 1 <= b <= TREE_BUDGET_MAX:
+            raise InvalidArgumentError(f"tree budgets are ints in [1, {TREE_BUDGET_MAX}], got {b}")
+        out.append(b)
+    return list(dict.fromkeys(out))
+
+
 def bakeoff(target: str | os.PathLike, drafters: Any = None, *, n_max: Any = (1, 2, 3, 4, 7, 15),
             prompts: Any = "builtin:coding-chat", turns: int | None = 4, thinking: Any = None,
             temperature: Any = (0.0,), runs: int = 3, max_tokens: int = 128, native: bool = False,
             out: Any = None, plots: bool = True, seed: int = 0, n_ctx: int = 4096, n_gpu_layers: int = -1,
             progress: bool = True, verify_reps: int = 3, generator_kwargs: dict | None = None,
-            resume: bool = False) -> dict:
+            resume: bool = False, tree: Any = ()) -> dict:
     """Compare drafters on one target: every drafter × n_max × thinking × temperature, plus plain
     decoding, over a prompt set of (multi-turn) chats, ``runs`` times.
 
@@ -124,6 +146,10 @@ def bakeoff(target: str | os.PathLike, drafters: Any = None, *, n_max: Any = (1,
         verify_reps: repetitions per row count of the direct verify-cost measurement (``verify_ms``).
         resume: continue the sweep of ``out/results.json`` (same settings; ``runs`` may be larger):
             its finished (point, run) pairs are kept, not run again; its verify costs are reused.
+        tree: token-tree node budgets (ints, or ``"4,16"``): each is a point of its own at every int
+            n_max (its depth) of the drafters that draft trees (draft-dflash); the target context is
+            then sized for the largest (``Generator(tree=...)``) for every point. The cost model is
+            fitted on chains only (trees get no prediction yet).
 
     Returns:
         The results dict written to results.json: ``schema``, ``complete``, ``settings``, ``machine``,
@@ -156,6 +182,7 @@ def bakeoff(target: str | os.PathLike, drafters: Any = None, *, n_max: Any = (1,
     if any(t < 0 for t in temps):
         raise InvalidArgumentError(f"temperatures must be ≥ 0, got {temps}")
     thinking_values = parse_thinking(thinking)
+    trees = parse_trees(tree)
     convs = load_prompts(prompts)
     target = resolve_model(target, progress=progress)
     specs = with_shipped_drafters(target, _specs(drafters))
@@ -174,13 +201,18 @@ def bakeoff(target: str | os.PathLike, drafters: Any = None, *, n_max: Any = (1,
     notes = []
     machine = machine_info()
     log.info("bakeoff: loading %s and %d drafter(s)", Path(target).name, len(specs))
-    gen = Generator(target, drafters=specs, n_ctx=n_ctx, n_gpu_layers=n_gpu_layers, **(generator_kwargs or {}))
+    gkw = dict(generator_kwargs or {})
+    if trees:
+        gkw["tree"] = max(trees)
+    gen = Generator(target, drafters=specs, n_ctx=n_ctx, n_gpu_layers=n_gpu_layers, **gkw)
     try:
         if thinking_values != [None] and not thinking_effect(gen):
             notes.append(f"thinking {thinking!r} has no effect: the chat template of {Path(target).name} does not "
                          "read enable_thinking; those points were run once, without it")
             thinking_values = [None]
-        points, clamp_notes = make_points(gen, n_max_values, temps, thinking_values)
+        points, clamp_notes = make_points(gen, n_max_values, temps, thinking_values, trees)
+        if trees and not any(p.tree for p in points):
+            notes.append(f"--tree {trees}: no drafter here drafts token trees (draft-dflash does); no tree points")
         notes += clamp_notes
         files = {name: drafter_file(gen, name, spec) for name, spec in specs.items()}
         runner = Runner(gen, convs, turns=turns, max_tokens=max_tokens, seed=seed, native=native,
@@ -200,7 +232,8 @@ def bakeoff(target: str | os.PathLike, drafters: Any = None, *, n_max: Any = (1,
                                   "n_max_limit": d.n_max_limit, "description": getattr(getattr(d, "model", None),
                                                                                       "description", None)}
                               for n, d in gen.drafters.items()}}
-        settings: dict[str, Any] = {"n_max": n_max_values, "prompts": prompts if isinstance(prompts, str) else "inline",
+        settings: dict[str, Any] = {"n_max": n_max_values, "tree": trees,
+                    "prompts": prompts if isinstance(prompts, str) else "inline",
                     "n_conversations": len(convs), "turns": turns, "thinking": thinking_values,
                     "temperature": temps, "runs": runs, "max_tokens": max_tokens, "native": native, "seed": seed,
                     "verify_reps": verify_reps, "n_ctx": n_ctx, "n_gpu_layers": n_gpu_layers, "sync_stages": True,
@@ -217,7 +250,7 @@ def bakeoff(target: str | os.PathLike, drafters: Any = None, *, n_max: Any = (1,
             settings["wall_s"] = old["settings"].get("wall_s", 0.0)
         done = {_done_key(r) for r in records}
         todo = [(run, p) for run in range(runs) for p in points
-                if (p.drafter, p.n_max, p.temperature, p.thinking, run) not in done]
+                if (p.drafter, p.n_max, p.tree, p.temperature, p.thinking, run) not in done]
 
         t0 = time.time()
 

@@ -37,7 +37,7 @@ def _settings(points: Any) -> list:
 
 
 def _fixed(points, drafter, setting):
-    return sorted([p for p in points if p["drafter"] == drafter and isinstance(p["n_max"], int)
+    return sorted([p for p in points if p["drafter"] == drafter and isinstance(p["n_max"], int) and not p.get("tree")
                    and (p["temperature"], p["thinking"]) == setting], key=lambda p: p["n_max"])
 
 

@@ -10,10 +10,11 @@ from typing import Any
 from .machine import machine_label, target_label
 from .summary import STEP_STAGES
 
-POINT_COLUMNS = ("drafter", "kind", "n_max", "temperature", "thinking", "n_runs", "n_generations", "n_generated",
+POINT_COLUMNS = ("drafter", "kind", "n_max", "tree", "temperature", "thinking", "n_runs", "n_generations",
+                 "n_generated",
                  "tokens_per_s", "tokens_per_s_sd", "speedup", "prompt_tokens_per_s", "tau", "acceptance",
                  "mean_draft_length", "ms_per_step", "predicted_tok_s", "predicted_heldout_tok_s", "break_even_tau")
-RUN_COLUMNS = ("drafter", "kind", "n_max", "temperature", "thinking", "run", "conversation", "turn", "n_prompt",
+RUN_COLUMNS = ("drafter", "kind", "n_max", "tree", "temperature", "thinking", "run", "conversation", "turn", "n_prompt",
                "n_generated", "finish_reason", "tokens_per_s", "prompt_tokens_per_s", "n_steps", "n_drafted",
                "n_accepted", "tau", "acceptance", "mean_draft_length")
 
@@ -69,13 +70,13 @@ def _setting(p: Any) -> str:
 
 
 def _name(p: Any) -> str:
-    return p["drafter"] or "plain"
+    return (p["drafter"] or "plain") + (f" tree {p['tree']}" if p.get("tree") else "")
 
 
 def _order(points):
     return sorted(points, key=lambda p: (p["temperature"], str(p["thinking"]), p["drafter"] is not None,
                                          p["drafter"] or "", isinstance(p["n_max"], str), p["n_max"]
-                                         if isinstance(p["n_max"], int) else 0))
+                                         if isinstance(p["n_max"], int) else 0, p.get("tree") or 0))
 
 
 def _drafted_positions(p: Any) -> int:

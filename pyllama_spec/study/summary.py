@@ -24,7 +24,7 @@ def run_record(rec: dict, kind: str | None) -> dict:
     stage_s = res.step_timings
     spec = p.drafter is not None
     return {
-        "drafter": p.drafter, "kind": kind, "n_max": p.n_max, "n_max_ceiling": res.n_max,
+        "drafter": p.drafter, "kind": kind, "n_max": p.n_max, "tree": p.tree, "n_max_ceiling": res.n_max,
         "temperature": p.temperature, "thinking": p.thinking, "run": rec["run"], "conversation": rec["conversation"],
         "turn": rec["turn"], "n_prompt": res.n_prompt, "n_generated": res.n_generated,
         "finish_reason": res.finish_reason, "generation_s": res.generation_seconds, "prefill_s": res.prefill_seconds,
@@ -58,7 +58,7 @@ def measured(runs: list[dict]) -> Measured:
 
 
 def _key(r: Any) -> tuple:
-    return (r["drafter"], r["n_max"], r["temperature"], r["thinking"])
+    return (r["drafter"], r["n_max"], r["temperature"], r["thinking"], r.get("tree", 0))
 
 
 def _pooled(runs: list[dict]) -> dict:
@@ -85,7 +85,8 @@ def summarize_points(runs: list[dict]) -> list[dict]:
         groups.setdefault(_key(r), []).append(r)
     points = []
     for key, rs in groups.items():
-        row = {"drafter": key[0], "kind": rs[0]["kind"], "n_max": key[1], "temperature": key[2], "thinking": key[3],
+        row = {"drafter": key[0], "kind": rs[0]["kind"], "n_max": key[1], "tree": key[4], "temperature": key[2],
+               "thinking": key[3],
                "n_runs": len({r["run"] for r in rs}), **_pooled(rs)}
         per_run: dict[int, list[dict]] = {}
         for r in rs:
@@ -133,7 +134,7 @@ def cost_models(runs: list[dict], points: list[dict], verify_ms: dict | None = N
         plain = measured(plain_runs) if plain_runs else None
         by_n: dict = {}
         for r in same:
-            if r["drafter"] == drafter and isinstance(r["n_max"], int):
+            if r["drafter"] == drafter and isinstance(r["n_max"], int) and not r.get("tree"):  # (chains only)
                 by_n.setdefault(r["n_max"], []).append(r)
         if not by_n:
             continue
@@ -146,7 +147,7 @@ def cost_models(runs: list[dict], points: list[dict], verify_ms: dict | None = N
         for p in points:
             if (p["drafter"], p["temperature"], p["thinking"]) != (drafter, temp, think):
                 continue
-            if not isinstance(p["n_max"], int):
+            if not isinstance(p["n_max"], int) or p.get("tree"):  # (the cost model predicts chains)
                 continue
             n = p["n_max"]
             p["predicted_tok_s"] = model.tok_s(n)

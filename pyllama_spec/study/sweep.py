@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import InvalidArgumentError
-from ..speculative.config import AUTO
+from ..speculative.config import AUTO, SpecConfig
 from .prompts import Conversation
 
 log = logging.getLogger("pyllama_spec")
@@ -30,10 +30,13 @@ class Point:
     n_max: int | str          # tokens, or "auto"
     temperature: float
     thinking: bool | None     # the chat template's enable_thinking; None = not passed
+    tree: int = 0             # token-tree node budget (0 = a chain; n_max is then the tree's depth)
 
     @property
     def label(self) -> str:
-        return "plain" if self.drafter is None else f"{self.drafter} n_max={self.n_max}"
+        if self.drafter is None:
+            return "plain"
+        return f"{self.drafter} n_max={self.n_max}" + (f" tree={self.tree}" if self.tree else "")
 
 
 def native_spec_type(drafter: Any) -> str | None:
@@ -72,9 +75,11 @@ def thinking_effect(gen: Any) -> bool:
         return False
 
 
-def make_points(gen: Any, n_max_values: Any, temperatures: Any, thinking_values: Any) -> tuple[list[Point], list[str]]:
+def make_points(gen: Any, n_max_values: Any, temperatures: Any, thinking_values: Any,
+                trees: Any = ()) -> tuple[list[Point], list[str]]:
     """Plain + every drafter × n_max (clamped to what the drafter can make, duplicates dropped), for
-    each temperature and thinking value. Returns the points and notes about clamping."""
+    each temperature and thinking value; with node budgets ``trees``, also every budget at each int
+    n_max of the drafters that draft trees. Returns the points and notes about clamping."""
     notes, points = [], []
     for t in temperatures:
         for th in thinking_values:
@@ -90,6 +95,8 @@ def make_points(gen: Any, n_max_values: Any, temperatures: Any, thinking_values:
                     if n not in seen:
                         seen.add(n)
                         points.append(Point(name, n, t, th))
+                        if n != AUTO and d.supports_tree:
+                            points += [Point(name, n, t, th, tree=b) for b in trees]
     return points, notes
 
 
@@ -148,7 +155,7 @@ class Runner:
 
     def native_plan(self, point: Point) -> tuple[str, str | None] | None:
         """(spec type, model file) of the native run of ``point``, or None when there is none."""
-        if not self.native or point.temperature != 0 or point.n_max == AUTO:
+        if not self.native or point.temperature != 0 or point.n_max == AUTO or point.tree:
             return None
         if point.drafter is None:
             return ("none", None)
@@ -166,8 +173,10 @@ class Runner:
         for conv in self.convs:
             answers: list = []
             for turn in range(len(conv.turns)):
-                kw = dict(drafter=point.drafter, n_max=None if point.drafter is None else point.n_max,
-                          max_tokens=self.max_tokens, temperature=point.temperature,
+                # tree given always (0 = a chain): the Generator's own budget would apply otherwise
+                spec = SpecConfig(drafter=point.drafter, n_max=None if point.drafter is None else point.n_max,
+                                  tree=point.tree if point.drafter is not None else None)
+                kw = dict(spec=spec, max_tokens=self.max_tokens, temperature=point.temperature,
                           seed=self.seed + 1000 * run + turn if point.temperature > 0 else None)
                 if conv.raw:
                     res = self.gen.generate(conv.turns[turn], **kw)

@@ -47,6 +47,11 @@ Capabilities are class or instance attributes that the loop reads:
   ``(len(tokens), n_vocab)``; the loop checks both and raises otherwise). For ``verify="rejection"``
   a drafter without the capability counts as deterministic (q = one-hot at each draft token,
   whatever it returns), which is exact and accepts as often as the match rule.
+* ``supports_tree`` — ``propose_tree`` returns a token tree
+  (:class:`~pyllama_spec.speculative.tree.TreeDraft`) from one drafter call and ``observe_rows``
+  takes the committed rows of a tree verify (the accepted path's batch rows, in order); the loop
+  verifies the tree in one target decode when a node budget is given (``speculative/tree_step.py``).
+  Chains remain the default: without a budget the loop calls ``propose``.
 * ``n_max_limit`` / ``n_max_default`` — the longest draft block it can make, and the one used
   when the caller gives none.
 

@@ -14,6 +14,7 @@ import numpy as np
 from ...errors import InvalidArgumentError, InvalidTypeError, UnsupportedError
 from ..sampling import SamplingParams
 from ..timing import StageTimer
+from ..tree import TreeDraft
 
 if TYPE_CHECKING:
     from ...context import Context
@@ -56,12 +57,14 @@ class Drafter(ABC):
         aliases: further names :func:`create_drafter` accepts (e.g. ``"draft"`` for
             ``"draft-simple"``).
         supports_rejection: ``propose`` can return probabilities.
+        supports_tree: ``propose_tree`` and ``observe_rows`` are implemented (token trees).
         n_max_limit: the longest draft block this drafter can make (tokens).
         n_max_default: the draft block used when the caller gives no ``n_max`` (tokens).
     """
     kind: ClassVar[str] = ""
     aliases: ClassVar[tuple[str, ...]] = ()
     supports_rejection: ClassVar[bool] = False
+    supports_tree: ClassVar[bool] = False
     n_max_limit: int = 16
     n_max_default: int = 4
 
@@ -112,6 +115,32 @@ class Drafter(ABC):
     def propose(self, last_token: int, n_past: int, n_max: int, sp: SamplingParams,
                 rng: np.random.Generator, timer: StageTimer) -> Draft:
         """Propose at most ``n_max`` tokens to follow ``last_token`` (at position ``n_past``)."""
+
+    def propose_tree(self, last_token: int, n_past: int, n_max: int, budget: int, sp: SamplingParams,
+                     rng: np.random.Generator, timer: StageTimer) -> TreeDraft:
+        """Propose a token tree of at most ``budget`` nodes and depth ``n_max`` rooted at ``last_token``
+        (at position ``n_past``): nodes in topological order, siblings distinct; with a non-greedy ``sp``
+        (``verify="rejection"``) drawn from the drafter's distributions, with ``probs`` set.
+
+        Raises:
+            UnsupportedError: this kind drafts chains only (``supports_tree`` is False).
+        """
+        raise UnsupportedError(f"drafter kind {self.kind!r} drafts chains only; token trees need a drafter with "
+                               "supports_tree (draft-dflash)")
+
+    def observe_rows(self, tokens: list[int], positions: np.ndarray, rows: list[int], timer: StageTimer) -> None:
+        """As :meth:`observe` for a tree verify: the target decoded ``tokens`` at ``positions`` (its
+        batch rows), of which rows ``rows`` (increasing; the root's row 0 first, then the accepted
+        path's) are committed. Here: the committed rows must be the batch's first ones.
+
+        Raises:
+            UnsupportedError: committed rows that are not a prefix of the batch, for a drafter without
+                tree support.
+        """
+        if list(rows) != list(range(len(rows))):
+            raise UnsupportedError(f"drafter kind {self.kind!r} takes a prefix of a verify batch only; token "
+                                   "trees need a drafter with supports_tree")
+        self.observe(tokens, positions, len(rows), timer)
 
     def on_accept(self, n_drafted: int, n_accepted: int) -> None:
         """One verify step checked ``n_drafted`` tokens and accepted ``n_accepted`` (no-op here;

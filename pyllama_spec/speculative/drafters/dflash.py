@@ -42,6 +42,7 @@ from ...pairing import check_dflash_pair
 from ...sampler import SamplerChain
 from ..sampling import SamplingParams, densify, filtered_rows, sample_rows
 from ..timing import StageTimer
+from ..tree import TreeDraft, build_tree, sample_tree, tree_from_logits
 from ._pick import pick
 from .base import Draft, ModelDrafter, register_drafter
 
@@ -90,6 +91,7 @@ class DFlashDrafter(ModelDrafter):
     kind = "draft-dflash"
     aliases = ("dflash",)
     supports_rejection = True
+    supports_tree = True
 
     #: the class a file with a selector over its block gets: ``dflash2.py`` sets it to
     #: DFlash2Drafter when it is imported (the package imports it), so that this base class
@@ -155,6 +157,10 @@ class DFlashDrafter(ModelDrafter):
         self.ctx.set_embeddings_nextn(True, True)
         #: draw the greedy draft in the decode graph (False: read logits, argmax on the host)
         self.backend_sampling = True
+        #: token trees rank their nodes by the full softmax of each block row (the block's logits come back);
+        #: False: by the softmax over the 10 candidates the backend keeps, which overrates every row and so
+        #: favours depth (held-out SmolLM2, 16 nodes: τ 1.20× the chain's vs 1.16×, RESULTS.md)
+        self.tree_full_softmax = True
         #: inject a step's committed features in the same decode as the next draft block
         #: (vendor/patches/0006-dflash-fused-inject: one drafter call per step instead of two). Default:
         #: when the drafter runs on a GPU; on the CPU the placeholder rows' extra layer compute costs
@@ -206,16 +212,29 @@ class DFlashDrafter(ModelDrafter):
         # only the committed rows: the same cache as llama.cpp's inject-all-then-remove, less work
         with timer("extract"):
             feats = np.concatenate([self.target.layer_input(i)[:n_commit] for i in self.target_layer_ids], axis=1)
+        self._take(feats, list(tokens[:n_commit]), np.asarray(positions[:n_commit], dtype=np.int32), timer)
+
+    def observe_rows(self, tokens: list[int], positions: np.ndarray, rows: list[int], timer: StageTimer) -> None:
+        # a tree verify: the accepted path's rows, wherever they sit in the batch
+        idx = np.asarray(rows, dtype=np.int64)
+        with timer("extract"):
+            feats = np.concatenate([self.target.layer_input(i)[idx] for i in self.target_layer_ids], axis=1)
+        self._take(feats, [tokens[r] for r in rows], np.asarray(positions, dtype=np.int32)[idx], timer)
+
+    def _take(self, feats: np.ndarray, tokens: list[int], pos: np.ndarray, timer: StageTimer) -> None:
+        """Inject committed rows ``feats`` ``(n, width)`` of ``tokens`` at positions ``pos`` (staged for the
+        next draft decode when fused)."""
+        n_commit = len(tokens)
         self.flush(timer)
         if self.fused_inject and n_commit <= self.block_size:
             # a verify step's rows: staged for the next propose(), which decodes them with its block
-            self._pending = (feats, np.asarray(positions[:n_commit], dtype=np.int32).copy())
+            self._pending = (feats, pos.copy())
         else:
             with timer("inject", self.ctx):
-                self.ctx.decode_embd(feats, positions[:n_commit])
+                self.ctx.decode_embd(feats, pos)
         if n_commit:
-            del self._tokens[int(positions[0]):]
-            self._tokens.extend(int(t) for t in tokens[:n_commit])
+            del self._tokens[int(pos[0]):]
+            self._tokens.extend(int(t) for t in tokens)
         self._settle()
 
     def flush(self, timer: StageTimer | None = None) -> None:
@@ -231,17 +250,13 @@ class DFlashDrafter(ModelDrafter):
         with timer("inject", self.ctx):
             self.ctx.decode_embd(feats, pos)
 
-    def propose(self, last_token: int, n_past: int, n_max: int, sp: SamplingParams, rng: np.random.Generator,
-                timer: StageTimer) -> Draft:
-        n_max = min(n_max, self.n_max_limit)
-        if n_max <= 0:
-            return Draft(tokens=[])
-        # each block row's best candidates are picked in the decode graph (llama.cpp's backend sampling:
-        # no logits copied); sampling from q needs q itself, so then the logits come back
-        if sp.greedy and self.backend_sampling:
-            # the argmax alone unless confidences are read (n_max="auto", p_min): the top-10 chain
-            # costs more (H200, SmolLM2: draft 0.83 vs 0.48 ms per call at n_max 1)
-            candidates = self.p_min > 0.0 or getattr(self, "want_confidence", False)
+    def _decode_block(self, last_token: int, n_past: int, n_max: int, sp: SamplingParams, timer: StageTimer,
+                      candidates: bool, host: bool = False) -> None:
+        """Decode the noise block ``[last, mask × n_max]`` at ``n_past`` (with the staged features, when
+        fused). With greedy ``sp`` and backend sampling, each row's pick is made in the decode graph
+        (llama.cpp's backend sampling, no logits copied): its argmax, or with ``candidates`` its 10 best
+        ids and logits; otherwise (sampling from q needs q itself, or ``host``) the logits come back."""
+        if sp.greedy and self.backend_sampling and not host:
             chain = self.ctx.samplers.get(0)
             if chain is None or chain.draws == candidates or (not candidates and not chain.params.greedy):
                 # none yet, the other kind, or a batched draft's draw chain: fresh (llama.cpp sets each up once)
@@ -270,6 +285,16 @@ class DFlashDrafter(ModelDrafter):
         else:
             with timer("draft", self.ctx):
                 self.ctx.decode(block, pos, logits="all")
+
+    def propose(self, last_token: int, n_past: int, n_max: int, sp: SamplingParams, rng: np.random.Generator,
+                timer: StageTimer) -> Draft:
+        n_max = min(n_max, self.n_max_limit)
+        if n_max <= 0:
+            return Draft(tokens=[])
+        # the argmax alone unless confidences are read (n_max="auto", p_min): the top-10 chain
+        # costs more (H200, SmolLM2: draft 0.83 vs 0.48 ms per call at n_max 1)
+        self._decode_block(last_token, n_past, n_max, sp, timer,
+                           candidates=self.p_min > 0.0 or getattr(self, "want_confidence", False))
         with timer("draft_sample"):
             if 0 in self.ctx.samplers and self.ctx.samplers[0].draws:
                 draft = Draft(tokens=self.ctx.sampled_tokens()[1:n_max + 1])
@@ -301,6 +326,30 @@ class DFlashDrafter(ModelDrafter):
             self.ctx.memory.seq_rm(0, n_past)
         self._settle()
         return draft
+
+    def propose_tree(self, last_token: int, n_past: int, n_max: int, budget: int, sp: SamplingParams,
+                     rng: np.random.Generator, timer: StageTimer) -> TreeDraft:
+        # one block decode, as propose(): each row's candidates become the tree's per-depth candidates
+        n_max = min(n_max, self.n_max_limit)
+        if n_max <= 0 or budget <= 0:
+            return TreeDraft(tokens=[], parents=np.zeros(0, dtype=np.int64))
+        self._decode_block(last_token, n_past, n_max, sp, timer, candidates=True, host=self.tree_full_softmax)
+        with timer("draft_sample"):
+            if 0 in self.ctx.samplers:  # the top-10 chain: softmax over each row's 10 best logits
+                cands = [self.ctx.sampled_candidates(i) for i in range(1, n_max + 1)]
+                ids = np.stack([c[0] for c in cands])
+                lg = np.stack([c[1] for c in cands]).astype(np.float64)
+                lg -= lg.max(axis=1, keepdims=True)
+                tree = build_tree(ids, lg - np.log(np.exp(lg).sum(axis=1, keepdims=True)), budget)
+            elif sp.greedy:
+                tree = tree_from_logits(self.ctx.logits()[1:n_max + 1], budget, DRAFT_TOP_K)
+            else:  # verify="rejection": the children are draws from q (a shape that does not depend on them)
+                q = densify(*filtered_rows(self.ctx.logits()[1:n_max + 1], sp), self.target.model.n_vocab)
+                tree = sample_tree(q, budget, rng, DRAFT_TOP_K)
+        with timer("rollback"):
+            self.ctx.memory.seq_rm(0, n_past)  # the noise block never stays in the drafter's cache
+        self._settle()
+        return tree
 
     def _read_block(self, logits: np.ndarray, sp: SamplingParams, rng: np.random.Generator,
                     conf: np.ndarray | None = None) -> Draft:

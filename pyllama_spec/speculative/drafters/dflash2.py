@@ -52,6 +52,7 @@ class DFlash2Drafter(DFlashDrafter):
     as deterministic.
     """
     supports_rejection = False
+    supports_tree = False  # (its lattice walk picks one path; a tree of it is not built yet)
 
     def __init__(self, target, path=None, **kwargs):
         super().__init__(target, path, **kwargs)

@@ -39,6 +39,7 @@ class DSparkDrafter(DFlashDrafter):
     """
     kind = "draft-dspark"
     aliases = ("dspark",)
+    supports_tree = False  # (its Markov head conditions each row on the one before: not per-position candidates)
 
     def __init__(self, target, path=None, **kwargs):
         super().__init__(target, path, **kwargs)

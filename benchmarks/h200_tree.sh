@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Issue 22 (token trees) on the H200, in the layout of benchmarks/h200.sh: run its `install` phase (a CUDA
+# wheel of this code) and `model0` / `model1` first in the same lease, then one call per phase:
+#
+#   bash benchmarks/h200_tree.sh tau       # carry .dev/smol.part02: τ and tok/s of budgets 4, 8, 16, 32 vs the
+#                                          # chain, n_max 7, 60 held-out prompts × 256 tokens (tree_tau.py)
+#   bash benchmarks/h200_tree.sh bakeoff   # carry .dev/smol.part02: the bake-off with --tree 4,8,16,32 at
+#                                          # n_max 3,7 (builtin:mixed, 1 turn, 2 runs)
+#
+# Results go to $OUT (default /tmp/w/out): tree_tau_h200.json, bakeoff-tree/ and the logs.
+set -uo pipefail
+PHASE=${1:?phase: tau | bakeoff}
+W=/tmp/w
+OUT=${OUT:-$W/out}
+mkdir -p "$W/cache" "$OUT"
+export PYTHONPATH=$W/pkg:$W/site PYLLAMA_SPEC_CACHE=$W/cache PYTHONUNBUFFERED=1
+export LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libstdc++.so.6
+GGUF=$W/cache/SmolLM2-135M-Instruct.Q4_1.gguf
+[ -d "$W/pkg/pyllama_spec" ] || { echo "no wheel in $W/pkg: run \`bash benchmarks/h200.sh install\` first"; exit 2; }
+if [ ! -f "$GGUF" ]; then
+  [ -f "$W/smol.part00" ] && [ -f "$W/smol.part01" ] && [ -f .dev/smol.part02 ] \
+    || { echo "SmolLM2 missing: run \`h200.sh model0\` and \`model1\`, carry .dev/smol.part02"; exit 2; }
+  cat "$W/smol.part00" "$W/smol.part01" .dev/smol.part02 > "$GGUF.tmp" && mv "$GGUF.tmp" "$GGUF"
+fi
+# this checkout's Python over the installed wheel
+(cd pyllama_spec && tar -cf - $(find . -name "*.py" -o -path "./data/*" -type f)) | tar -xf - -C "$W/pkg/pyllama_spec"
+case "$PHASE" in
+  tau)
+    timeout 560 python benchmarks/tree_tau.py --target "$GGUF" --budgets 4,8,16,32 --n-prompts 60 --max-tokens 256 \
+      -ngl 99 --json "$OUT/tree_tau_h200.json" 2>&1 | tee "$OUT/tree_tau_h200.log" ;;
+  bakeoff)
+    timeout 560 python -m pyllama_spec.cli bakeoff "$GGUF" -d "dflash=$W/pkg/pyllama_spec/data/smollm2-135m-instruct-dflash-q8_0.gguf" \
+      --n-max 3,7 --tree 4,8,16,32 --prompts builtin:mixed --turns 1 --runs 2 -n 128 -ngl 99 --no-progress \
+      --out "$OUT/bakeoff-tree" 2>&1 | tee "$OUT/bakeoff_tree.log" ;;
+  *) echo "unknown phase $PHASE"; exit 2 ;;
+esac
