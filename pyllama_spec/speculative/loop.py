@@ -88,8 +88,10 @@ def speculative_generate(target: Context, drafter: Drafter | None, prompt: list,
             generation left them and only ``prompt[n_keep:-1]`` is prefilled. The caller (the
             Generator's ``reuse_prefix``) guarantees that both caches hold ``prompt[:n_keep]`` there
             and that ``n_keep < len(prompt)``; 0 starts from empty caches.
-        draft_length: ``n_max="auto"``: an object whose ``trim(draft)`` returns the prefix of each
-            proposal worth verifying (``costmodel.AutoDraftLength``); ``n_max`` is then the ceiling.
+        draft_length: ``n_max="auto"``: an object whose ``plan(ceiling)`` says how many tokens to ask
+            the drafter for (0: rest — no drafter call, a plain step, the drafter's
+            ``observe_deferred``) and whose ``trim(draft)`` returns the prefix of each proposal worth
+            verifying (``costmodel.AutoDraftLength``); ``n_max`` is then the ceiling.
 
     The caller (``Generator``) validates sizes; this function assumes ``len(prompt) < n_ctx_seq``.
     """
@@ -147,10 +149,13 @@ def _run(target, drafter, prompt, vocab, mem, chain, *, max_tokens, n_max, sp, d
     while True:
         room = min(n_ctx - n_past - 1, max_tokens - n_out - 1)
         draft = Draft(tokens=[])
+        rest = False  # n_max="auto" found no draft length paying: a plain step, no drafter call
         if drafter is not None and room > 0 and n_max > 0:
             ask = min(n_max, room)
-            if draft_length is not None:  # n_max="auto": draft no more than might be verified
-                ask = max(1, draft_length.budget(ask))
+            if draft_length is not None:  # n_max="auto": draft no more than might be verified, or nothing
+                ask = draft_length.plan(ask)
+                rest = ask == 0
+        if not rest and drafter is not None and room > 0 and n_max > 0:
             draft = drafter.propose(last, n_past, ask, dsp, rng, timer)
             if len(draft.tokens) > ask:
                 raise PyllamaSpecError(f"drafter {drafter.kind!r} proposed {len(draft.tokens)} tokens, more than the "
@@ -184,13 +189,17 @@ def _run(target, drafter, prompt, vocab, mem, chain, *, max_tokens, n_max, sp, d
             for t in committed:  # llama.cpp's seeded draw advances only over accepted rows
                 chain.accept(t)
         if drafter is not None:
-            drafter.observe(batch, pos, k + 1, timer)
+            if rest:  # the drafter may postpone its work (DFlash: inject the rows at its next propose)
+                drafter.observe_deferred(batch, pos, k + 1, timer)
+            else:
+                drafter.observe(batch, pos, k + 1, timer)
             drafter.on_accept(n_d, k)
         n_past += k + 1
-        with timer("rollback"):
-            mem.seq_rm(0, n_past)
-            if drafter is not None:
-                drafter.rollback(n_past)
+        if not rest:  # (a resting step's one row is committed: neither cache holds anything to remove)
+            with timer("rollback"):
+                mem.seq_rm(0, n_past)
+                if drafter is not None:
+                    drafter.rollback(n_past)
         last = bonus
 
         finish = None
