@@ -247,8 +247,9 @@ class Generator:
             max_tokens: most tokens to generate (exact).
             n_max: most draft tokens per step (default: the drafter's; clamped to the drafter's
                 maximum, block_size − 1 for DFlash, with a warning), or ``"auto"``: chosen per step
-                by the cost model (``speculative/costmodel.py``) up to the drafter's maximum; the
-                first such call measures the verify cost per row count (:meth:`verify_ms`).
+                by the cost model (``speculative/costmodel.py``) up to the drafter's maximum, 0
+                (a plain step, no drafter call) where no length pays; the first such call measures
+                the verify cost per row count (:meth:`verify_ms`); :meth:`auto_state` holds what it learnt.
             temperature, top_k, top_p, min_p, seed: sampling (temperature 0 = greedy).
             stop: a string or list of strings that end the output (excluded from it). They are
                 matched on the text as returned (so with ``special=False`` a special token, rendered

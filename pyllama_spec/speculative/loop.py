@@ -3,6 +3,8 @@
     prefill(prompt[n_keep:-1]) → observe                        # n_keep: a prefix kept from the last call
     repeat:
         draft   = drafter.propose(last, n_past, n_max)            # DFlash: one non-causal pass
+                                                                  # (n_max="auto" may rest: no draft, and
+                                                                  # observe_deferred instead of observe)
         verify  = target.decode([last] + draft)                   # one batch, every row an output
         k, bonus = accept(verify rows, draft)                     # greedy / match / rejection
         drafter.observe([last] + draft, n_commit=k + 1)           # DFlash: inject committed features
