@@ -400,7 +400,9 @@ class AutoState:
 
 
 def _ema(old: float | None, new: float, w: float = 0.2) -> float:
-    return new if old is None else (1.0 - w) * old + w * new
+    """Running mean; a sample above twice the mean (+1 ms) counts as that much: one slow step (a busy
+    machine, a batch injection) must not make plain steps look dear and resting look wrong."""
+    return new if old is None else (1.0 - w) * old + w * min(new, 2.0 * old + 1.0)
 
 
 def adaedl_lower_bound(entropy: Any, gamma: float = 0.5) -> np.ndarray:
@@ -615,8 +617,8 @@ class AutoDraftLength:
             # a generation's first step pays one-time costs (the drafter's first graphs: 65 ms against
             # 1 ms later on the tiny fixtures): not what a step costs
             self._first = False
-        elif self._prev == "rest":
-            st.rest_ms = _ema(st.rest_ms, other)
+        elif self._prev == "rest":  # (less the rows it injected for the drafter: a probe's share of work)
+            st.rest_ms = _ema(st.rest_ms, max(0.0, other - inject_ms))
         elif self._prev == "draft":
             st.other_ms = _ema(st.other_ms, other)
             if self.timer is not None:
