@@ -17,13 +17,19 @@
 #   bash benchmarks/h200.sh step-smol # carry .dev/smol.part02 after model0 + model1: SmolLM2 step cost, T>0, held-out
 #   bash benchmarks/h200.sh bakeoff  # carry .dev/smol.part02 after install + model0 + model1: the drafter bake-off
 #                                    # (benchmarks/bakeoff/README.md); plots re-rendered here with --from-json
+#   bash benchmarks/h200.sh sweep PART # carry .dev/smol.part02 after install + model0 + model1: issue 25's whole bake-off
+#                                    # sweep in four calls, PART = coding-t0a | coding-t0b | coding-t08 | mixed, each
+#                                    # packed into ONE archive $OUT/sweep-PART.tar.gz; then on the CPU machine:
+#   bash benchmarks/h200.sh render sweep-*.tar.gz
+#                                    # unpack, merge the parts, draw the plots into benchmarks/bakeoff/h200-sweep-*/
 #   KIND=eagle3 bash benchmarks/h200.sh kind  # carry .dev/smol.part02 after install + model0 + model1: one drafter kind
 #                                    # (dflash | eagle3 | draft) trained on the committed 9170-prompt set in one call
 #
 # Settings through the environment: N_CHAT, N_CODE, MAX_TOKENS (data); TRAIN_SECONDS, CONFIGS (train);
-# KIND, CONFIGS_KIND, DATA, SEED, TRAIN_SECONDS (kind).
+# KIND, CONFIGS_KIND, DATA, SEED, TRAIN_SECONDS (kind); NMAX, NTOK, RUNS, NGL, DRAFTERS, MIXED_TURNS, SWEEP_GGUF,
+# DRY=1 (sweep: this checkout's source tree, for a check on the CPU machine).
 set -uo pipefail
-PHASE=${1:?phase: install | model0 | model1 | data | train | bench | retest | step-big | step-smol | bakeoff | kind}
+PHASE=${1:?phase: install | model0 | model1 | data | train | bench | retest | step-big | step-smol | bakeoff | sweep | render | kind}
 REPO=$(pwd)
 W=/tmp/w
 OUT=${OUT:-$W/out}
@@ -252,5 +258,64 @@ bakeoff)
   (cd /tmp && timeout 200 python3 -m pyllama_spec.cli bakeoff "$GGUF" -d dflash="$DFL" \
       --n-max 1,2,3,4,7,auto --prompts builtin:mixed --turns 2 --runs 3 -n 128 -ngl 99 \
       --no-plots --no-progress --out "$OUT/bakeoff/h200-mixed") 2>&1 | tail -12
+  ;;
+sweep)
+  # Issue 25: SmolLM2 with every drafter kind that has a real drafter for it (the shipped DFlash drafter and the
+  # six n-gram kinds; no EAGLE-3 head or draft model ships yet), n_max 1,2,3,4,7,15,auto, the coding chat (4 turns)
+  # and the held-out mix, T = 0 and 0.8, llama.cpp's programs beside the greedy points. One call per PART (each
+  # about 3-5 min on the H200, estimated from the 2026-11-30 bake-off: 240 generations + ~200 native runs in ~3 min):
+  #   coding-t0a  coding chat, T 0, --native, dflash ngram ngram-simple   (22 points x 8 answers + 152 native runs)
+  #   coding-t0b  coding chat, T 0, --native, the other four n-gram kinds (29 points x 8 answers + 200 native runs)
+  #   coding-t08  coding chat, T 0.8, every drafter                       (50 points x 8 answers)
+  #   mixed       builtin:mixed, first turns, T 0 and 0.8, every drafter  (100 points x 8 answers)
+  # Each part's folder goes into ONE archive (a call brings back at most 8 files): $OUT/sweep-PART.tar.gz.
+  PART=${2:?part: coding-t0a | coding-t0b | coding-t08 | mixed}
+  if [ "${DRY:-0}" = 1 ]; then  # a check on the CPU machine: this source tree, small settings by default
+    export PYTHONPATH=$REPO LD_PRELOAD=
+    SG=${SWEEP_GGUF:-$(cd /tmp && python3 -c "from pyllama_spec.assets import smollm2_path as p; print(p())")}
+    NGL=${NGL:-0} NTOK=${NTOK:-8} NMAX=${NMAX:-1,auto}
+  else
+    SG=${SWEEP_GGUF:-$GGUF}
+    [ -s "$SG" ] || cat "$W/smol.part00" "$W/smol.part01" .dev/smol.part02 > "$SG"
+    (cd pyllama_spec && tar -cf - $(find . -name "*.py" -o -path "./data/*" -type f)) | tar -xf - -C "$W/pkg/pyllama_spec"
+  fi
+  DFL=$(cd /tmp && python3 -c "from pyllama_spec.assets import smollm2_dflash_path as p; print(p())")
+  DR=()
+  case "$PART" in
+    coding-t0a) ALL=dflash=$DFL,ngram,ngram-simple ;;
+    coding-t0b) ALL=ngram-map-k,ngram-map-k4v,ngram-mod,ngram-cache ;;
+    *) ALL=dflash=$DFL,ngram,ngram-simple,ngram-map-k,ngram-map-k4v,ngram-mod,ngram-cache ;;
+  esac
+  IFS=, read -ra names <<< "${DRAFTERS:-$ALL}"
+  for d in "${names[@]}"; do DR+=(-d "$d"); done
+  S=$OUT/sweep; rm -rf "$S"; mkdir -p "$S"
+  bo() {  # bo NAME TIMEOUT_S BAKEOFF_ARGS...
+    local name=$1 limit=$2; shift 2
+    log "bake-off $name: $*"
+    (cd /tmp && timeout "$limit" python3 -m pyllama_spec.cli bakeoff "$SG" "${DR[@]}" --n-max "${NMAX:-1,2,3,4,7,15,auto}" \
+        -n "${NTOK:-128}" --runs "${RUNS:-1}" -ngl "${NGL:-99}" --no-plots --no-progress --out "$S/$name" "$@") 2>&1 | tail -12
+    [ -s "$S/$name/results.json" ] || log "bake-off $name wrote nothing (timed out?): split it, e.g. DRAFTERS=..."
+  }
+  case "$PART" in
+    coding-t0a|coding-t0b) bo "$PART" 540 --prompts builtin:coding-chat --turns 4 --temperature 0 --native ;;
+    coding-t08) bo coding-t08 540 --prompts builtin:coding-chat --turns 4 --temperature 0.8 ;;
+    mixed)      bo mixed 540 --prompts builtin:mixed --turns "${MIXED_TURNS:-1}" --temperature 0,0.8 ;;
+    *) echo "PART must be coding-t0a, coding-t0b, coding-t08 or mixed"; exit 1 ;;
+  esac
+  tar -czf "$OUT/sweep-$PART.tar.gz" -C "$S" . && rm -rf "$S"
+  ls -la "$OUT"
+  ;;
+render)
+  # On the CPU machine: unpack the archives of the sweep calls, merge the parts per prompt set and draw every
+  # plot (benchmarks/merge_bakeoff.py: REPORT.md, results.json/csv, PNGs) into benchmarks/bakeoff/h200-sweep-*/.
+  shift
+  [ $# -ge 1 ] || { echo "give the sweep-*.tar.gz archives"; exit 1; }
+  export PYTHONPATH=$REPO LD_PRELOAD=
+  R=$W/render; rm -rf "$R"; mkdir -p "$R"
+  for a in "$@"; do tar -xzf "$a" -C "$R" || exit 1; done
+  coding=(); for p in "$R"/coding-*/results.json; do [ -s "$p" ] && coding+=("$p"); done
+  [ ${#coding[@]} -gt 0 ] && python3 benchmarks/merge_bakeoff.py benchmarks/bakeoff/h200-sweep-coding "${coding[@]}"
+  [ -s "$R/mixed/results.json" ] && python3 benchmarks/merge_bakeoff.py benchmarks/bakeoff/h200-sweep-mixed "$R/mixed/results.json"
+  ls -la benchmarks/bakeoff/h200-sweep-*
   ;;
 esac

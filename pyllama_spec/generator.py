@@ -302,8 +302,9 @@ class Generator:
             n_max: most draft tokens per step (default: the drafter's; clamped to the drafter's
                 maximum, block_size − 1 for DFlash, with a warning); 0 runs plain decoding (a
                 warning says so; ``res.spec.drafter`` is then None), or ``"auto"``: chosen per step
-                by the cost model (``speculative/costmodel.py``) up to the drafter's maximum; the
-                first such call measures the verify cost per row count (:meth:`verify_ms`).
+                by the cost model (``speculative/costmodel.py``) up to the drafter's maximum, 0 (a
+                plain step, no drafter call) where no length pays; the first such call measures the
+                verify cost per row count (:meth:`verify_ms`); :meth:`auto_state` holds what it learnt.
             temperature, top_k, top_p, min_p, seed: sampling (temperature 0 = greedy).
             stop: a string or list of strings that end the output (excluded from it). They are
                 matched on the text as returned (so with ``special=False`` a special token, rendered
@@ -412,8 +413,7 @@ class Generator:
         policy = None
         if auto_verify_ms is not None:
             assert spec.drafter is not None  # (auto_verify_ms is measured for a drafter only)
-            policy = AutoDraftLength(auto_verify_ms, stats,
-                                     state=self._auto_state.setdefault(spec.drafter, AutoState()))
+            policy = AutoDraftLength(auto_verify_ms, stats, state=self.auto_state(spec.drafter), timer=timer)
         steps = speculative_generate(self.ctx, d, tokens, max_tokens=max_tokens, n_max=int(spec.n_max or 0),
                                      sp=sampling, verify=spec.verify, stats=stats, timer=timer, rng=rng,
                                      backend_sampling=spec.backend_sampling, n_keep=n_keep, draft_length=policy,
@@ -569,6 +569,20 @@ class Generator:
                 self.ctx.memory.clear()
                 self._ledger.forget()  # the target's cache no longer holds a conversation
             return list(self._verify_ms[key][:n_rows])
+
+    def auto_state(self, drafter: str) -> AutoState:
+        """What ``n_max="auto"`` has learnt for ``drafter`` (a
+        :class:`~pyllama_spec.speculative.costmodel.AutoState`, created on first use): its confidence
+        calibration, costs and rest schedule. Its ``rule`` (``"cost"`` or ``"adaedl"``) and ``rest``
+        (False: never rest) may be set; the next generation with that drafter uses them.
+
+        Raises:
+            InvalidArgumentError: an unknown drafter name.
+        """
+        if drafter not in self.drafters:
+            raise InvalidArgumentError(f"unknown drafter {drafter!r}; this generator has: "
+                                       f"{', '.join(self.drafters) or 'none'}")
+        return self._auto_state.setdefault(drafter, AutoState())
 
     def resolve_n_max(self, drafter: str | None, n_max: int | str | None = None) -> int:
         """The draft length a generation with ``drafter`` and ``n_max`` would use (the drafter's default

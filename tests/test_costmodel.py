@@ -139,10 +139,14 @@ def test_trim_calibrates_confidence_and_learns_step_time():
     d = pol.trim(Draft(tokens=[5, 6, 7, 8], confidence=np.array([0.95, 0.95, 0.95, 0.05])))
     assert d.tokens == [5, 6, 7] and len(d.confidence) == 3
     stats.record(3, 1)  # the loop verified 3, the target accepted 1
-    clock.t = 0.005  # 5 ms later: other costs = 5 − V(4) = 3.7 ms
+    clock.t = 0.005  # 5 ms later; a generation's first step is not booked (one-time costs)
     pol.trim(Draft(tokens=[1], confidence=np.array([0.5])))
-    assert pol.state.other_ms == pytest.approx(3.7)
+    assert pol.state.other_ms is None
     assert pol.state.bin_tried[9] == 2 and pol.state.bin_accepted[9] == 1  # tokens 0 and 1 were tried, 0 accepted
+    stats.record(1, 0)
+    clock.t = 0.010  # 5 ms later: other costs = 5 − V(2) = 3.9 ms
+    pol.trim(Draft(tokens=[1], confidence=np.array([0.5])))
+    assert pol.state.other_ms == pytest.approx(3.9)
     assert pol.calibrated([0.95])[0] == pytest.approx((1 + 4 * 0.95) / (2 + 4))
 
 

@@ -30,11 +30,11 @@ class SpecConfig:
         n_max: most draft tokens per verify step (tokens); None = the drafter's default
             (``Drafter.n_max_default``); ``"auto"`` = chosen per step by the cost model
             (``speculative/costmodel.py``: the drafter's confidence in this block against the
-            measured verify cost of each extra row), at most ``Drafter.n_max_limit``. Clamped to
-            what the drafter and the verify batch allow. 0 with a drafter: ``Generator.generate``
-            runs plain decoding and logs a warning (a draft of 0 tokens would cost the drafter's
-            per-step work for nothing); ``generate_batch`` takes 0 per sequence (that sequence
-            drafts nothing while the others do).
+            measured verify cost of each extra row; nothing, with a probe now and then, where no
+            length pays), at most ``Drafter.n_max_limit``. Clamped to what the drafter and the
+            verify batch allow. 0 with a drafter: ``Generator.generate`` runs plain decoding and logs
+            a warning (a draft of 0 tokens would cost the drafter's per-step work for nothing);
+            ``generate_batch`` takes 0 per sequence (that sequence drafts nothing while the others do).
         verify: ``"match"`` (llama.cpp's rule: sample each target row, accept while equal) or
             ``"rejection"`` (speculative sampling, Leviathan et al. 2023). Both keep the target's
             distribution; at temperature 0 both are greedy verification.

@@ -38,6 +38,10 @@ earlier tokens of similar confidence were accepted). Verifying the prefix of len
 confidences are cut the same way with ``p_i`` = this generation's measured acceptance at position
 ``i`` (with a prior). Cutting a draft never changes what is committed — the target's rule decides
 every token; only fewer are offered — so the output is the target's, as with any fixed ``n_max``.
+Where even the best length does not pay (τ_L below the break-even τ of the measured costs), the
+loop **rests**: plain steps, no drafter call, probing again after an exponentially growing rest
+(:class:`AutoDraftLength`, "Resting"). AdaEDL's entropy stop rule (Agrawal et al. 2024) is the
+alternative cut (``AutoState.rule = "adaedl"``).
 
 The speculative-sampling analysis behind τ is Leviathan et al. 2023 ("Fast Inference from
 Transformers via Speculative Decoding", §3.4, expected tokens per step and the walltime
@@ -348,26 +352,110 @@ def measure_verify_ms(ctx: Context, n_rows: int, tokens: Sequence[int], *, depth
 
 
 # -- per step: n_max="auto" ---------------------------------------------------------------------------
+#: trim rules of n_max="auto": the cost model's argmax over calibrated confidences, or AdaEDL's stop
+AUTO_RULES = ("cost", "adaedl")
+#: stages of a step that only a drafting step has (the drafter's call and its injection)
+DRAFTER_STAGES = ("draft", "draft_sample", "inject")
+
+
 @dataclass
 class AutoState:
-    """What :class:`AutoDraftLength` learns — the confidence calibration and the step's other costs —
-    kept across the generations of one drafter (the Generator keeps one per drafter).
+    """What :class:`AutoDraftLength` learns — the confidence calibration, the acceptance per position,
+    the step's other costs and the rest schedule — kept across the generations of one drafter (the
+    Generator keeps one per drafter, :meth:`~pyllama_spec.Generator.auto_state`).
 
     Attributes:
         bin_tried, bin_accepted: per confidence bin, draft tokens verified and accepted.
-        other_ms: running mean of a step's time beyond its verify (ms), None before the first step.
+        other_ms: running mean of a drafting step's time beyond its verify (ms), None before the first.
+        rest_ms: running mean of a resting step's time beyond its verify (ms; no drafter call), None
+            before the first; until then estimated as ``other_ms − drafter_ms``.
+        drafter_ms: running mean of a drafting step's drafter stages (``DRAFTER_STAGES``, ms).
+        pos_tried, pos_accepted: acceptance per draft position of earlier generations (decayed by half
+            per generation): the prior of this generation's measured acceptance.
+        rest_left: resting steps left before the next probe (carried into the next generation).
+        gap: the length of the last rest (steps); each probe that still finds no length paying doubles it.
+        rule: how a proposal is cut, one of ``AUTO_RULES`` (``"cost"``: the cost model over calibrated
+            confidences; ``"adaedl"``: the first row whose entropy bound on acceptance is below the
+            row's break-even acceptance).
+        rest: allow resting (drafting nothing) where no draft length pays; False drafts every step.
+        max_rest: the longest rest (steps) before a probe.
     """
     bin_tried: np.ndarray = field(default_factory=lambda: np.zeros(10))
     bin_accepted: np.ndarray = field(default_factory=lambda: np.zeros(10))
     other_ms: float | None = None
+    rest_ms: float | None = None
+    drafter_ms: float | None = None
+    pos_tried: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    pos_accepted: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    rest_left: int = 0
+    gap: int = 0
+    rule: str = "cost"
+    rest: bool = True
+    max_rest: int = 512
+    _last_stats: Any = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.rule not in AUTO_RULES:
+            raise InvalidArgumentError(f"AutoState.rule must be one of {AUTO_RULES}, got {self.rule!r}")
+
+
+def _ema(old: float | None, new: float, w: float = 0.2) -> float:
+    """Running mean; a sample above twice the mean (+1 ms) counts as that much: one slow step (a busy
+    machine, a batch injection) must not make plain steps look dear and resting look wrong."""
+    return new if old is None else (1.0 - w) * old + w * min(new, 2.0 * old + 1.0)
+
+
+def adaedl_lower_bound(entropy: Any, gamma: float = 0.5) -> np.ndarray:
+    """AdaEDL's entropy-based lower bound on a draft token's acceptance probability,
+    ``max(0, 1 − sqrt(γ · H))``, H the drafter's entropy at that row in nats (Agrawal et al. 2024,
+    "AdaEDL: Early Draft Stopping for Speculative Decoding of LLMs via an Entropy-based Lower Bound on
+    Token Acceptance Probability", arXiv 2410.18351; γ a scale, 0.5 here, not tuned).
+
+    Args:
+        entropy: ``(n,)`` nats ≥ 0.
+
+    Returns:
+        ``(n,)`` in [0, 1].
+    """
+    h = np.maximum(np.asarray(entropy, dtype=float), 0.0)
+    return np.clip(1.0 - np.sqrt(gamma * h), 0.0, 1.0)
+
+
+def rest_length(probe_loss_ms: float, plain_ms: float, gap: int, *, loss: float = 0.02, longest: int = 512) -> int:
+    """How many steps to rest (draft nothing) before the next probe: the first rest is long enough that
+    one probe — a drafting step that costs ``probe_loss_ms`` more than plain decoding would for the
+    same tokens — loses at most ``loss`` of the rest's plain time (at least 4 steps); each later rest
+    (``gap`` > 0, the last rest's length: the probe found nothing paying again) twice the last;
+    at most ``longest``.
+
+    Args:
+        probe_loss_ms: predicted ms a probe loses against plain decoding (≥ 0).
+        plain_ms: ms of a plain step.
+        gap: the last rest's length, 0 when the last probe found drafting paying.
+    """
+    if gap > 0:
+        return int(min(longest, 2 * gap))
+    first = np.ceil(max(probe_loss_ms, 0.0) / max(loss * plain_ms, 1e-9))
+    return int(min(longest, max(4, first)))
 
 
 class AutoDraftLength:
     """Choose each step's draft length (``n_max="auto"``; module docstring, "Per step").
 
-    The loop calls :meth:`trim` with the drafter's block (up to the ceiling) and verifies what it
-    returns, a prefix. Between calls it reads the generation's :class:`SpecStats` (the previous
-    step's accepted length) and the wall clock (the previous step's duration).
+    Per step the loop calls :meth:`plan` before drafting (how many tokens to ask the drafter for; 0 =
+    rest: no drafter call this step), then, when it drafted, :meth:`trim` with the drafter's block
+    and verifies the prefix it returns. Between calls it reads the generation's :class:`SpecStats`
+    (the previous step's accepted length), the wall clock (the previous step's duration) and, when
+    given, the ``timer``'s drafter stages.
+
+    **Resting.** Before each drafting step the measured acceptance per position (this generation's,
+    with earlier generations' as the prior) gives the best length L and the expected tokens of a
+    step, τ_L = 1 + Σ_{i<L} p_i; drafting pays while τ_L / (O + V(L+1)) ≥ 1 / (O_plain + V(1)), i.e.
+    τ_L is above the break-even τ of the measured costs (O: a drafting step's other costs, drafter
+    call included; O_plain: a plain step's). Where it does not, the loop rests :func:`rest_length`
+    steps, then probes with a one-token drafting step (exponential back-off while probes keep failing). A
+    resting step is a plain decode through the same verify; what the drafter must still see (DFlash's
+    committed features) is handed to ``Drafter.observe_deferred``, so the output stays the target's.
 
     Args:
         verify_ms: ``[V(1), ..., V(R)]``, ms of verify batches of 1..R rows (:func:`measure_verify_ms`);
@@ -375,19 +463,46 @@ class AutoDraftLength:
         stats: the generation's statistics (read only).
         state: what earlier generations of this drafter learnt (updated in place); None = fresh.
         prior: weight (in tokens) of a confidence before its bin has data / of the acceptance prior.
+        timer: the generation's :class:`~pyllama_spec.speculative.timing.StageTimer` (the drafter's
+            share of a step; optional).
     """
 
     def __init__(self, verify_ms: Any, stats: Any, *, state: AutoState | None = None, prior: float = 4.0,
-                 clock: Any = time.perf_counter) -> None:
+                 clock: Any = time.perf_counter, timer: Any = None) -> None:
         # more rows never cost less: a measured dip is noise, and would make a sure miss look free
         vm = [float(v) for v in np.maximum.accumulate(np.asarray(verify_ms, dtype=float))]
         self.verify = VerifyCost(list(range(1, len(vm) + 1)), vm)
-        self.stats, self.prior, self.clock = stats, prior, clock
+        self._vm = vm  # (V of a whole row count without numpy: a resting step books itself in microseconds)
+        self.stats, self.prior, self.clock, self.timer = stats, prior, clock, timer
         self.state = state if state is not None else AutoState()
         self.n_bins = len(self.state.bin_tried)
+        st = self.state
+        if st._last_stats is not None and st._last_stats is not stats:
+            # the last generation's acceptance joins the prior (older generations count half each time)
+            old = st._last_stats
+            n = max(len(st.pos_tried), len(old.drafted_at))
+            st.pos_tried = 0.5 * np.pad(st.pos_tried, (0, n - len(st.pos_tried))) + np.pad(
+                np.asarray(old.drafted_at, float), (0, n - len(old.drafted_at)))
+            st.pos_accepted = 0.5 * np.pad(st.pos_accepted, (0, n - len(st.pos_accepted))) + np.pad(
+                np.asarray(old.accepted_at, float), (0, n - len(old.accepted_at)))
+        st._last_stats = stats
         self._t: float | None = None
         self._rows = 1
         self._conf: np.ndarray | None = None
+        self._planned = False  # plan() began this step (then trim() does not learn again)
+        self._first = True  # the next step booked is the generation's first
+        self._prev = "none"  # what the previous step was: "draft", "probe" (after a rest) or "rest"
+        self._drafter_s = self._drafter_seconds()
+        self.n_rest = 0  # resting steps of this generation (the report's view of it)
+        self.n_probes = 0
+
+    # -- the pieces ---------------------------------------------------------------------------------
+    def _drafter_seconds(self) -> tuple[float, float]:
+        """The timer's seconds so far in the drafter's stages, and in ``inject`` alone."""
+        if self.timer is None:
+            return 0.0, 0.0
+        sec = {k: self.timer.stages[k].seconds for k in DRAFTER_STAGES if k in self.timer.stages}
+        return float(sum(sec.values())), float(sec.get("inject", 0.0))
 
     def _bins(self, c: np.ndarray) -> np.ndarray:
         return np.minimum((c * self.n_bins).astype(int), self.n_bins - 1)
@@ -406,11 +521,17 @@ class AutoDraftLength:
         return self.measured_survival(n)
 
     def measured_survival(self, n: int) -> np.ndarray:
-        """p_i for i < n from this generation's acceptance per position (shrunk to 0.6^(i+1) by
-        ``prior`` where few were drafted): what a draft is worth before its confidences are seen."""
-        s = self.stats
-        acc = np.asarray(s.accepted_at[:n], float)
-        tried = np.asarray(s.drafted_at[:n], float)
+        """p_i for i < n from this generation's acceptance per position, earlier generations'
+        (``AutoState.pos_*``) and a prior 0.6^(i+1) of weight ``prior`` where few were drafted: what a
+        draft is worth before its confidences are seen."""
+        s, st = self.stats, self.state
+
+        def first(a: Any) -> np.ndarray:
+            a = np.asarray(a, float)[:n]
+            return np.pad(a, (0, n - len(a)))
+
+        acc = first(s.accepted_at) + first(st.pos_accepted)
+        tried = first(s.drafted_at) + first(st.pos_tried)
         guess = 0.6 ** np.arange(1, n + 1)
         p = (acc + self.prior * guess) / (tried + self.prior)
         return np.minimum.accumulate(p)
@@ -431,30 +552,139 @@ class AutoDraftLength:
             return 0
         return int(min(ceiling, self.best_length(self.measured_survival(ceiling)) + margin))
 
+    def plain_other_ms(self) -> float:
+        """O_plain: a resting step's ms beyond its verify — measured, or before the first rest the
+        drafting steps' other costs less their drafter stages."""
+        st = self.state
+        if st.rest_ms is not None:
+            return st.rest_ms
+        return max(0.0, (st.other_ms or 0.0) - (st.drafter_ms or 0.0))
+
+    def drafting_pays(self, ceiling: int) -> tuple[bool, float]:
+        """Whether some draft length pays under the measured acceptance and costs (class docstring,
+        "Resting"), and the ms a drafting step is predicted to lose against plain decoding for the
+        same tokens (0 when it pays). True while a drafting step's costs are unmeasured."""
+        if self.state.other_ms is None or ceiling <= 0:
+            return True, 0.0
+        p = self.measured_survival(ceiling)
+        n = self.best_length(p)
+        tau = 1.0 + float(p[:n].sum())
+        step = self.state.other_ms + float(self.verify(float(n + 1)))
+        plain = self.plain_other_ms() + float(self.verify(1.0))
+        return tau * plain >= step, max(0.0, step - tau * plain)
+
+    def adaedl_length(self, draft: Any) -> int:
+        """AdaEDL's stop (:func:`adaedl_lower_bound`): the draft up to the first row whose lower bound
+        on acceptance is below that row's break-even acceptance — the extra verify ms of one more row
+        times the step's expected rate. Uses ``Draft.entropy`` (else 1 − confidence as a proxy, else
+        the measured acceptance)."""
+        n = len(draft.tokens)
+        if n == 0:
+            return 0
+        ent = getattr(draft, "entropy", None)
+        if ent is not None:
+            lb = adaedl_lower_bound(np.asarray(ent)[:n])
+        elif draft.confidence is not None:
+            lb = np.clip(np.asarray(draft.confidence, float)[:n], 0.0, 1.0)
+        else:
+            return self.best_length(self.measured_survival(n))
+        o = self.state.other_ms or 0.0
+        tau, surv = 1.0, 1.0
+        for i in range(n):
+            # row i stays while the chance that it is accepted (all before it too) repays its extra
+            # verify ms at the rate of the prefix so far; the first row that does not ends the draft
+            rate = tau / max(o + float(self.verify(float(i + 1))), 1e-9)
+            extra = float(self.verify(float(i + 2))) - float(self.verify(float(i + 1)))
+            surv *= float(lb[i])
+            if surv <= 0.0 or surv < extra * rate:
+                return i
+            tau += surv
+        return n
+
+    # -- the loop's calls ----------------------------------------------------------------------------
     def _learn(self, now: float) -> None:
+        """Book the previous step: its other costs (by kind of step) and its confidences' outcome."""
+        st = self.state
+        secs = self._drafter_seconds()
+        drafter_ms, inject_ms = (1e3 * (a - b) for a, b in zip(secs, self._drafter_s))
+        self._drafter_s = secs
         if self._t is None:
             return
-        other = max(0.0, 1e3 * (now - self._t) - self.verify(float(self._rows)))
-        st = self.state
-        st.other_ms = other if st.other_ms is None else 0.8 * st.other_ms + 0.2 * other
-        if self._conf is not None and len(self._conf) and self.stats.acceptance_lengths:
+        rows = self._rows
+        v = self._vm[rows - 1] if 0 < rows <= len(self._vm) else float(self.verify(float(rows)))
+        other = max(0.0, 1e3 * (now - self._t) - v)
+        if self._first:
+            # a generation's first step pays one-time costs (the drafter's first graphs: 65 ms against
+            # 1 ms later on the tiny fixtures): not what a step costs
+            self._first = False
+        elif self._prev == "rest":  # (less the rows it injected for the drafter: a probe's share of work)
+            st.rest_ms = _ema(st.rest_ms, max(0.0, other - inject_ms))
+        elif self._prev == "draft":
+            st.other_ms = _ema(st.other_ms, other)
+            if self.timer is not None:
+                st.drafter_ms = _ema(st.drafter_ms, drafter_ms)
+        elif self.timer is not None or st.other_ms is None:
+            # a probe also injects the rows deferred while resting, in one decode: not a drafting
+            # step's cost (left out where the timer tells it)
+            st.other_ms = _ema(st.other_ms, max(0.0, other - inject_ms))
+        if self._conf is not None and len(self._conf) and self.stats.acceptance_lengths:  # (none after a rest)
             k = self.stats.acceptance_lengths[-1]
             tried = self._conf[:k + 1]  # token j was tried iff all before it were accepted
             b = self._bins(tried)
             np.add.at(st.bin_tried, b, 1.0)
             np.add.at(st.bin_accepted, b[:k], 1.0)
+        self._conf = None
+
+    def plan(self, ceiling: int) -> int:
+        """How many tokens to ask the drafter for this step (≤ ``ceiling``): 0 = rest (no drafter
+        call; the loop verifies ``[last]`` alone), else :meth:`budget`. Called once per step, before
+        drafting."""
+        now = self.clock()
+        self._learn(now)
+        st = self.state
+        ask = 0
+        if ceiling > 0:
+            if st.rest and st.rest_left > 0:
+                st.rest_left -= 1
+            else:
+                pays, loss_ms = self.drafting_pays(ceiling) if st.rest else (True, 0.0)
+                # a rest just ended (here or in the last generation): probe once, whatever the model says
+                due = self._prev == "rest" or (self._prev == "none" and st.gap > 0)
+                if pays:
+                    st.gap = 0
+                    ask = max(1, self.budget(ceiling))
+                elif due:  # one token: the cheapest step that measures the first position, which
+                    # decides whether any length pays (CPU, SmolLM2: a probe of 3 rows cost 2.5 plain steps)
+                    ask = 1
+                    self.n_probes += 1
+                    self._prev = "rest"  # (so this step counts as a probe)
+                else:  # nothing pays: rest, longer after each probe that failed
+                    plain = self.plain_other_ms() + float(self.verify(1.0))
+                    st.gap = rest_length(loss_ms, plain, st.gap, longest=st.max_rest)
+                    st.rest_left = st.gap - 1
+        kind = "rest" if ask == 0 else "probe" if self._prev == "rest" else "draft"
+        self.n_rest += kind == "rest"
+        self._t, self._rows, self._prev, self._planned = now, 1, kind, True
+        return ask
 
     def trim(self, draft):
         """The prefix of ``draft`` worth verifying (a :class:`~pyllama_spec.Draft`, never longer)."""
-        now = self.clock()
-        self._learn(now)
+        if not self._planned:  # (used without plan(): each trim begins a step)
+            now = self.clock()
+            self._learn(now)
+            self._t, self._prev = now, "draft"
+        self._planned = False
         n = 0
         if draft.tokens:
-            n = self.best_length(self.survival(draft))
-        self._t, self._rows = now, n + 1
+            if self.state.rule == "adaedl":
+                n = self.adaedl_length(draft)
+            else:
+                n = self.best_length(self.survival(draft))
+        self._rows = n + 1
         self._conf = None if draft.confidence is None else np.clip(np.asarray(draft.confidence, float)[:n], 0, 1)
         return draft if n == len(draft.tokens) else draft.prefix(n)
 
 
 __all__ = ["VerifyCost", "StepCosts", "Acceptance", "Measured", "CostModel", "fit_costs", "measure_verify_ms",
-           "AutoDraftLength", "AutoState", "DRAFT_STAGES", "VERIFY_STAGES"]
+           "AutoDraftLength", "AutoState", "AUTO_RULES", "DRAFT_STAGES", "DRAFTER_STAGES", "VERIFY_STAGES",
+           "adaedl_lower_bound", "rest_length"]

@@ -3,6 +3,8 @@
     prefill(prompt[n_keep:-1]) → observe                        # n_keep: a prefix kept from the last call
     repeat:
         draft   = drafter.propose(last, n_past, n_max)            # DFlash: one non-causal pass
+                                                                  # (n_max="auto" may rest: no draft, and
+                                                                  # observe_deferred instead of observe)
         verify  = target.decode([last] + draft)                   # one batch, every row an output
         k, bonus = accept(verify rows, draft)                     # greedy / match / rejection
         drafter.observe([last] + draft, n_commit=k + 1)           # DFlash: inject committed features
@@ -91,8 +93,10 @@ def speculative_generate(target: Context, drafter: Drafter | None, prompt: list,
             generation left them and only ``prompt[n_keep:-1]`` is prefilled. The caller (the
             Generator's ``reuse_prefix``) guarantees that both caches hold ``prompt[:n_keep]`` there
             and that ``n_keep < len(prompt)``; 0 starts from empty caches.
-        draft_length: ``n_max="auto"``: an object whose ``trim(draft)`` returns the prefix of each
-            proposal worth verifying (``costmodel.AutoDraftLength``); ``n_max`` is then the ceiling.
+        draft_length: ``n_max="auto"``: an object whose ``plan(ceiling)`` says how many tokens to ask
+            the drafter for (0: rest — no drafter call, a plain step, the drafter's
+            ``observe_deferred``) and whose ``trim(draft)`` returns the prefix of each proposal worth
+            verifying (``costmodel.AutoDraftLength``); ``n_max`` is then the ceiling.
         tree: a node budget > 0 verifies a token tree per step (``tree_step.py``; the drafter needs
             ``supports_tree``, the target ``n_seq_max ≥ tree`` and ``kv_unified``), ``n_max`` its depth;
             0: chains. Its rows are read on the host (a backend sampler draws per sequence).
@@ -173,10 +177,13 @@ def _run(target, drafter, prompt, vocab, mem, chain, *, max_tokens, n_max, sp, d
                                     budget=min(tree_budget, n_ctx - n_past - 1),
                                     sp=sp, dsp=dsp, verify=verify, rng=rng, timer=timer)
         draft = Draft(tokens=[])
+        rest = False  # n_max="auto" found no draft length paying: a plain step, no drafter call
         if step is None and drafter is not None and room > 0 and n_max > 0:
             ask = min(n_max, room)
-            if draft_length is not None:  # n_max="auto": draft no more than might be verified
-                ask = max(1, draft_length.budget(ask))
+            if draft_length is not None:  # n_max="auto": draft no more than might be verified, or nothing
+                ask = draft_length.plan(ask)
+                rest = ask == 0
+        if step is None and not rest and drafter is not None and room > 0 and n_max > 0:
             draft = drafter.propose(last, n_past, ask, dsp, rng, timer)
             if len(draft.tokens) > ask:
                 raise PyllamaSpecError(f"drafter {drafter.kind!r} proposed {len(draft.tokens)} tokens, more than the "
@@ -198,14 +205,17 @@ def _run(target, drafter, prompt, vocab, mem, chain, *, max_tokens, n_max, sp, d
             for t in committed:  # llama.cpp's seeded draw advances only over accepted rows
                 chain.accept(t)
         if drafter is not None:
-            if step is None:  # (a tree step has observed its accepted path's rows)
+            if rest:  # the drafter may postpone its work (DFlash: inject the rows at its next propose)
+                drafter.observe_deferred(batch, pos, k + 1, timer)
+            elif step is None:  # (a tree step has observed its accepted path's rows)
                 drafter.observe(batch, pos, k + 1, timer)
             drafter.on_accept(n_d, k)
         n_past += k + 1
-        with timer("rollback"):
-            mem.seq_rm(0, n_past)
-            if drafter is not None:
-                drafter.rollback(n_past)
+        if not rest:  # (a resting step's one row is committed: neither cache holds anything to remove)
+            with timer("rollback"):
+                mem.seq_rm(0, n_past)
+                if drafter is not None:
+                    drafter.rollback(n_past)
         last = committed[-1]
 
         finish = None

@@ -10,6 +10,9 @@ A drafter is created for one target :class:`~pyllama_spec.Context` (it keeps it 
     propose(last_token, n_past, n_max, sp, rng, timer) -> Draft
                                                     # at most n_max tokens to follow last_token
                                                     # (at position n_past); checked by the loop
+    observe_deferred(tokens, positions, n_commit, timer)
+                                                    # instead of observe after a step that drafted
+                                                    # nothing (n_max="auto" resting): may postpone
     on_accept(n_drafted, n_accepted)                # after each verify step (adaptive drafters)
     rollback(n_past)                                # forget everything at positions ≥ n_past
 

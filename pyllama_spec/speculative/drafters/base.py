@@ -34,15 +34,19 @@ class Draft:
             given the tokens before it (DFlash: the top probability of its row), or None. With
             ``n_max="auto"`` the loop uses it to cut the block (``speculative/costmodel.py``);
             drafters without it are cut by their measured acceptance per position.
+        entropy: ``(n,)`` float, nats: the entropy of the drafter's distribution at each row (DFlash:
+            over the candidates it read), or None. ``n_max="auto"`` with AdaEDL's stop rule reads it.
     """
     tokens: list[int]
     probs: np.ndarray | None = None
     confidence: np.ndarray | None = None
+    entropy: np.ndarray | None = None
 
     def prefix(self, n: int) -> Draft:
-        """The first ``n`` tokens (with their probabilities and confidences)."""
+        """The first ``n`` tokens (with their probabilities, confidences and entropies)."""
         return Draft(tokens=self.tokens[:n], probs=None if self.probs is None else self.probs[:n],
-                     confidence=None if self.confidence is None else self.confidence[:n])
+                     confidence=None if self.confidence is None else self.confidence[:n],
+                     entropy=None if self.entropy is None else self.entropy[:n])
 
 
 class Drafter(ABC):
@@ -110,6 +114,13 @@ class Drafter(ABC):
     def observe(self, tokens: list[int], positions: np.ndarray, n_commit: int, timer: StageTimer) -> None:
         """The target decoded ``tokens`` at ``positions`` (its last decode's rows, in order);
         the first ``n_commit`` of them are committed, the others were rejected drafts."""
+
+    def observe_deferred(self, tokens: list[int], positions: np.ndarray, n_commit: int,
+                         timer: StageTimer) -> None:
+        """As :meth:`observe`, after a step that drafted nothing (``n_max="auto"`` resting): the
+        drafter may postpone the work until its next ``propose`` (or ``begin`` / ``save_state``), as
+        long as its state then covers every committed position. Default: :meth:`observe` now."""
+        self.observe(tokens, positions, n_commit, timer)
 
     @abstractmethod
     def propose(self, last_token: int, n_past: int, n_max: int, sp: SamplingParams,

@@ -55,10 +55,23 @@ log = logging.getLogger("pyllama_spec")
 DRAFT_TOP_K = 10
 
 
+#: rows of target features staged while ``n_max="auto"`` rests before they are injected in one decode
+DEFER_ROWS = 64
+
+
 def _top_prob(logits: np.ndarray) -> np.ndarray:
     """``(n, k)`` logits → ``(n,)`` softmax probability of each row's argmax, 1 / Σ exp(l − l_max)."""
     lg = np.asarray(logits, dtype=np.float64)
     return 1.0 / np.exp(lg - lg.max(axis=1, keepdims=True)).sum(axis=1)
+
+
+def _entropy(logits: np.ndarray) -> np.ndarray:
+    """``(n, k)`` logits → ``(n,)`` entropy in nats of each row's softmax over its k entries."""
+    lg = np.asarray(logits, dtype=np.float64)
+    z = lg - lg.max(axis=1, keepdims=True)
+    e = np.exp(z)
+    s = e.sum(axis=1, keepdims=True)
+    return np.maximum(0.0, np.log(s[:, 0]) - (e * z).sum(axis=1) / s[:, 0])
 
 
 @register_drafter
@@ -237,6 +250,25 @@ class DFlashDrafter(ModelDrafter):
             self._tokens.extend(int(t) for t in tokens)
         self._settle()
 
+    def observe_deferred(self, tokens: list[int], positions: np.ndarray, n_commit: int,
+                         timer: StageTimer) -> None:
+        # n_max="auto" is resting: the committed rows' features are copied now (the target's next
+        # decode overwrites them) and injected together by the next propose(), or DEFER_ROWS at a time
+        if not n_commit:
+            return
+        with timer("extract"):
+            feats = np.concatenate([self.target.layer_input(i)[:n_commit] for i in self.target_layer_ids], axis=1)
+        pos = np.asarray(positions[:n_commit], dtype=np.int32).copy()
+        if self._pending is not None:
+            feats = np.concatenate([self._pending[0], feats])
+            pos = np.concatenate([self._pending[1], pos])
+        self._pending = (feats, pos)
+        if len(pos) >= DEFER_ROWS:
+            self.flush(timer)
+        del self._tokens[int(positions[0]):]
+        self._tokens.extend(int(t) for t in tokens[:n_commit])
+        self._settle()
+
     def flush(self, timer: StageTimer | None = None) -> None:
         """Inject staged features now (a separate decode), so that the drafter's cache holds every
         committed position; ``propose`` does it in its own decode otherwise."""
@@ -268,6 +300,8 @@ class DFlashDrafter(ModelDrafter):
             # a sampler change: llama.cpp re-reserves its graphs at the next decode, which it cannot do
             # for a fused one (GGML_ASSERT in src/models/dflash.cpp): the staged rows go in separately
             self.flush(timer)
+        if self._pending is not None and (not self.fused_inject or len(self._pending[1]) > self.block_size):
+            self.flush(timer)  # rows deferred while n_max="auto" rested: one decode of their own
         block = np.full(n_max + 1, self.mask_token, dtype=np.int32)
         block[0] = last_token
         pos = np.arange(n_past, n_past + n_max + 1, dtype=np.int32)
@@ -302,17 +336,19 @@ class DFlashDrafter(ModelDrafter):
                 cands = [self.ctx.sampled_candidates(i) for i in range(1, n_max + 1)]
                 best = [int(np.argmax(lg)) for _, lg in cands]
                 tokens = [int(ids[j]) for (ids, _), j in zip(cands, best)]
-                conf = _top_prob(np.stack([lg for _, lg in cands]))
+                lgs = np.stack([lg for _, lg in cands])
+                conf, ent = _top_prob(lgs), _entropy(lgs)
                 if self.p_min > 0.0:  # llama.cpp's cut: the first row whose top candidate is below p_min
                     low = np.flatnonzero(conf < self.p_min)
                     n_keep = int(low[0]) if low.size else len(tokens)
-                    tokens, conf = tokens[:n_keep], conf[:n_keep]
-                draft = Draft(tokens=tokens, confidence=conf)
+                    tokens, conf, ent = tokens[:n_keep], conf[:n_keep], ent[:n_keep]
+                draft = Draft(tokens=tokens, confidence=conf, entropy=ent)
             elif self.p_min > 0.0:  # a cut at the first unsure row: row by row, as llama.cpp
                 draft = self._read_block(self.ctx.logits()[1:], sp, rng)
             elif sp.greedy:
                 logits = self.ctx.logits()[1:]
-                draft = Draft(tokens=[int(t) for t in np.argmax(logits, axis=1)], confidence=_top_prob(logits))
+                draft = Draft(tokens=[int(t) for t in np.argmax(logits, axis=1)], confidence=_top_prob(logits),
+                              entropy=_entropy(logits) if getattr(self, "want_confidence", False) else None)
             else:
                 rows = filtered_rows(self.ctx.logits()[1:], sp)
                 toks = sample_rows(*rows, rng)

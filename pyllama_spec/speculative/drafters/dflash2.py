@@ -65,6 +65,7 @@ class DFlash2Drafter(DFlashDrafter):
         n_max = min(n_max, self.n_max_limit)
         if n_max <= 0:
             return Draft(tokens=[])
+        self.flush(timer)  # rows deferred while n_max="auto" rested (observe_deferred)
         block = np.full(n_max + 1, self.mask_token, dtype=np.int32)
         block[0] = last_token
         with timer("draft", self.ctx):

@@ -60,6 +60,7 @@ class DSparkDrafter(DFlashDrafter):
         n_max = min(n_max, self.n_max_limit)
         if n_max <= 0:
             return Draft(tokens=[])
+        self.flush(timer)  # rows deferred while n_max="auto" rested (observe_deferred)
         first = 0 if self.from_anchor else 1  # the row that predicts the first draft token
         n_block = n_max + first
         block = np.full(n_block, self.mask_token, dtype=np.int32)
