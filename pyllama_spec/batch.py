@@ -16,27 +16,23 @@ from ._ffi import ffi, lib
 from .errors import ContextError, InvalidBatchError
 
 
-class TokenBatch:
-    """A reusable ``llama_batch`` of up to ``capacity`` tokens for one sequence per token.
+class _LlamaBatch:
+    """The arrays of a ``llama_batch`` of up to ``capacity`` tokens, each in up to ``width``
+    sequences, owned by numpy, and the C struct that points into them (passed by value at each
+    decode). ``seq`` is ``(capacity, width)``; token ``i``'s ids are ``seq[i, :n_seq_id[i]]``."""
 
-    Attributes (numpy views, length ``capacity``; only the first ``n_tokens`` are used):
-        token: int32 token ids.  pos: int32 positions.  seq: int32 sequence ids.
-        logits: int8 output flags (1 = compute logits/embeddings for this row).
-    """
-
-    def __init__(self, capacity: int) -> None:
-        capacity = check_int("capacity", capacity, min=1)
-        self.capacity = capacity
+    def __init__(self, capacity: int, width: int) -> None:
+        self.capacity, self.width = capacity, width
         self.token = np.zeros(capacity, dtype=np.int32)
         self.pos = np.zeros(capacity, dtype=np.int32)
-        self.seq = np.zeros(capacity, dtype=np.int32)
+        self.seq = np.zeros((capacity, width), dtype=np.int32)
         self.logits = np.zeros(capacity, dtype=np.int8)
         self._n_seq_id = np.ones(capacity, dtype=np.int32)
-        # one pointer per token into self.seq: llama_batch wants llama_seq_id ** seq_id
+        # one pointer per token into its row of self.seq: llama_batch wants llama_seq_id ** seq_id
         self._seq_ptrs = ffi.new("llama_seq_id *[]", capacity)
         base = ffi.cast("llama_seq_id *", self.seq.ctypes.data)
         for i in range(capacity):
-            self._seq_ptrs[i] = base + i
+            self._seq_ptrs[i] = base + i * width
         # the struct itself lives as long as the batch (passed by value at each decode)
         self._c = ffi.new("struct llama_batch *")
         self._c.token = ffi.cast("llama_token *", self.token.ctypes.data)
@@ -46,6 +42,23 @@ class TokenBatch:
         self._c.seq_id = self._seq_ptrs
         self._c.logits = ffi.cast("int8_t *", self.logits.ctypes.data)
         self.n_tokens = 0
+
+    def as_c(self) -> Any:
+        """The ``struct llama_batch`` value (valid while this object lives)."""
+        self._c.n_tokens = self.n_tokens
+        return self._c[0]
+
+
+class TokenBatch(_LlamaBatch):
+    """A reusable ``llama_batch`` of up to ``capacity`` tokens for one sequence per token.
+
+    Attributes (numpy views, length ``capacity``; only the first ``n_tokens`` are used):
+        token: int32 token ids.  pos: int32 positions.  seq: int32 sequence ids, (capacity, 1).
+        logits: int8 output flags (1 = compute logits/embeddings for this row).
+    """
+
+    def __init__(self, capacity: int) -> None:
+        super().__init__(check_int("capacity", capacity, min=1), 1)
 
     def set(self, tokens: Any, pos: Any, seq_id: Any = 0, logits: Any = None) -> None:
         """Fill the batch.
@@ -70,7 +83,7 @@ class TokenBatch:
             raise InvalidBatchError(f"pos must have shape ({n},), got {pos.shape}", -1)
         self.token[:n] = tokens
         self.pos[:n] = pos
-        self.seq[:n] = seq_id
+        self.seq[:n, 0] = seq_id
         if logits is None:
             self.logits[:n] = 0
             self.logits[n - 1] = 1
@@ -81,13 +94,7 @@ class TokenBatch:
             self.logits[:n] = lg
         self.n_tokens = n
 
-    def as_c(self) -> Any:
-        """The ``struct llama_batch`` value (valid while this object lives)."""
-        self._c.n_tokens = self.n_tokens
-        return self._c[0]
-
-
-class SeqSetBatch:
+class SeqSetBatch(_LlamaBatch):
     """A reusable ``llama_batch`` of up to ``capacity`` tokens, each in a set of up to ``width``
     sequences (llama.cpp's ``common_batch_add`` with several seq ids): a token's KV cell then belongs
     to every sequence of its set, which is how a token tree is verified in one decode (each node is
@@ -95,25 +102,7 @@ class SeqSetBatch:
     """
 
     def __init__(self, capacity: int, width: int) -> None:
-        capacity, width = check_int("capacity", capacity, min=1), check_int("width", width, min=1)
-        self.capacity, self.width = capacity, width
-        self.token = np.zeros(capacity, dtype=np.int32)
-        self.pos = np.zeros(capacity, dtype=np.int32)
-        self.seq = np.zeros((capacity, width), dtype=np.int32)
-        self.logits = np.zeros(capacity, dtype=np.int8)
-        self._n_seq_id = np.ones(capacity, dtype=np.int32)
-        self._seq_ptrs = ffi.new("llama_seq_id *[]", capacity)
-        base = ffi.cast("llama_seq_id *", self.seq.ctypes.data)
-        for i in range(capacity):
-            self._seq_ptrs[i] = base + i * width
-        self._c = ffi.new("struct llama_batch *")
-        self._c.token = ffi.cast("llama_token *", self.token.ctypes.data)
-        self._c.embd = ffi.NULL
-        self._c.pos = ffi.cast("llama_pos *", self.pos.ctypes.data)
-        self._c.n_seq_id = ffi.cast("int32_t *", self._n_seq_id.ctypes.data)
-        self._c.seq_id = self._seq_ptrs
-        self._c.logits = ffi.cast("int8_t *", self.logits.ctypes.data)
-        self.n_tokens = 0
+        super().__init__(check_int("capacity", capacity, min=1), check_int("width", width, min=1))
 
     def set(self, tokens: np.ndarray, pos: np.ndarray, seq_sets: list[list[int]], logits: np.ndarray) -> None:
         """Fill with ``tokens`` / ``pos`` / ``logits`` flags ``(n,)`` and one non-empty list of
@@ -135,12 +124,6 @@ class SeqSetBatch:
         self.pos[:n] = pos
         self.logits[:n] = logits
         self.n_tokens = n
-
-    def as_c(self) -> Any:
-        """The ``struct llama_batch`` value (valid while this object lives)."""
-        self._c.n_tokens = self.n_tokens
-        return self._c[0]
-
 
 class EmbdBatch:
     """A ``llama_batch_ext`` of embedding rows (owned; freed with the object).

@@ -467,6 +467,20 @@ class Context:
         return ids.copy(), logits.copy()
 
     # decoding -------------------------------------------------------------------------------
+    def _check_tokens(self, tokens: Sequence[int] | np.ndarray, what: str) -> np.ndarray:
+        """``tokens`` as an ``(n,)`` int32 array of ids in the vocabulary, ``n ≥ 1``.
+
+        Raises:
+            InvalidTypeError: not ints. InvalidBatchError: empty, or an id outside the vocabulary.
+        """
+        toks = _as_int_array("tokens", tokens)
+        if toks.shape[0] == 0:
+            raise InvalidBatchError(f"{what}() needs at least one token", -1)
+        if toks.min() < 0 or toks.max() >= self._n_vocab:
+            bad = toks[(toks < 0) | (toks >= self._n_vocab)][0]
+            raise InvalidBatchError(f"token id {bad} is outside the vocabulary [0, {self._n_vocab})", -1)
+        return toks
+
     @locked
     def decode(self, tokens: Sequence[int] | np.ndarray, pos: Sequence[int] | np.ndarray | None = None, *,
                seq_id: int | Sequence[int] | np.ndarray = 0, logits: str | Sequence[bool] | np.ndarray = "last") -> int:
@@ -489,13 +503,8 @@ class Context:
             KVCacheFullError: no room in the KV cache.
             DecodeError: any other failure.
         """
-        toks = _as_int_array("tokens", tokens)
+        toks = self._check_tokens(tokens, "decode")
         n = toks.shape[0]
-        if n == 0:
-            raise InvalidBatchError("decode() needs at least one token", -1)
-        if toks.min() < 0 or toks.max() >= self._n_vocab:
-            bad = toks[(toks < 0) | (toks >= self._n_vocab)][0]
-            raise InvalidBatchError(f"token id {bad} is outside the vocabulary [0, {self._n_vocab})", -1)
         if pos is not None:
             pos = _as_int_array("pos", pos)
         if np.ndim(seq_id) == 0:
@@ -550,13 +559,8 @@ class Context:
                 samples a row for its first sequence only: detach it with ``set_sampler(None)``).
             InvalidBatchError, KVCacheFullError, DecodeError: as :meth:`decode`.
         """
-        toks = _as_int_array("tokens", tokens)
+        toks = self._check_tokens(tokens, "decode_seq_sets")
         n = toks.shape[0]
-        if n == 0:
-            raise InvalidBatchError("decode_seq_sets() needs at least one token", -1)
-        if toks.min() < 0 or toks.max() >= self._n_vocab:
-            bad = toks[(toks < 0) | (toks >= self._n_vocab)][0]
-            raise InvalidBatchError(f"token id {bad} is outside the vocabulary [0, {self._n_vocab})", -1)
         posa = _as_int_array("pos", pos)
         if posa.shape != (n,) or len(seq_sets) != n:
             raise InvalidBatchError(f"{n} tokens need {n} positions and {n} sequence sets, got {posa.shape[0]} and "
