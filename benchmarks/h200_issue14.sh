@@ -29,15 +29,8 @@ export LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libstdc++.so.6
 GGUF=$W/cache/SmolLM2-135M-Instruct.Q4_1.gguf
 log() { echo "== $(date +%T) $*"; }
 
-smol() {  # SmolLM2 from its two halves, and this checkout's Python over the installed wheel
-  [ -d "$W/pkg/pyllama_spec" ] || { echo "no wheel in $W/pkg: run \`bash benchmarks/h200.sh install\` first"; exit 2; }
-  if [ ! -f "$GGUF" ]; then
-    [ -f "$W/smol.part00" ] && [ -f "$W/smol.part01" ] && [ -f .dev/smol.part02 ] \
-      || { echo "SmolLM2 missing: run \`h200.sh model0\` and \`model1\` (carry .dev/smol.part00, .dev/smol.part01), carry .dev/smol.part02 here"; exit 2; }
-    cat "$W/smol.part00" "$W/smol.part01" .dev/smol.part02 > "$GGUF.tmp" && mv "$GGUF.tmp" "$GGUF"
-  fi
-  (cd pyllama_spec && tar -cf - $(find . -name "*.py" -o -path "./data/*" -type f)) | tar -xf - -C "$W/pkg/pyllama_spec"
-}
+source "$REPO/benchmarks/device_smol.sh"
+smol() { smol_checkout; }  # SmolLM2 and this checkout's Python over the installed wheel
 
 big() {  # the Qwen3-8B-shaped f16 pair (random drafter), written here once
   B=$W/big; mkdir -p "$B"

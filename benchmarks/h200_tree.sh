@@ -16,14 +16,8 @@ mkdir -p "$W/cache" "$OUT"
 export PYTHONPATH=$W/pkg:$W/site PYLLAMA_SPEC_CACHE=$W/cache PYTHONUNBUFFERED=1
 export LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libstdc++.so.6
 GGUF=$W/cache/SmolLM2-135M-Instruct.Q4_1.gguf
-[ -d "$W/pkg/pyllama_spec" ] || { echo "no wheel in $W/pkg: run \`bash benchmarks/h200.sh install\` first"; exit 2; }
-if [ ! -f "$GGUF" ]; then
-  [ -f "$W/smol.part00" ] && [ -f "$W/smol.part01" ] && [ -f .dev/smol.part02 ] \
-    || { echo "SmolLM2 missing: run \`h200.sh model0\` and \`model1\`, carry .dev/smol.part02"; exit 2; }
-  cat "$W/smol.part00" "$W/smol.part01" .dev/smol.part02 > "$GGUF.tmp" && mv "$GGUF.tmp" "$GGUF"
-fi
-# this checkout's Python over the installed wheel
-(cd pyllama_spec && tar -cf - $(find . -name "*.py" -o -path "./data/*" -type f)) | tar -xf - -C "$W/pkg/pyllama_spec"
+source "$(dirname "$0")/device_smol.sh"
+smol_checkout  # SmolLM2, and this checkout's Python over the installed wheel
 case "$PHASE" in
   tau)
     timeout 560 python benchmarks/tree_tau.py --target "$GGUF" --budgets 4,8,16,32 --n-prompts 60 --max-tokens 256 \
