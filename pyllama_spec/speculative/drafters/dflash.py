@@ -223,16 +223,20 @@ class DFlashDrafter(ModelDrafter):
 
     def observe(self, tokens: list[int], positions: np.ndarray, n_commit: int, timer: StageTimer) -> None:
         # only the committed rows: the same cache as llama.cpp's inject-all-then-remove, less work
-        with timer("extract"):
-            feats = np.concatenate([self.target.layer_input(i)[:n_commit] for i in self.target_layer_ids], axis=1)
+        feats = self._features(slice(0, n_commit), timer)
         self._take(feats, list(tokens[:n_commit]), np.asarray(positions[:n_commit], dtype=np.int32), timer)
 
     def observe_rows(self, tokens: list[int], positions: np.ndarray, rows: list[int], timer: StageTimer) -> None:
         # a tree verify: the accepted path's rows, wherever they sit in the batch
         idx = np.asarray(rows, dtype=np.int64)
-        with timer("extract"):
-            feats = np.concatenate([self.target.layer_input(i)[idx] for i in self.target_layer_ids], axis=1)
+        feats = self._features(idx, timer)
         self._take(feats, [tokens[r] for r in rows], np.asarray(positions, dtype=np.int32)[idx], timer)
+
+    def _features(self, rows: slice | np.ndarray, timer: StageTimer) -> np.ndarray:
+        """The target's layer inputs at ``target_layer_ids`` for batch ``rows`` of its last decode, side by
+        side: ``(n, len(target_layer_ids) * n_embd)`` float32, a copy (the next decode overwrites the taps)."""
+        with timer("extract"):
+            return np.concatenate([self.target.layer_input(i)[rows] for i in self.target_layer_ids], axis=1)
 
     def _take(self, feats: np.ndarray, tokens: list[int], pos: np.ndarray, timer: StageTimer) -> None:
         """Inject committed rows ``feats`` ``(n, width)`` of ``tokens`` at positions ``pos`` (staged for the
@@ -256,8 +260,7 @@ class DFlashDrafter(ModelDrafter):
         # decode overwrites them) and injected together by the next propose(), or DEFER_ROWS at a time
         if not n_commit:
             return
-        with timer("extract"):
-            feats = np.concatenate([self.target.layer_input(i)[:n_commit] for i in self.target_layer_ids], axis=1)
+        feats = self._features(slice(0, n_commit), timer)
         pos = np.asarray(positions[:n_commit], dtype=np.int32).copy()
         if self._pending is not None:
             feats = np.concatenate([self._pending[0], feats])
