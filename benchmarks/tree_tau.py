@@ -1,5 +1,5 @@
 """τ and tok/s of token-tree verification against the chain, side by side, on the held-out prompts of a
-self-distillation file (natural chat prompts the shipped drafter was not trained on), T = 0.
+self-distillation file (the 10 % of its templated prompts held out of the shipped drafter's training), T = 0.
 
     python benchmarks/tree_tau.py [DATA.jsonl.gz] [--budgets 4,8,16,32] [--n-prompts 30]
         [--max-tokens 128] [--n-max 7] [-ngl 99] [-t THREADS] [--json out.json]
