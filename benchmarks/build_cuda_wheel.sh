@@ -26,6 +26,8 @@ if [ ! -f "$T/stub/libcuda.so" ]; then
       | sed 's/\s*($//' | sort -u | awk '{print "void "$1"(void){}"}' > "$T/stub/stub.c"
   gcc -shared -fPIC -o "$T/stub/libcuda.so" -Wl,-soname,libcuda.so.1 "$T/stub/stub.c"
 fi
+# the programs link against libggml-cuda.so, which needs libcuda.so.1 by that name (-rpath-link finds it)
+ln -sf libcuda.so "$T/stub/libcuda.so.1"
 CB=$T/cublas/nvidia/cu13
 export PATH=$CUDA/bin:$PATH LIBRARY_PATH=$T/stub:$CB/lib CMAKE_BUILD_PARALLEL_LEVEL=${JOBS:-2}
 start=$(date +%s)

@@ -5,6 +5,7 @@
 # SmolLM2 GGUF in two parts; everything is kept under /tmp/w, which survives between calls while the
 # machine stays warm (30 s between calls).
 #
+#   bash benchmarks/h200.sh wheel0   # carry .dev/wheel.part00 (the first half of our CUDA wheel, where prepare_device.sh made one)
 #   bash benchmarks/h200.sh install  # carry .dev/gpu          (our wheel if carried, else builds: ~6 min)
 #   bash benchmarks/h200.sh model0   # carry .dev/smol.part00   (SmolLM2 travels in three parts: a call carries the
 #   bash benchmarks/h200.sh model1   # carry .dev/smol.part01    checkout, ~18 MB, plus at most ~46 MB)
@@ -14,6 +15,10 @@
 #   bash benchmarks/h200.sh retest   # carry .dev/smol.part02 after install + model0 + model1: tests, τ, demo of this checkout
 #   bash benchmarks/h200.sh step-big # Qwen3-8B-shaped random pairs (f16, Q4_0) written there: step cost, kernels,
 #                                    # the matmul-dispatch variants of vendor/patches/0001 (carry .dev/smol.part00 along)
+#   bash benchmarks/h200.sh sbmm A   # issue 19, after install (our wheel with patch 0008): the Qwen3-8B-shaped f16 and
+#   bash benchmarks/h200.sh sbmm B   # Q4_K pairs written there; A: verify of 1..16 rows with sbmm (default), without
+#                                    # (GGML_CUDA_SBMM=0) and with every type (=1); B: step ÷ plain and ours vs
+#                                    # llama-speculative-simple with and without sbmm. Each packs $OUT/sbmm-A|B.tar.gz
 #   bash benchmarks/h200.sh step-smol # carry .dev/smol.part02 after model0 + model1: SmolLM2 step cost, T>0, held-out
 #   bash benchmarks/h200.sh bakeoff  # carry .dev/smol.part02 after install + model0 + model1: the drafter bake-off
 #                                    # (benchmarks/bakeoff/README.md); plots re-rendered here with --from-json
@@ -29,7 +34,7 @@
 # KIND, CONFIGS_KIND, DATA, SEED, TRAIN_SECONDS (kind); NMAX, NTOK, RUNS, NGL, DRAFTERS, MIXED_TURNS, SWEEP_GGUF,
 # DRY=1 (sweep: this checkout's source tree, for a check on the CPU machine).
 set -uo pipefail
-PHASE=${1:?phase: install | model0 | model1 | data | train | bench | retest | step-big | step-smol | bakeoff | sweep | render | kind}
+PHASE=${1:?phase: wheel0 | install | model0 | model1 | data | train | bench | retest | step-big | step-smol | bakeoff | sweep | render | kind}
 REPO=$(pwd)
 W=/tmp/w
 OUT=${OUT:-$W/out}
@@ -73,7 +78,14 @@ tests_against_the_wheel() {
 }
 
 case "$PHASE" in
+wheel0)
+  cp .dev/wheel.part00 "$W/" && ls -la "$W/wheel.part00"
+  ;;
 install)
+  if [ -f .dev/gpu/wheel.part01 ]; then
+    [ -f "$W/wheel.part00" ] || { echo "run 'wheel0' first (carry .dev/wheel.part00), on this warm machine"; exit 1; }
+    cat "$W/wheel.part00" .dev/gpu/wheel.part01 > ".dev/gpu/whl/$(cat .dev/gpu/wheel.name)"
+  fi
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$OUT/gpu.txt"
   python3 -m pip install -q --no-index --no-deps --no-compile --target "$W/site" \
       $(ls .dev/gpu/whl/*.whl | grep -v pyllama_spec) || exit 1
@@ -223,6 +235,47 @@ step-big)
     (cd /tmp && env $env timeout 120 python3 "$REPO/benchmarks/step_cost.py" --target $T --drafter $D --label "q4_0 $env" \
         --sections verify --reps 20 --json "$OUT/verify_q4_0_${env%%=*}.json") 2>&1 | grep "verify\|#"
   done
+  ;;
+sbmm)
+  # Issue 19 stage 2 (patch 0008 in the installed wheel). Part A writes the pairs (f16 ~17 GB, Q4_K ~6 GB; kept in
+  # /tmp/w/big while the machine stays warm) and measures verify batches; part B the loop on the same pairs.
+  PART=${2:?part: A | B}
+  B=$W/big; mkdir -p "$B" "$OUT/sbmm"
+  (cd pyllama_spec && tar -cf - $(find . -name "*.py")) | tar -xf - -C "$W/pkg/pyllama_spec"
+  for dt in f16 q4_K; do
+    [ -s "$B/target-qwen3-8b-$dt.gguf" ] && continue
+    log "write the Qwen3-8B-shaped $dt pair"
+    (cd /tmp && python3 -m pyllama_spec.fixtures big "$B" --dtype $dt) || exit 1
+  done
+  if [ "$PART" = A ]; then
+    for dt in f16 q4_K; do
+      T=$B/target-qwen3-8b-$dt.gguf; D=$B/dflash-qwen3-8b-$dt.gguf
+      ENVS="GGML_CUDA_SBMM_DEFAULT=1 GGML_CUDA_SBMM=0"
+      [ $dt = q4_K ] && ENVS="$ENVS GGML_CUDA_SBMM=1"  # f16: =1 takes the same 2..16 columns as the default
+      for env in $ENVS; do
+        log "verify, $dt, $env"
+        (cd /tmp && env $env timeout 150 python3 "$REPO/benchmarks/step_cost.py" --target $T --drafter $D \
+            --label "qwen3-8b-$dt $env" --sections verify --rows 1 2 3 4 6 8 12 16 --reps 20 \
+            --json "$OUT/sbmm/verify_${dt}_${env}.json") 2>&1 | grep "verify\|#\|rows"
+      done
+    done
+  else
+    T=$B/target-qwen3-8b-f16.gguf; D=$B/dflash-qwen3-8b-f16.gguf
+    for env in GGML_CUDA_SBMM_DEFAULT=1 GGML_CUDA_SBMM=0; do
+      for dt in f16 q4_K; do
+        T=$B/target-qwen3-8b-$dt.gguf; D=$B/dflash-qwen3-8b-$dt.gguf
+        log "loop (step ÷ plain), $dt, $env"
+        (cd /tmp && env $env timeout 150 python3 "$REPO/benchmarks/step_cost.py" --target $T --drafter $D \
+            --label "qwen3-8b-$dt $env" --sections loop --n-max 3 7 15 --runs 1 --max-tokens 96 \
+            --json "$OUT/sbmm/loop_${dt}_${env}.json") 2>&1 | grep "loop\|#\|plain\|n_max"
+      done
+      log "ours vs llama-speculative-simple, f16 pair, n_max 7, $env"
+      T=$B/target-qwen3-8b-f16.gguf; D=$B/dflash-qwen3-8b-f16.gguf
+      (cd "$REPO" && env $env timeout 120 python3 benchmarks/compare_native.py --target $T --drafter $D --n-max 7 \
+          --max-tokens 96 --runs 1 --json "$OUT/sbmm/native_f16_${env}.json") 2>&1 | tail -3
+    done
+  fi
+  tar -czf "$OUT/sbmm-$PART.tar.gz" -C "$OUT" sbmm && rm -rf "$OUT/sbmm"
   ;;
 step-smol)
   cat "$W/smol.part00" "$W/smol.part01" .dev/smol.part02 > "$GGUF" && sha256sum "$GGUF"

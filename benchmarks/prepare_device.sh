@@ -2,14 +2,19 @@
 # On the CPU machine, before using the H200 (benchmarks/h200.sh): put into .dev/ (git-ignored) what
 # that offline machine needs: cffi/pycparser/gguf wheels for its Python 3.12, a trimmed llama.cpp
 # tree (other GPU backends, tests, server left out: 2.6 MB as tar.xz), optionally our own CUDA wheel
-# built here (argument: its path; saves the ~6 min build there), and SmolLM2 in three parts (a call
+# built here (argument: its path; saves the ~6 min build there; in two halves, .dev/wheel.part00 for
+# `h200.sh wheel0` and .dev/gpu/wheel.part01 for `h200.sh install`), and SmolLM2 in three parts (a call
 # carries at most 64 MiB).
 #
 #   bash benchmarks/prepare_device.sh [pyllama_spec-…-cp312-…whl]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rm -rf .dev/gpu && mkdir -p .dev/gpu/whl
-[ $# -ge 1 ] && cp "$1" .dev/gpu/whl/
+rm -f .dev/wheel.part00
+if [ $# -ge 1 ]; then
+  # a CUDA wheel is ~58 MB: with the ~20 MB checkout it travels in two calls (h200.sh wheel0, then install)
+  split -n 2 -d "$1" .dev/gpu/wheel.part && mv .dev/gpu/wheel.part00 .dev/wheel.part00 && basename "$1" > .dev/gpu/wheel.name
+fi
 python3 vendor/fetch_llama_cpp.py
 python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
     --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \

@@ -22,6 +22,7 @@ PATCHES = (
     "0005-speculative-simple-flush-log",
     "0006-dflash-fused-inject",
     "0007-backend-greedy-rows",
+    "0008-cuda-sbmm-small-batch-matmul",
 )
 
 

@@ -964,14 +964,24 @@ class Context:
     # statistics -----------------------------------------------------------------------------
     @locked
     def perf(self) -> dict[str, float]:
-        """llama.cpp's own counters: prompt/eval milliseconds and token counts."""
+        """llama.cpp's own counters: prompt/eval milliseconds and token counts.
+
+        Work still queued on the backend is waited for first: llama.cpp adds a decode to its counters
+        only at the next synchronisation (``llama_context::synchronize``), so on a GPU, where decodes run
+        asynchronously, the counters would otherwise lag behind the calls made."""
+        lib.llama_synchronize(self.ptr)
         d = lib.llama_perf_context(self.ptr)
         return {"t_load_ms": d.t_load_ms, "t_p_eval_ms": d.t_p_eval_ms, "t_eval_ms": d.t_eval_ms,
                 "n_p_eval": d.n_p_eval, "n_eval": d.n_eval, "n_reused": d.n_reused}
 
     @locked
     def reset_perf(self) -> None:
-        """Zero llama.cpp's counters (:meth:`perf`)."""
+        """Zero llama.cpp's counters (:meth:`perf`).
+
+        Queued decodes are waited for first, so that they are counted before the reset and not after it
+        (llama.cpp keeps their token count until the next synchronisation, and its reset leaves that count:
+        on a GPU the previous generation's last decodes would land in the next one's counters)."""
+        lib.llama_synchronize(self.ptr)
         lib.llama_perf_context_reset(self.ptr)
 
     def memory_summary(self) -> dict[str, float]:

@@ -4,7 +4,7 @@
   random but sensibly scaled weights and a byte-level BPE vocabulary of its own (264 tokens, chat
   template). qwen2 has q/k/v biases; gemma3 has q/k norms, post-attention and post-FFN norms, a
   sliding window on 5 layers of 6 (the real models' pattern) and a tied output head.
-* :func:`write_big_pair` - a large target (e.g. Qwen3-8B-shaped, f16 or Q4_0) and a DFlash drafter for
+* :func:`write_big_pair` - a large target (e.g. Qwen3-8B-shaped, f16, Q4_0 or Q4_K) and a DFlash drafter for
   it, written in about the time its bytes take (one random buffer per tensor shape).
 * :func:`write_dflash_drafter` - a DFlash drafter (``general.architecture = "dflash"``) for any
   GGUF target: same hidden size, the target's tokenizer copied in, random weights. It is never
@@ -14,7 +14,7 @@ Command line::
 
     python -m pyllama_spec.fixtures target OUT.gguf [--arch llama|qwen3|qwen2|gemma3] [--layers 4] [--embd 64]
     python -m pyllama_spec.fixtures dflash OUT.gguf --target TARGET.gguf [--layers 2] [--block-size 8]
-    python -m pyllama_spec.fixtures big OUT_DIR [--preset qwen3-8b] [--dtype f16|q4_0]
+    python -m pyllama_spec.fixtures big OUT_DIR [--preset qwen3-8b] [--dtype f16|q4_0|q4_K]
 """
 from __future__ import annotations
 
@@ -355,9 +355,52 @@ BIG_PRESETS: dict[str, dict[str, Any]] = {
 }
 
 
+def quantize_q4_K(a: np.ndarray) -> np.ndarray:
+    """Quantize float rows to ggml's Q4_K blocks (gguf-py has no Q4_K quantizer).
+
+    A plain min/max encoder, not llama.cpp's iterative ``make_qkx2_quants`` (``ggml-quants.c``): good
+    enough for random fixture weights, byte-compatible with ``block_q4_K`` (``ggml-common.h``: f16 ``d``,
+    f16 ``dmin``, 12 bytes of 6-bit sub-block scales and mins, 128 bytes of nibbles; a value is
+    ``d * sc * q - dmin * m``).
+
+    Args:
+        a: ``(rows, cols)`` float32, ``cols`` a multiple of 256.
+
+    Returns:
+        ``(rows, cols // 256 * 144)`` uint8.
+
+    Raises:
+        ValueError: ``a`` is not 2-D or ``cols`` is not a multiple of 256.
+    """
+    if a.ndim != 2 or a.shape[1] % 256:
+        raise ValueError(f"quantize_q4_K needs (rows, cols) with cols % 256 == 0, got shape {a.shape}")
+    rows, cols = a.shape
+    x = a.astype(np.float32).reshape(-1, 8, 32)                     # (super-blocks, sub-blocks, values)
+    mn = np.minimum(x.min(axis=2), 0.0)
+    scale = (x.max(axis=2) - mn) / 15.0
+    minv = -mn
+    d = scale.max(axis=1) / 63.0
+    dmin = minv.max(axis=1) / 63.0
+    d16, dmin16 = d.astype(np.float16), dmin.astype(np.float16)     # what the decoder multiplies by
+    df, dminf = d16.astype(np.float32), dmin16.astype(np.float32)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        sc = np.clip(np.rint(np.where(df[:, None] > 0, scale / df[:, None], 0)), 0, 63).astype(np.uint8)
+        m = np.clip(np.rint(np.where(dminf[:, None] > 0, minv / dminf[:, None], 0)), 0, 63).astype(np.uint8)
+        step = df[:, None] * sc
+        q = np.rint(np.where(step[..., None] > 0, (x + (dminf[:, None] * m)[..., None]) / step[..., None], 0))
+    q = np.clip(q, 0, 15).astype(np.uint8)
+    scales = np.zeros((x.shape[0], 12), np.uint8)
+    scales[:, 0:4] = (sc[:, 0:4] & 63) | ((sc[:, 4:8] >> 4) << 6)
+    scales[:, 4:8] = (m[:, 0:4] & 63) | ((m[:, 4:8] >> 4) << 6)
+    scales[:, 8:12] = (sc[:, 4:8] & 0xF) | ((m[:, 4:8] & 0xF) << 4)
+    qs = (q[:, 0::2, :] | (q[:, 1::2, :] << 4)).reshape(-1, 128)   # sub-block 2i low nibbles, 2i+1 high
+    out = np.concatenate([d16.view(np.uint8).reshape(-1, 2), dmin16.view(np.uint8).reshape(-1, 2), scales, qs], axis=1)
+    return out.reshape(rows, cols // 256 * 144)
+
+
 class _TensorPool:
     """One random buffer per (shape, dtype): a big model of identical layers is written in the time it
-    takes to write its bytes, not to draw them. ``dtype``: ``"f16"``, ``"q4_0"`` or ``"q8_0"``."""
+    takes to write its bytes, not to draw them. ``dtype``: ``"f16"``, ``"q4_0"``, ``"q8_0"`` or ``"q4_K"``."""
 
     def __init__(self, seed: int):
         self.rng = np.random.default_rng(seed)
@@ -376,20 +419,23 @@ class _TensorPool:
             if dtype == "f16":
                 arr, qt = a.astype(np.float16), None
             else:
-                qt = {"q4_0": gguf.GGMLQuantizationType.Q4_0, "q8_0": gguf.GGMLQuantizationType.Q8_0}[dtype]
-                arr = gguf.quants.quantize(a, qt)  # (block, bytes per row): whole rows, so rows tile
+                qt = {"q4_0": gguf.GGMLQuantizationType.Q4_0, "q8_0": gguf.GGMLQuantizationType.Q8_0,
+                      "q4_K": gguf.GGMLQuantizationType.Q4_K}[dtype]
+                # (block, bytes per row): whole rows, so rows tile
+                arr = quantize_q4_K(a) if dtype == "q4_K" else gguf.quants.quantize(a, qt)
             if block != rows:
                 arr = np.tile(arr, (rows // block, 1))
                 if distinct_rows:
                     # scale each copy of the block by its own factor, so that no two rows are equal (an
                     # output head of equal rows makes argmax ties); Q4_0/Q8_0: the f16 scale opening
-                    # every 32-value block (2 bytes, then 16 / 32 bytes of quants)
+                    # every 32-value block (2 bytes, then 16 / 32 bytes of quants); Q4_K: the f16 d opening
+                    # every 144-byte super-block
                     tiles = rows // block
                     f = (1.0 + np.arange(tiles, dtype=np.float32) / 1024).astype(np.float16)
                     if qt is None:
                         arr.reshape(tiles, block, cols)[...] *= f[:, None, None]
                     else:
-                        bs = 18 if dtype == "q4_0" else 34
+                        bs = {"q4_0": 18, "q8_0": 34, "q4_K": 144}[dtype]
                         blocks = arr.reshape(tiles, block, -1, bs)
                         d = blocks[..., :2].copy().view(np.float16)
                         blocks[..., :2] = (d * f[:, None, None, None]).view(np.uint8)
@@ -435,7 +481,8 @@ def write_big_pair(out_dir: str | os.PathLike, *, preset: str = "qwen3-8b", dtyp
     Args:
         out_dir: folder for ``target-<preset>-<dtype>.gguf`` and ``dflash-<preset>-<dtype>.gguf``.
         preset: a key of :data:`BIG_PRESETS`.
-        dtype: ``"f16"`` or ``"q4_0"`` (matrices; norms stay f32).
+        dtype: ``"f16"``, ``"q4_0"`` or ``"q4_K"`` (matrices; norms stay f32; the study behind this
+            project ran a Q4_K_M model, whose big matrices are mostly Q4_K).
         drafter_dtype: the drafter's matrices (default: ``dtype``).
 
     Returns:
@@ -448,8 +495,8 @@ def write_big_pair(out_dir: str | os.PathLike, *, preset: str = "qwen3-8b", dtyp
 
     if preset not in BIG_PRESETS:
         raise ValueError(f"preset must be one of {sorted(BIG_PRESETS)}, got {preset!r}")
-    if dtype not in ("f16", "q4_0") or (drafter_dtype or dtype) not in ("f16", "q4_0", "q8_0"):
-        raise ValueError(f"dtype must be 'f16' or 'q4_0' (drafter also 'q8_0'), got {dtype!r}/{drafter_dtype!r}")
+    if dtype not in ("f16", "q4_0", "q4_K") or (drafter_dtype or dtype) not in ("f16", "q4_0", "q8_0", "q4_K"):
+        raise ValueError(f"dtype must be 'f16', 'q4_0' or 'q4_K' (drafter also 'q8_0'), got {dtype!r}/{drafter_dtype!r}")
     cfg = BIG_PRESETS[preset]
     ddt = drafter_dtype or dtype
     out_dir = Path(out_dir)
@@ -471,7 +518,8 @@ def write_big_pair(out_dir: str | os.PathLike, *, preset: str = "qwen3-8b", dtyp
     w.add_rope_dimension_count(D)
     w.add_rope_freq_base(1000000.0)
     w.add_layer_norm_rms_eps(1e-6)
-    w.add_file_type(gguf.LlamaFileType.MOSTLY_F16 if dtype == "f16" else gguf.LlamaFileType.MOSTLY_Q4_0)
+    w.add_file_type({"f16": gguf.LlamaFileType.MOSTLY_F16, "q4_0": gguf.LlamaFileType.MOSTLY_Q4_0,
+                     "q4_K": gguf.LlamaFileType.MOSTLY_Q4_K_M}[dtype])
     _add_tiny_tokenizer(w, n_vocab=V)
     w.add_vocab_size(V)
     ones = {n: np.ones(n, np.float32) for n in (E, D)}
@@ -502,7 +550,7 @@ def write_big_pair(out_dir: str | os.PathLike, *, preset: str = "qwen3-8b", dtyp
     w.add_uint32("dflash.block_size", cfg["block_size"])
     w.add_array("dflash.target_layers", ids)
     w.add_file_type({"f16": gguf.LlamaFileType.MOSTLY_F16, "q4_0": gguf.LlamaFileType.MOSTLY_Q4_0,
-                     "q8_0": gguf.LlamaFileType.MOSTLY_Q8_0}[ddt])
+                     "q8_0": gguf.LlamaFileType.MOSTLY_Q8_0, "q4_K": gguf.LlamaFileType.MOSTLY_Q4_K_M}[ddt])
     info = _add_tiny_tokenizer(w, n_vocab=V)
     w.add_uint32("tokenizer.ggml.mask_token_id", info["<|mask|>"])
     pool.add(w, "fc.weight", (E, len(ids) * E), 1 / np.sqrt(len(ids) * E), ddt)
@@ -537,8 +585,8 @@ def main(argv: list[str] | None = None) -> int:
     b = sub.add_parser("big", help="a large random target + DFlash drafter pair (e.g. Qwen3-8B-shaped)")
     b.add_argument("out_dir", type=Path)
     b.add_argument("--preset", default="qwen3-8b", choices=sorted(BIG_PRESETS))
-    b.add_argument("--dtype", default="f16", choices=["f16", "q4_0"])
-    b.add_argument("--drafter-dtype", default=None, choices=["f16", "q4_0", "q8_0"])
+    b.add_argument("--dtype", default="f16", choices=["f16", "q4_0", "q4_K"])
+    b.add_argument("--drafter-dtype", default=None, choices=["f16", "q4_0", "q8_0", "q4_K"])
     a = ap.parse_args(argv)
     if a.cmd == "big":
         r = write_big_pair(a.out_dir, preset=a.preset, dtype=a.dtype, drafter_dtype=a.drafter_dtype)

@@ -293,7 +293,12 @@ def test_report_names_the_model_and_the_cpu_and_counts_right(tiny, tmp_path):
     report = (tmp_path / "REPORT.md").read_text()
     heading = f"# Drafter bake-off: {res['model']['target_label']} on {machine_label(res['machine'])}"
     assert report.splitlines()[0] == heading
-    assert ps.cpu_name() in report.splitlines()[0]
+    # the machine is the GPU where the run offloaded to one, else the CPU's name without its (R)/(TM) marks
+    if res["machine"].get("gpu"):
+        assert report.splitlines()[0].endswith(f" on {res['machine']['gpu']}")
+    else:
+        cpu = ps.cpu_name().replace("(R)", "").replace("(TM)", "").replace(" Processor", "").replace(" CPU", "")
+        assert " ".join(cpu.split()) in report.splitlines()[0]
     assert "1 run per point" in report and "1 runs" not in report and "± 0.0" not in report
     assert "1 conversation," in report and "up to 4 turns" in report
 

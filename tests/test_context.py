@@ -347,3 +347,25 @@ def test_repack_is_refused_on_amx_cpus(tiny, monkeypatch):
     with pytest.raises(ps.UnsupportedError, match="AMX"):
         ps.Generator(tiny["target"], repack=True)
     assert ps.Model(tiny["target"]).n_layer == 4  # repack off (the default) still loads
+
+
+def test_perf_counters_count_each_call_once_across_a_reset(tiny):
+    """llama.cpp counts a decode at the next synchronisation and its reset leaves the queued count, so
+    tokens decoded before reset_perf() used to land in the counters after it (on the H200, 2026-12-02, a
+    six-turn chat counted 389 prompt tokens for 189 decoded). reset_perf() and perf() wait for the
+    backend first: the counts are those of the calls made since the reset."""
+    m = ps.Model(tiny["target"])
+    ctx = ps.Context(m, n_ctx=256)
+    try:
+        ctx.decode(list(range(10, 30)), logits="none")   # 20 prompt tokens, no read: still queued
+        ctx.reset_perf()
+        ctx.decode([40])                                   # one token, its logits read (a sync)
+        ctx.logits()
+        perf = ctx.perf()
+        assert (perf["n_p_eval"], perf["n_eval"]) == (1, 1)   # llama.cpp floors both at 1: no prompt tokens
+        ctx.decode(list(range(50, 57)), logits="none")    # 7 more, never read: perf() waits for them
+        perf = ctx.perf()
+        assert (perf["n_p_eval"], perf["n_eval"]) == (7, 1)
+    finally:
+        ctx.close()
+        m.close()

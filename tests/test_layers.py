@@ -10,10 +10,13 @@ never run. ``from pkg import name`` is an edge to the module ``pkg.name`` when t
 from __future__ import annotations
 
 import ast
+import importlib.util
 from pathlib import Path
 
 PACKAGE = "pyllama_spec"
-ROOT = Path(__file__).resolve().parent.parent / PACKAGE
+# the package that the tests import (the source tree, or an installed wheel when the tests run from a copy,
+# as benchmarks/h200.sh does): found without importing it
+ROOT = Path(importlib.util.find_spec(PACKAGE).origin).parent
 
 #: The layers, bottom to top (the README's "What is in the box" lists them in this order). A module
 #: may import modules of its own layer (without a circle) and of the layers below it. An entry names

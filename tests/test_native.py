@@ -4,7 +4,7 @@ import pytest
 
 from pyllama_spec.native import run_completion, run_speculative_simple
 
-from .conftest import EXACT, assert_same_tokens, native_or_skip
+from .conftest import EXACT, assert_same_tokens, assert_same_tokens_but_near_ties, native_or_skip
 
 pytestmark = pytest.mark.native
 
@@ -107,8 +107,9 @@ def test_eos_inside_an_accepted_block(smol_gen):
         eos_pos = n_prompt + len(r.tokens)
         assert smol_gen.ctx.memory.pos_max() < eos_pos
         r2 = smol_gen.generate(messages=msgs, drafter="dflash", max_tokens=200, reuse_prefix=False)
-        assert_same_tokens(r2.tokens, plain.tokens)
         assert smol_gen.drafters["dflash"].ctx.memory.pos_max() < eos_pos
+        # on a GPU the runs may part at a flipped near-tie (on the H200, 2026-12-02: at token 6)
+        assert_same_tokens_but_near_ties(smol_gen.ctx, plain.prompt_tokens, r2.tokens, plain.tokens)
     finally:
         smol_gen.drafters.pop("oracle", None)
 

@@ -150,7 +150,9 @@ def test_dflash_tree_drafts_equal_the_chain_at_budget_n_max(tree_gen, plain):
 
 @pytest.mark.parametrize("verify", ["match", "rejection"])
 def test_tree_at_temperature_is_reproducible(tree_gen, verify):
-    kw = dict(max_tokens=24, temperature=0.9, top_k=20, seed=5)
+    # both cold: on a GPU a kept prefix differs from a cold prefill in the last bits (other batch shapes), and
+    # at T > 0 the rejection rule's ratios see them (the H200 parted the two runs, 2026-12-02)
+    kw = dict(max_tokens=24, temperature=0.9, top_k=20, seed=5, reuse_prefix=False)
     spec = ps.SpecConfig(drafter="dflash", n_max=5, tree=8, verify=verify)
     a = tree_gen.generate(PROMPTS[0], spec=spec, **kw)
     b = tree_gen.generate(PROMPTS[0], spec=spec, **kw)

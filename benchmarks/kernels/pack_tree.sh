@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # On the CPU machine, before ggml_op_check.sh on the H200: the pinned llama.cpp tree with our patches
-# 0001..0007 *and the proposed 0008 (sbmm)*, trimmed as benchmarks/prepare_device.sh trims it but with
-# tests/ kept (test-backend-ops), as .dev/kernels/llama.cpp-sbmm.tar.xz (a few MB; carry .dev/kernels).
+# (_pin.PATCHES, 0008 = sbmm among them) as the kernel sources make 0008 now, trimmed as
+# benchmarks/prepare_device.sh trims it but with tests/ kept (test-backend-ops), as
+# .dev/kernels/llama.cpp-sbmm.tar.xz (a few MB; carry .dev/kernels).
 #   bash benchmarks/kernels/pack_tree.sh
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-python3 vendor/fetch_llama_cpp.py
-python3 benchmarks/kernels/make_patch.py  # the patch from the kernel sources as they are now
+python3 benchmarks/kernels/make_patch.py  # patch 0008 from the kernel sources as they are now
+python3 vendor/fetch_llama_cpp.py          # remakes the tree where 0008's bytes changed
 T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
 skip=()
@@ -16,7 +17,6 @@ done
 tar -C vendor -cf - "${skip[@]}" --exclude=llama.cpp/gguf-py --exclude=llama.cpp/conversion \
     --exclude=llama.cpp/tools/server --exclude=llama.cpp/requirements --exclude=llama.cpp/examples/llama.android \
     --exclude=llama.cpp/examples/llama.swiftui llama.cpp | tar -C "$T" -xf -
-patch -p1 --forward --batch -s -d "$T/llama.cpp" -i "$PWD/benchmarks/kernels/ggml_patch/0008-cuda-sbmm-small-batch-matmul.patch"
 mkdir -p .dev/kernels
 tar -C "$T" -cJf .dev/kernels/llama.cpp-sbmm.tar.xz llama.cpp
 ls -la .dev/kernels

@@ -14,9 +14,9 @@
 namespace {
 
 struct sbmm_env {
-    int mode     = -1; // -1: auto (Hopper), 0: off, 1: any cc >= 8.0
-    int min_cols = 2;
-    int max_cols = 16;
+    int mode     = -1; // -1: auto (Hopper, the measured types and column counts), 0: off, 1: all four types, cc >= 8.0
+    int min_cols = -1; // -1: the per-type default below
+    int max_cols = -1;
     sbmm_env() {
         if (const char * e = getenv("GGML_CUDA_SBMM")) {
             mode = atoi(e) > 0 ? 1 : 0;
@@ -45,13 +45,34 @@ int sbmm_type(ggml_type t) {
     }
 }
 
-// One configuration per weight type (16*MT rows per warp, NW warps per block splitting k, U units in flight
-// per lane). TODO(issue 19): the winners of benchmarks/kernels/run_on_device.sh on the H200 go here.
+// Where sbmm is the default on Hopper: the column counts at which it beat today's kernels on the H200
+// (2026-12-02, RESULTS.md section 13). f16 beats MMF at 2..16 columns (test-backend-ops perf MUL_MAT m=4096
+// k=14336, n=8: 37.1 vs 48.5 us; a Qwen3-8B-shaped f16 decode of 8 rows 6.87 vs 8.33 ms). q4_K beats MMVQ from
+// 4 columns (n=8: 30.5 vs 46.8 us) and, with the 16-byte loads, MMQ at 9..16 in a whole decode (12 rows 7.22
+// vs 8.05 ms, 16 rows 7.80 vs 8.32 ms); MMVQ keeps 2..3 (2 rows 4.10 vs 4.63 ms). q4_0 and q8_0 lose to
+// MMVQ at every count (n=8: 38.6 vs 32.9, 57.8 vs 45.9 us), so they take sbmm only with GGML_CUDA_SBMM=1.
+struct sbmm_cols { int lo, hi; };
+sbmm_cols default_cols(int t) {
+    switch (t) {
+        case sbmm::W_F16:  return {2, 16};
+        case sbmm::W_Q4_K: return {4, 16};
+        default:           return {0, -1};
+    }
+}
+
+// One configuration per (weight type, column tiles NT): 16*MT rows per warp, NW warps per block splitting k,
+// U units in flight per lane. The winners of benchmarks/kernels/run_on_device.sh on the H200 (2026-12-02,
+// best or within 3 % of the best on the Qwen3-8B shapes 4096x14336, 14336x4096, 4096x4096, 1024x4096 and the
+// 151936x4096 head; benchmarks/results/kernels/).
 template <int T, int NT> struct sbmm_config;
-template <int NT> struct sbmm_config<sbmm::W_F16,  NT> { static constexpr int MT = 2, NW = 4, U = 2; };
-template <int NT> struct sbmm_config<sbmm::W_Q4_0, NT> { static constexpr int MT = 2, NW = 4, U = 4; };
-template <int NT> struct sbmm_config<sbmm::W_Q8_0, NT> { static constexpr int MT = 2, NW = 4, U = 2; };
-template <int NT> struct sbmm_config<sbmm::W_Q4_K, NT> { static constexpr int MT = 1, NW = 4, U = 1; };
+template <> struct sbmm_config<sbmm::W_F16,  1> { static constexpr int MT = 1, NW = 8, U = 2; };
+template <> struct sbmm_config<sbmm::W_F16,  2> { static constexpr int MT = 2, NW = 4, U = 2; };
+template <> struct sbmm_config<sbmm::W_Q4_0, 1> { static constexpr int MT = 1, NW = 8, U = 4; };
+template <> struct sbmm_config<sbmm::W_Q4_0, 2> { static constexpr int MT = 2, NW = 4, U = 4; };
+template <> struct sbmm_config<sbmm::W_Q8_0, 1> { static constexpr int MT = 2, NW = 8, U = 2; };
+template <> struct sbmm_config<sbmm::W_Q8_0, 2> { static constexpr int MT = 2, NW = 8, U = 2; };
+template <> struct sbmm_config<sbmm::W_Q4_K, 1> { static constexpr int MT = 2, NW = 8, U = 1; };
+template <> struct sbmm_config<sbmm::W_Q4_K, 2> { static constexpr int MT = 2, NW = 8, U = 1; };
 
 template <int T, int NT>
 void launch(const char * W, int64_t row_bytes, const void * Y, int64_t stride_col_y, float * dst, int64_t stride_col_dst,
@@ -99,7 +120,14 @@ bool ggml_cuda_should_use_sbmm(const ggml_tensor * src0, const ggml_tensor * src
         return false;
     }
     const int64_t ncols = src1->ne[1];
-    if (ncols < e.min_cols || ncols > e.max_cols) {
+    sbmm_cols cols = e.mode > 0 ? sbmm_cols{2, 16} : default_cols(t);
+    if (e.min_cols > 0) {
+        cols.lo = e.min_cols;
+    }
+    if (e.max_cols > 0) {
+        cols.hi = e.max_cols;
+    }
+    if (ncols < cols.lo || ncols > cols.hi || cols.lo > cols.hi) {
         return false;
     }
     // plain 2-D matmuls only (a verify batch's linear layers and output head), contiguous weight rows
@@ -108,6 +136,9 @@ bool ggml_cuda_should_use_sbmm(const ggml_tensor * src0, const ggml_tensor * src
     }
     if (src0->ne[0] % 256 != 0 || src0->ne[1] > INT32_MAX / 2 || src1->nb[0] != sizeof(float) || dst->nb[0] != sizeof(float)) {
         return false;
+    }
+    if (t == sbmm::W_Q4_K && ((uintptr_t) src0->data % 16 != 0 || src0->nb[1] % 16 != 0)) {
+        return false; // the q4_K loader reads each block's 16-byte header with one 16-byte load
     }
     if (t == sbmm::W_F16) { // the f16 path reads the f32 activations directly, 8 floats (2 x 16 bytes) at a time
         if (src1->nb[1] % 16 != 0 || (uintptr_t) src1->data % 16 != 0) {

@@ -1,0 +1,42 @@
+"""Patch 0008 (the sbmm small-batch matmul kernels in ggml-cuda) on a machine without a GPU: the kernel's
+block decoding and mma fragment layout against gguf-py (benchmarks/kernels/check_layouts.py: the kernel's
+own per-lane code run on the CPU), and the listed patch being exactly what the kernel sources make (the
+kernel is single-sourced in benchmarks/kernels/; an edit there without make_patch.py would ship stale code).
+The kernels' GPU numbers and test-backend-ops results: benchmarks/kernels/README.md, RESULTS.md section 13."""
+import importlib.util
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+KERNELS = ROOT / "benchmarks" / "kernels"
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="needs a host C++ compiler")
+def test_kernel_block_decoding_matches_gguf_py():
+    pytest.importorskip("gguf")
+    res = subprocess.run([sys.executable, str(KERNELS / "check_layouts.py")], capture_output=True, text=True,
+                         timeout=300)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    lines = res.stdout.splitlines()
+    assert lines[-1] == "all layout checks passed"
+    # every weight type, both shapes and the column counts that cross the 8-column tile were checked
+    ok = [ln for ln in lines if ln.startswith("ok ")]
+    assert len(ok) == 40 and {ln.split()[1] for ln in ok} == {"f16", "q4_0", "q8_0", "q4_K"}
+
+
+def test_listed_patch_is_what_the_kernel_sources_make():
+    from pyllama_spec import _pin
+
+    assert "0008-cuda-sbmm-small-batch-matmul" in _pin.PATCHES
+    if not (ROOT / "vendor" / "llama.cpp" / "ggml" / "src" / "ggml-cuda" / "ggml-cuda.cu").exists():
+        pytest.skip("vendor/llama.cpp is not fetched (python vendor/fetch_llama_cpp.py)")
+    spec = importlib.util.spec_from_file_location("make_patch", KERNELS / "make_patch.py")
+    mp = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mp)
+    made = mp.build_patch()
+    listed = (ROOT / "vendor" / "patches" / "0008-cuda-sbmm-small-batch-matmul.patch").read_text()
+    assert made == listed, "run: python benchmarks/kernels/make_patch.py --check, then vendor/fetch_llama_cpp.py"
