@@ -5,7 +5,8 @@
 #   bash benchmarks/h200_tree.sh tau       # carry .dev/smol.part02: τ and tok/s of budgets 4, 8, 16, 32 vs the
 #                                          # chain, n_max 7, 60 held-out prompts × 256 tokens (tree_tau.py)
 #   bash benchmarks/h200_tree.sh bakeoff   # carry .dev/smol.part02: the bake-off with --tree 4,8,16,32 at
-#                                          # n_max 3,7 (builtin:mixed, 1 turn, 2 runs)
+#                                          # n_max 3,7 (builtin:mixed, 1 turn, 2 runs); REPORT.md's "Token trees"
+#                                          # and the log name the budget the cost model picks
 #
 # Results go to $OUT (default /tmp/w/out): tree_tau_h200.json, bakeoff-tree/ and the logs.
 set -uo pipefail

@@ -277,6 +277,12 @@ def cmd_bakeoff(a: argparse.Namespace) -> int:
         think = {True: ", thinking on", False: ", thinking off", None: ""}[cm["thinking"]]
         print(f"{cm['drafter']} (T={cm['temperature']:g}{think}): best n_max measured "
               f"{cm['best_n_max_measured']}, predicted {cm['best_n_max']}")
+        for t in cm.get("trees", []):
+            every = t.get("best_budget_from_probs")
+            print(f"  trees {t['n_max']} deep: best budget measured {t['best_tree_measured']}, cost model picks "
+                  f"{t['best_tree_predicted']} at the measured τ, {t['best_tree_from_probs']} with τ from the "
+                  "drafter's probabilities" + (f" ({every['tree']} of every budget up to the largest)"
+                                               if every else ""))
     return 0
 
 

@@ -10,6 +10,7 @@ import pytest
 import pyllama_spec as ps
 from pyllama_spec import fixtures
 from pyllama_spec.errors import InvalidArgumentError
+from pyllama_spec.speculative.costmodel import VerifyCost, tree_tau_from_mass
 from pyllama_spec.study.prompts import Conversation, load_prompts, parse_jsonl
 
 THINK_TEMPLATE = (fixtures.CHATML.replace("{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}",
@@ -29,7 +30,7 @@ RUN_KEYS = {"drafter", "kind", "n_max", "tree", "n_max_ceiling", "temperature", 
             "turn", "n_prompt", "n_generated", "finish_reason", "generation_s", "prefill_s", "tokens_per_s",
             "prompt_tokens_per_s", "n_steps", "n_drafted", "n_accepted", "tau", "acceptance", "accepted_at",
             "drafted_at", "accepted_per_position", "mean_draft_length", "draft_length_counts", "stage_ms",
-            "stages_ms_per_step", "native"}
+            "stages_ms_per_step", "native", "n_tree_steps", "n_tree_nodes", "tree_mass", "spine_mass"}
 POINT_KEYS = {"drafter", "kind", "n_max", "tree", "temperature", "thinking", "n_runs", "n_generations", "n_generated",
               "n_steps", "tokens_per_s", "prompt_tokens_per_s", "tau", "acceptance", "accepted_per_position",
               "survival", "mean_draft_length", "ms_per_step", "stages_ms_per_step", "tokens_per_s_runs",
@@ -372,9 +373,95 @@ def test_bakeoff_tree_points(tiny):
     pts = {(p["drafter"], p["tree"]): p for p in res["points"]}
     assert set(pts) == {(None, 0), ("dflash", 0), ("dflash", 4), ("dflash", 8), ("ngram", 0)}
     assert res["settings"]["tree"] == [4, 8]
-    assert "predicted_tok_s" not in pts[("dflash", 4)] and "predicted_tok_s" in pts[("dflash", 0)]
     runs = {(r["drafter"], r["tree"]): r for r in res["runs"]}
     for d, t in pts:
         assert runs[(d, t)]["n_generated"] == 8
+    # the cost model predicts the tree points from the chain's fit (the numbers recomputed from its parts)
+    cm = next(c for c in res["cost_models"] if c["drafter"] == "dflash")
+    (depth,) = cm["trees"]
+    assert depth["n_max"] == 3 and [b["tree"] for b in depth["budgets"]] == [4, 8]
+    v = VerifyCost(cm["tree_verify"]["rows"], cm["tree_verify"]["ms"])  # (the chains' V with the trees' points)
+    c = cm["costs"]
+    d3 = sum(cm["acceptance"]["drafted"][:3])
+    for b in depth["budgets"]:
+        r = runs[("dflash", b["tree"])]
+        assert r["n_tree_nodes"] == b["tree"] * r["n_tree_steps"] and len(r["tree_mass"]) == b["tree"]
+        assert b["nodes_per_step"] == b["tree"]
+        ms = (v(1 + b["tree"]) + c["draft_call_ms"] + c["draft_token_ms"] * d3 + cm["tree_row_ms"] * 3
+              + c["other_step_ms"])
+        assert b["predicted_tok_s"] == pytest.approx(1e3 * b["tau_measured"] / (ms + c["other_token_ms"]
+                                                                                  * b["tau_measured"]))
+        assert 1.0 <= b["tau_from_probs"] <= 4.0
+        p = pts[("dflash", b["tree"])]
+        assert p["predicted_tok_s"] == b["predicted_tok_s"] and p["predicted_tau"] == b["tau_from_probs"]
+    assert depth["best_tree_predicted"] in (4, 8) and len(depth["tau_from_probs"]) == 8
+    big = runs[("dflash", 8)]  # τ from probabilities: from the largest tree's records
+    assert depth["tau_from_probs"] == pytest.approx(tree_tau_from_mass(
+        big["tree_mass"], big["spine_mass"], big["n_tree_steps"], cm["acceptance"]["survival"]))
+    assert depth["tau_from_probs"] == sorted(depth["tau_from_probs"])  # more nodes never predict less
     with pytest.raises(InvalidArgumentError, match="tree budgets"):
         ps.bakeoff(tiny["target"], {"ngram": "ngram"}, tree="0", progress=False)
+
+
+def test_tree_predictions_in_the_summary_by_hand():
+    """The summary's tree predictions from run records of a known machine: V(R) = 2 + .5 R,
+    D(d) = 1 + .2 d, W(τ) = .3 + .1 τ ms; chains at n_max 1, 2 with survival .7, .35; one tree point
+    (depth 2, budget 3) whose every step drafts nodes of path probability .6 (depth 1), .3 (depth 2),
+    .2 (depth 1) and the chain .6, .3, and commits τ = 2.3."""
+    from pyllama_spec.study.summary import cost_models
+
+    S = 1000
+
+    def rec(n_max, tree, acc, n_drafted, stage_per_step, **extra):
+        gen = S + sum(acc) if n_max else S
+        return {"drafter": "dflash" if n_max else None, "n_max": n_max, "tree": tree, "temperature": 0.0,
+                "thinking": None, "n_steps": S, "n_generated": gen, "n_drafted": n_drafted, "accepted_at": acc,
+                "drafted_at": [S] * n_max, "stage_ms": {k: S * v for k, v in stage_per_step.items()},
+                "generation_s": S * sum(stage_per_step.values()) / 1e3, **extra}
+
+    def chain(n, surv):
+        tau = 1 + sum(surv)
+        return rec(n, 0, [round(S * x) for x in surv], S * n,
+                   {"verify": 2 + 0.5 * (n + 1), "draft": 1 + 0.2 * n, "other": 0.3 + 0.1 * tau})
+
+    runs = [rec(0, 0, [], 0, {"verify": 2.5, "other": 0.3}),  # plain: T₁ = 2.8 ms per token
+            chain(1, [0.7]), chain(2, [0.7, 0.35]),
+            rec(2, 3, [800, 500], 2 * S, {"verify": 2 + 0.5 * 4, "draft": 1 + 0.2 * 2, "draft_sample": 0.5 * 2,
+                                          "other": 0.3 + 0.1 * 2.3},
+                n_tree_steps=S, n_tree_nodes=3 * S, tree_mass=[[0.6 * S, 0.0], [0.0, 0.3 * S], [0.2 * S, 0.0]],
+                spine_mass=[0.6 * S, 0.3 * S])]
+    points = [{"drafter": r["drafter"], "n_max": r["n_max"], "tree": r["tree"], "temperature": 0.0, "thinking": None}
+              for r in runs]
+    (cm,) = cost_models(runs, points)
+    (depth,) = cm["trees"]
+    (b3,) = depth["budgets"]
+    # calibration K = (.7 / .6, .35 / .3): τ(1) = 1.7, τ(2) = 2.05 (the chain's), τ(3) = 2.05 + .2 · .7 / .6
+    assert depth["tau_from_probs"] == pytest.approx([1.7, 2.05, 2.05 + 0.2 * 0.7 / 0.6])
+    assert b3["tau_measured"] == pytest.approx(2.3) and b3["nodes_per_step"] == 3
+    # the tree's drafter call: the chain's D(2) = 1.4 ms and .5 ms more per depth row (its draft_sample)
+    assert cm["tree_row_ms"] == pytest.approx(0.5)
+    # at the measured τ: V(4) + D(2) + .5·2 + W(2.3) = 4 + 1.4 + 1 + .53 ms, which is what the run took
+    assert b3["predicted_tok_s"] == pytest.approx(2300 / 6.93) and b3["tok_s_measured"] == pytest.approx(2300 / 6.93)
+    tp = 2.05 + 0.2 * 0.7 / 0.6
+    assert b3["predicted_tok_s_from_probs"] == pytest.approx(1e3 * tp / (4 + 2.4 + 0.3 + 0.1 * tp))
+    assert b3["break_even_tau"] == pytest.approx(6.93 / 2.8)  # T_tree at the measured τ ÷ T₁
+    # every budget 1..3 from the probabilities: 1700 / 5.87, 2050 / 6.405, 2283 / 6.928 ms → 3
+    assert depth["best_budget_from_probs"]["tree"] == 3 and depth["best_tree_measured"] == 3
+    tree_pt = points[-1]
+    assert tree_pt["predicted_tok_s"] == pytest.approx(2300 / 6.93) and tree_pt["predicted_tau"] == pytest.approx(tp)
+    # the chains keep their own V (the tree's verifies do not move the chains' predictions)
+    assert points[1]["predicted_tok_s"] == pytest.approx(1700 / (3.0 + 1.2 + 0.47))
+    assert cm["costs"]["verify"]["rows"] == [1.0, 2.0, 3.0] and cm["tree_verify"]["rows"] == [1.0, 2.0, 3.0, 4.0]
+
+
+def test_tree_verify_points_half_a_row_apart_are_one():
+    from pyllama_spec.study.summary import tree_verify_cost
+
+    def run(n_max, nodes, ms):
+        return {"n_max": n_max, "tree": 16 if nodes > 10 else 8, "n_steps": 10, "n_tree_steps": 10,
+                "n_tree_nodes": round(10 * nodes),
+                "stage_ms": {"verify": 10 * ms}}
+
+    v = tree_verify_cost(VerifyCost([1, 3], [2.0, 4.0]),
+                         [run(3, 15.9, 80.0), run(7, 16.2, 70.0), run(7, 8.0, 9.0)])
+    assert v.rows == pytest.approx([1.0, 3.0, 9.0, 17.05]) and v.ms == pytest.approx([2.0, 4.0, 9.0, 75.0])

@@ -338,3 +338,101 @@ def test_verify_ms_interpolates_between_measured_row_counts(tiny_gen):
     assert len(v) == 20 and all(x > 0 for x in v)
     assert v[8] == pytest.approx((v[7] + v[9]) / 2)
     assert v[16] == pytest.approx(0.75 * v[15] + 0.25 * v[19])
+
+
+# -- token trees: τ from the drafter's probabilities, costs, the budget picked -------------------------------
+def test_expected_tree_tau_is_the_tree_rule_in_expectation():
+    """Σ_nodes P(path accepted) equals the mean accepted length of the tree rule itself, enumerated over
+    every target outcome (each depth's token drawn independently, as the calibration assumes)."""
+    import itertools
+
+    from pyllama_spec.speculative.costmodel import expected_tree_tau
+    from pyllama_spec.speculative.tree import TreeDraft
+    from pyllama_spec.speculative.tree_verify import tree_accept
+
+    # root → a (0), b (1); a → c (2), d (3); c → e (4)   tokens: a=0 b=1 c=2 d=0 e=1
+    tree = TreeDraft(tokens=[0, 1, 2, 0, 1], parents=np.array([-1, -1, 0, 0, 2]))
+    p_depth = np.array([[0.5, 0.3, 0.2], [0.4, 0.1, 0.5], [0.2, 0.7, 0.1]])  # the target's token per depth
+    node_prob = [p_depth[d - 1, t] for d, t in zip(tree.depths, tree.tokens)]
+    # by hand: 1 + (.5 + .3) + .5·(.5 + .4) + .5·.5·.7
+    assert expected_tree_tau(tree.parents, node_prob) == pytest.approx(1 + 0.8 + 0.45 + 0.175)
+    mean = 0.0
+    for xs in itertools.product(range(3), repeat=3):  # the target's token at depths 1, 2, 3
+        rows = [xs[0]] + [xs[d] if d < 3 else 0 for d in tree.depths]  # row i + 1 follows node i (depth d → d + 1)
+        path, _ = tree_accept(rows, tree)
+        mean += np.prod([p_depth[d, x] for d, x in enumerate(xs)]) * (1 + len(path))
+    assert mean == pytest.approx(1 + 0.8 + 0.45 + 0.175)
+    with pytest.raises(ValueError, match="earlier node"):
+        expected_tree_tau([1, -1], [0.5, 0.5])
+
+
+def test_tree_tau_from_mass_by_hand():
+    """Two tree steps recorded through SpecStats.record_tree, calibrated by a chain's survival: the
+    numbers of the formula worked out by hand."""
+    from pyllama_spec.speculative.costmodel import tree_calibration, tree_tau_from_mass
+
+    st = SpecStats(n_max=2)
+    # step 1: nodes (best first) at depths 1, 2, 1 with path probabilities .6, .3, .2; the chain's path .6, .3
+    st.record_tree([0.6, 0.3, 0.2], [1, 2, 1], [0.6, 0.3])
+    other = SpecStats(n_max=2)
+    other.record_tree([0.8, 0.1, 0.4], [1, 1, 2], [0.8, 0.4])
+    st.merge(other)
+    assert st.n_tree_steps == 2 and st.n_tree_nodes == 6
+    assert np.asarray(st.tree_mass) == pytest.approx(np.array([[1.4, 0.0], [0.1, 0.3], [0.2, 0.4]]))
+    assert st.spine_mass == pytest.approx([1.4, 0.7])
+    survival = [0.7, 0.21]  # the chain's: K_1 = .7 / (1.4 / 2) = 1, K_2 = .21 / (.7 / 2) = .6
+    assert tree_calibration(st.spine_mass, 2, survival) == pytest.approx([1.0, 0.6])
+    taus = tree_tau_from_mass(st.tree_mass, st.spine_mass, 2, survival)
+    # τ(1) = 1 + 1.4/2; τ(2) = τ(1) + (.1 + .6·.3)/2; τ(3) = τ(2) + (.2 + .6·.4)/2
+    assert taus == pytest.approx([1.7, 1.84, 2.06])
+    # a tree that is the chain's own path is predicted at exactly the chain's τ
+    assert tree_tau_from_mass([[1.4, 0.0], [0.0, 0.7]], [1.4, 0.7], 2, survival)[-1] == pytest.approx(1 + 0.7 + 0.21)
+    # deeper than the chain's data: the deepest factor carries on
+    assert tree_calibration([1.0, 0.5, 0.2], 1, [0.5, 0.2]) == pytest.approx([0.5, 0.4, 0.4])
+    with pytest.raises(ValueError, match="survival"):
+        tree_tau_from_mass(st.tree_mass, st.spine_mass, 2, [])
+    with pytest.raises(ValueError, match="same runs"):
+        tree_tau_from_mass([[0.1, 0.2, 0.3]], [0.1, 0.2], 1, survival)
+
+
+def test_tree_records_its_path_and_chain_probabilities():
+    from pyllama_spec.speculative.tree import build_tree
+
+    lp = np.log(np.array([[0.6, 0.25], [0.5, 0.4]]))
+    tree = build_tree(np.array([[10, 11], [20, 21]]), lp, budget=3)
+    # best first: 10 (.6), then 10→20 (.6·.5 = .3), then 11 (.25)
+    assert tree.tokens == [10, 20, 11] and tree.parents.tolist() == [-1, 0, -1]
+    assert np.exp(tree.path_logp()) == pytest.approx([0.6, 0.3, 0.25])
+    assert np.exp(tree.top_logp) == pytest.approx([0.6, 0.5])
+    assert build_tree(np.array([[10, 11], [20, 21]]), lp, budget=3).tokens[:2] == build_tree(
+        np.array([[10, 11], [20, 21]]), lp, budget=2).tokens  # the first b nodes are the tree of budget b
+
+
+def test_tree_costs_and_the_budget_picked_by_hand():
+    model = CostModel.fit([synthetic(n) for n in (1, 2, 4, 8)], plain_synthetic())
+    # a tree 4 deep: one drafter call as the chain's at n_max 4 (d = 4), V of budget + 1 rows
+    assert model.tree_ms_per_step(8, 2.5, 4) == pytest.approx(V(9) + D(4) + W(2.5))
+    assert model.tree_ms_per_step(8, 2.5, 4, nodes=6) == pytest.approx(V(7) + D(4) + W(2.5))
+    assert model.tree_tok_s(4, 2.3, 4) == pytest.approx(2300 / (V(5) + D(4) + W(2.3)))
+    t1 = plain_synthetic().generation_ms / STEPS
+    # break-even: the step costed at its τ, divided by plain decoding's ms per token (as for chains)
+    assert model.tree_break_even_tau(8, 2.5, 4) == pytest.approx((V(9) + D(4) + W(2.5)) / t1)
+    assert model.tree_break_even_tau(8, 2.5, 4, nodes=6) == pytest.approx((V(7) + D(4) + W(2.5)) / t1)
+    # 8 nodes commit more per step (2.5 vs 2.3) but 4 are faster: 2300 / 6.83 ms > 2500 / 8.85 ms
+    taus = {4: 2.3, 8: 2.5}
+    assert model.best_tree_budget(taus, 4) == 4
+    assert model.best_tree_budget({4: 2.3, 8: 3.0}, 4) == 8  # 3000 / 8.9 ms > 336.7
+    preds = model.tree_predictions(taus, 4)
+    assert [p["tree"] for p in preds] == [4, 8] and preds[1]["tok_s"] == pytest.approx(2500 / (V(9) + D(4) + W(2.5)))
+    # a tree's drafter call costs more than the chain's per depth row: fitted through 0 from tree points
+    from pyllama_spec.speculative.costmodel import fit_tree_row_ms
+
+    # depth 2: D(2) + 1.0 ms, depth 4: D(4) + 1.8 ms → (2·1 + 4·1.8) / (4 + 16) = .46 ms per row
+    assert fit_tree_row_ms(model, [(2, D(2) + 1.0), (4, D(4) + 1.8)]) == pytest.approx(0.46)
+    assert fit_tree_row_ms(model, [(2, D(2) - 1.0)]) == 0.0 and fit_tree_row_ms(model, []) == 0.0
+    model.tree_row_ms = 0.46
+    assert model.tree_ms_per_step(8, 2.5, 4) == pytest.approx(V(9) + D(4) + 0.46 * 4 + W(2.5))
+    with pytest.raises(ValueError, match="at least one"):
+        model.best_tree_budget({}, 4)
+    with pytest.raises(ValueError, match="budget"):
+        model.tree_ms_per_step(0, 2.0, 4)

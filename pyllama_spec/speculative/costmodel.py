@@ -43,6 +43,23 @@ loop **rests**: plain steps, no drafter call, probing again after an exponential
 (:class:`AutoDraftLength`, "Resting"). AdaEDL's entropy stop rule (Agrawal et al. 2024) is the
 alternative cut (``AutoState.rule = "adaedl"``).
 
+**Token trees** (``tree=B``, :meth:`CostModel.tree_tok_s`): a step drafts once (one drafter call,
+the chain's: D at the chain's d(n) for depth n), verifies the root and B nodes — ``V(B + 1)`` — and
+commits τ_tree(B) tokens, so ``T_tree(B) = V(B + 1) + D(d(n)) + R·n + W(τ_tree(B))``, R being
+what a tree's drafter call costs beyond a chain's per depth row (reading the block's logits back
+for the full softmax, the top candidates, building the tree; fitted from tree runs, 0 without).
+τ_tree(B) comes either **measured** (a tree run at that budget) or **predicted** from the drafter's own
+probabilities (:func:`tree_tau_from_mass`): a tree's expected accepted length is the sum over its
+nodes of the probability that the node's whole path is accepted (EAGLE-2, Li et al. 2024,
+arXiv 2406.16858, §4; DDTree, arXiv 2604.12989), and that probability is taken as the drafter's path
+probability times a per-depth calibration factor ``K_d`` fitted so that the chain's own path (each
+depth's best candidate) gets exactly the chain's measured survival ``s_d``. The drafter's
+probabilities alone overrate a small drafter (§16 of RESULTS.md); the calibration is what makes the
+prediction a measurement. What it assumes is listed in :func:`tree_tau_from_mass`. Other per-step
+costs of a tree that a chain does not pay (the acceptance walk and rollback over more nodes, a few
+tenths of a ms on the CPU) are not in the model: the bake-off prints the predicted tok/s beside
+the measured, so their size is seen.
+
 The speculative-sampling analysis behind τ is Leviathan et al. 2023 ("Fast Inference from
 Transformers via Speculative Decoding", §3.4, expected tokens per step and the walltime
 improvement); confidence-based cutting is llama.cpp's ``--spec-draft-p-min`` (common/speculative.cpp),
@@ -56,6 +73,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .._check import check_int
 from ..errors import InvalidArgumentError
 
 if TYPE_CHECKING:
@@ -273,10 +291,14 @@ class CostModel:
 
     Attributes:
         plain_ms_per_token: T₁, ms per token of plain decoding (for break-even τ and speed-ups), or None.
+        tree_row_ms: a tree step's drafter ms beyond the chain's, per depth row: what a chain does
+            not do — DFlash reads the block's logits back for each row's full softmax and top
+            candidates, then builds the tree (:func:`fit_tree_row_ms`); 0 until trees are measured.
     """
     costs: StepCosts
     acceptance: Acceptance
     plain_ms_per_token: float | None = None
+    tree_row_ms: float = 0.0
 
     @classmethod
     def fit(cls, points: Any, plain: Measured | None = None, verify: VerifyCost | None = None) -> CostModel:
@@ -304,6 +326,64 @@ class CostModel:
             raise InvalidArgumentError("no n_max to choose from: the acceptance data is empty")
         return max(cands, key=self.tok_s)
 
+    # -- token trees (module docstring, "Token trees") ---------------------------------------------
+    def chain_draft_ms(self, depth: int) -> float:
+        """D(d(depth)): the drafter's ms of a chain step at n_max = ``depth`` (its measured d(depth)
+        where the data reaches, else ``depth`` tokens)."""
+        check_int("depth", depth, min=1)
+        d = self.acceptance.mean_draft(depth) if depth <= self.acceptance.n_max else float(depth)
+        return self.costs.draft_call_ms + self.costs.draft_token_ms * d
+
+    def _tree_draft_ms(self, depth: int) -> float:
+        """The drafter's ms for a tree of ``depth``: one call, as the chain's, plus ``tree_row_ms`` per row."""
+        return self.chain_draft_ms(depth) + self.tree_row_ms * depth
+
+    def tree_ms_per_step(self, budget: int, tau: float, depth: int, nodes: float | None = None) -> float:
+        """T_tree(B) = V(B + 1) + D(d(depth)) + tree_row_ms·depth + W0 + W1·τ, ms: a step verifying the root and
+        ``budget`` nodes of a tree ``depth`` deep that commits ``tau`` tokens (mean). ``nodes``: the
+        nodes a step really verifies when fewer than the budget (a tree 1 deep holds at most the
+        drafter's candidates per row; a run's mean), default ``budget``.
+
+        Raises:
+            InvalidArgumentError: a budget or depth below 1.
+        """
+        check_int("budget", budget, min=1)
+        rows = 1.0 + (float(budget) if nodes is None else min(float(nodes), float(budget)))
+        return (float(self.costs.verify(rows)) + self._tree_draft_ms(depth) + self.costs.other_step_ms
+                + self.costs.other_token_ms * float(tau))
+
+    def tree_tok_s(self, budget: int, tau: float, depth: int, nodes: float | None = None) -> float:
+        """Predicted tokens/s of trees of ``budget`` nodes, ``depth`` deep, committing ``tau`` per step."""
+        return 1e3 * float(tau) / self.tree_ms_per_step(budget, tau, depth, nodes)
+
+    def tree_break_even_tau(self, budget: int, tau: float, depth: int, nodes: float | None = None) -> float | None:
+        """τ* = T_tree(B) / T₁ with the step costed at ``tau``: the τ trees of ``budget`` nodes need to
+        match plain decoding (as :meth:`break_even_tau` for chains, which costs the step at its
+        predicted τ). None without T₁."""
+        if not self.plain_ms_per_token:
+            return None
+        return self.tree_ms_per_step(budget, tau, depth, nodes) / self.plain_ms_per_token
+
+    def tree_predictions(self, taus: Any, depth: int) -> list[dict]:
+        """Per budget: ``{"tree", "tau", "ms_per_step", "tok_s", "break_even_tau"}`` for
+        ``taus = {budget: τ_tree(budget)}`` (measured, or :func:`tree_tau_from_mass`), budgets ascending."""
+        return [{"tree": int(b), "tau": float(t), "ms_per_step": self.tree_ms_per_step(int(b), t, depth),
+                 "tok_s": self.tree_tok_s(int(b), t, depth),
+                 "break_even_tau": self.tree_break_even_tau(int(b), t, depth)}
+                for b, t in sorted(dict(taus).items())]
+
+    def best_tree_budget(self, taus: Any, depth: int) -> int:
+        """The budget of highest predicted tok/s among ``taus = {budget: τ_tree(budget)}``
+        (the smaller budget on a tie).
+
+        Raises:
+            InvalidArgumentError: no budgets given.
+        """
+        taus = dict(taus)
+        if not taus:
+            raise InvalidArgumentError("best_tree_budget needs {budget: tau} for at least one budget")
+        return max(sorted(taus), key=lambda b: self.tree_tok_s(int(b), taus[b], depth))
+
     def as_dict(self) -> dict:
         ns = range(1, self.acceptance.n_max + 1)
         return {"costs": self.costs.as_dict(), "acceptance": self.acceptance.as_dict(),
@@ -311,6 +391,112 @@ class CostModel:
                 "predicted": [{"n_max": n, "tau": self.acceptance.tau(n), "ms_per_step": self.ms_per_step(n),
                                "tok_s": self.tok_s(n), "break_even_tau": self.break_even_tau(n)} for n in ns],
                 "best_n_max": self.best_n_max() if self.acceptance.n_max else None}
+
+
+def fit_tree_row_ms(model: CostModel, points: Any) -> float:
+    """``tree_row_ms`` from tree runs: least squares through 0 of each point's drafter ms per step
+    beyond the chain's D(d(depth)) against its depth, at least 0.
+
+    Args:
+        model: the chains' model (its D and d).
+        points: ``(depth, drafter ms per step)`` of tree points (the ``draft`` and ``draft_sample`` stages).
+    """
+    pts = [(float(check_int("depth", d, min=1)), float(ms) - model.chain_draft_ms(int(d))) for d, ms in points]
+    den = sum(x * x for x, _ in pts)
+    return max(0.0, sum(x * y for x, y in pts) / den) if den else 0.0
+
+
+# -- τ of a token tree from the drafter's probabilities ------------------------------------------------
+def tree_calibration(spine_mass: Any, n_tree_steps: int, survival: Any) -> np.ndarray:
+    """Per-depth factors ``K_d = s_d / m_d`` (:func:`tree_tau_from_mass`): ``s_d`` the chain's measured
+    survival at depth d + 1 (:attr:`Acceptance.survival`), ``m_d = spine_mass[d] / n_tree_steps`` the
+    drafter's mean path probability of its own chain to that depth. Depths beyond the chain's data
+    keep the deepest measured factor; a depth whose ``m_d`` is 0 gets 0.
+
+    Returns:
+        ``(len(spine_mass),)`` float ≥ 0.
+    """
+    n = check_int("n_tree_steps", n_tree_steps, min=1)
+    m = np.asarray(spine_mass, dtype=np.float64) / n
+    s = np.asarray(survival, dtype=np.float64)
+    if not len(s):
+        raise InvalidArgumentError("tree_calibration needs the chain's measured survival (a chain run of the drafter)")
+    s = np.concatenate([s, np.full(max(0, len(m) - len(s)), np.nan)])[:len(m)]
+    k = np.divide(s, m, out=np.zeros_like(m), where=m > 0)
+    for d in range(len(k)):  # (no chain data this deep: the deepest measured factor)
+        if np.isnan(s[d]):
+            k[d] = k[d - 1] if d else 0.0
+    return k
+
+
+def tree_tau_from_mass(tree_mass: Any, spine_mass: Any, n_tree_steps: int, survival: Any) -> list[float]:
+    """Predicted τ of best-first token trees of every budget ``b = 1..len(tree_mass)``, from the
+    drafter's own probabilities calibrated by the chain's measured acceptance.
+
+    A tree's expected accepted length is ``Σ_nodes P(the node's path is accepted)`` (a step accepts
+    exactly the nodes of one path, and a node is on it iff its whole path is accepted; EAGLE-2
+    §4, DDTree). Each node's probability is taken as ``K_d · p`` with ``p`` the drafter's path
+    probability of the node and ``K_d`` (:func:`tree_calibration`) the depth's factor that turns the
+    drafter's probability of its own chain into the chain's measured survival. So
+
+        τ(b) = 1 + Σ_d K_d · M_b[d] / n_tree_steps,  M_b[d] = Σ_{j<b} tree_mass[j][d]
+
+    (``SpecStats.tree_mass``: the first b nodes of a best-first tree are the tree of budget b, so one
+    run at the largest budget gives every smaller one), at most 1 + the deepest depth.
+
+    Assumed, not measured: (1) the drafter's per-position distributions do not depend on the tokens
+    chosen above (DFlash's rows: a path's probability is the product of its rows'; DDTree's
+    assumption); (2) calibration depends on depth only — a second candidate of path probability p
+    is accepted as often as the chain's own path of probability p at that depth (where a drafter
+    overrates its runners-up more than its top picks, this errs high; measured on SmolLM2's DFlash
+    drafter: −4 … +15 %, RESULTS.md "tree-costmodel"); (3) the chain's
+    survival, measured on the chain's steps, holds on the tree's steps (same prompts, other step
+    boundaries); (4) means stand for per-step values (``K_d·p`` is never capped at 1 node by node).
+
+    Args:
+        tree_mass: ``[b][d]`` sums of drafter path probabilities per node order and depth.
+        spine_mass: ``[d]`` sums of the drafter's path probability of its chain per depth.
+        n_tree_steps: tree steps behind the sums (≥ 1).
+        survival: the chain's ``s_d`` (:attr:`Acceptance.survival`).
+
+    Returns:
+        ``[τ(1), ..., τ(len(tree_mass))]``.
+
+    Raises:
+        InvalidArgumentError: no steps, no chain survival, or a ``tree_mass`` row longer than ``spine_mass``.
+    """
+    mass = np.asarray([list(r) for r in tree_mass] or np.zeros((0, 0)), dtype=np.float64)
+    if mass.ndim != 2:
+        raise InvalidArgumentError("tree_mass must be a list of equal-length rows (SpecStats.tree_mass)")
+    if mass.shape[1] > len(spine_mass):
+        raise InvalidArgumentError(f"tree_mass has {mass.shape[1]} depths, spine_mass {len(spine_mass)}: "
+                                   "pass both from the same runs")
+    k = tree_calibration(spine_mass, n_tree_steps, survival)[:mass.shape[1]]
+    depth = mass.shape[1]
+    per_node = mass @ k / n_tree_steps  # each node's calibrated chance of being accepted, summed over steps
+    return [float(min(1.0 + depth, 1.0 + v)) for v in np.cumsum(per_node)]
+
+
+def expected_tree_tau(parents: Any, node_prob: Any) -> float:
+    """1 + Σ_nodes Π_{path} ``node_prob``: the expected tokens per step of one tree whose node i is
+    the target's token with probability ``node_prob[i]`` given its parent's path accepted (siblings
+    are exclusive: their ``node_prob`` should sum to ≤ 1). The identity behind
+    :func:`tree_tau_from_mass`; tests check it against the tree rule itself.
+
+    Args:
+        parents: ``(n,)`` parent indices (``TreeDraft.parents``, -1 = the root).
+        node_prob: ``(n,)`` conditional acceptance probabilities in [0, 1].
+    """
+    par = np.asarray(parents, dtype=np.int64).reshape(-1)
+    q = np.asarray(node_prob, dtype=np.float64).reshape(-1)
+    if par.shape != q.shape:
+        raise InvalidArgumentError(f"parents and node_prob must have one entry per node, got {par.shape} and {q.shape}")
+    path = np.zeros(len(q))
+    for i, p in enumerate(par):
+        if not -1 <= p < i:
+            raise InvalidArgumentError(f"node {i}'s parent {p} is not an earlier node or -1")
+        path[i] = q[i] * (path[p] if p >= 0 else 1.0)
+    return 1.0 + float(path.sum())
 
 
 # -- measuring V(R) directly --------------------------------------------------------------------------
@@ -686,5 +872,6 @@ class AutoDraftLength:
 
 
 __all__ = ["VerifyCost", "StepCosts", "Acceptance", "Measured", "CostModel", "fit_costs", "measure_verify_ms",
+           "tree_calibration", "tree_tau_from_mass", "expected_tree_tau", "fit_tree_row_ms",
            "AutoDraftLength", "AutoState", "AUTO_RULES", "DRAFT_STAGES", "DRAFTER_STAGES", "VERIFY_STAGES",
            "adaedl_lower_bound", "rest_length"]

@@ -200,6 +200,12 @@ def _run(target, drafter, prompt, vocab, mem, chain, *, max_tokens, n_max, sp, d
         else:
             k, committed = step.n_accepted, step.committed
         stats.record(n_d, k)
+        if step is not None and step.tree is not None:  # what the cost model predicts trees from
+            plp = step.tree.path_logp()
+            if plp is not None:
+                top = step.tree.top_logp
+                stats.record_tree(np.exp(plp), step.tree.depths,
+                                  None if top is None else np.exp(np.cumsum(np.asarray(top, dtype=np.float64))))
 
         if chain is not None:
             for t in committed:  # llama.cpp's seeded draw advances only over accepted rows

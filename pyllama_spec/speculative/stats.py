@@ -14,6 +14,7 @@ the EOS / stop token / stop-string tokens that ended the output): ``GenerationRe
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass
@@ -29,6 +30,15 @@ class SpecStats:
             model chose; otherwise ``n_max`` or fewer when the drafter had less to offer).
         drafted_at, accepted_at: per draft position i (0-based), how often a token was
             drafted there and how often it was accepted.
+        n_tree_steps, n_tree_nodes: token-tree steps, and the nodes they verified (a tree step
+            verifies nodes + 1 rows).
+        tree_mass: ``[b][d]`` (nodes × depths): over the tree steps, the sum of the drafter's path
+            probability of the tree's node ``b`` (in the order the tree chose its nodes, best first)
+            when that node lies at depth ``d + 1``. The first ``b`` nodes of a best-first tree are the
+            tree of budget ``b``, so this predicts τ for every smaller budget
+            (:func:`~pyllama_spec.speculative.costmodel.tree_tau_from_mass`).
+        spine_mass: ``[d]``: over the tree steps, the sum of the drafter's path probability of its
+            best candidates at depths 1..d + 1 (the chain's draft), what calibrates ``tree_mass``.
     """
     n_max: int = 0
     n_steps: int = 0
@@ -38,6 +48,10 @@ class SpecStats:
     draft_lengths: list = field(default_factory=list)
     drafted_at: list = field(default_factory=list)
     accepted_at: list = field(default_factory=list)
+    n_tree_steps: int = 0
+    n_tree_nodes: int = 0
+    tree_mass: list = field(default_factory=list)
+    spine_mass: list = field(default_factory=list)
 
     def __post_init__(self):
         if not self.drafted_at:
@@ -55,6 +69,25 @@ class SpecStats:
             self.drafted_at[i] += 1
             if i < n_acc:
                 self.accepted_at[i] += 1
+
+    def record_tree(self, path_prob: Any, depths: Any, spine_prob: Any = None) -> None:
+        """Record one token tree's drafter probabilities (call beside :meth:`record` for the step).
+
+        Args:
+            path_prob: ``(n,)`` the drafter's path probability of each node, in the tree's node order.
+            depths: ``(n,)`` each node's depth (1 = the root's child).
+            spine_prob: ``(D,)`` the drafter's path probability of its best candidate at depths 1..D, or None.
+        """
+        self.n_tree_steps += 1
+        self.n_tree_nodes += len(path_prob)
+        d_max = max([int(d) for d in depths] + [len(spine_prob) if spine_prob is not None else 0])
+        _grow(self.tree_mass, len(path_prob), d_max)
+        for b, (p, d) in enumerate(zip(path_prob, depths)):
+            self.tree_mass[b][int(d) - 1] += float(p)
+        if spine_prob is not None:
+            self.spine_mass += [0.0] * (len(spine_prob) - len(self.spine_mass))
+            for d, p in enumerate(spine_prob):
+                self.spine_mass[d] += float(p)
 
     def truncate_last(self, n_kept: int) -> None:
         """Count only the first ``n_kept`` (≥ 1) of the tokens the last step committed: the
@@ -78,6 +111,15 @@ class SpecStats:
         self.draft_lengths += other.draft_lengths
         self.drafted_at = [a + b for a, b in zip(self.drafted_at, other.drafted_at)]
         self.accepted_at = [a + b for a, b in zip(self.accepted_at, other.accepted_at)]
+        self.n_tree_steps += other.n_tree_steps
+        self.n_tree_nodes += other.n_tree_nodes
+        _grow(self.tree_mass, len(other.tree_mass), max((len(r) for r in other.tree_mass), default=0))
+        for b, row in enumerate(other.tree_mass):
+            for d, v in enumerate(row):
+                self.tree_mass[b][d] += v
+        self.spine_mass += [0.0] * (len(other.spine_mass) - len(self.spine_mass))
+        for d, v in enumerate(other.spine_mass):
+            self.spine_mass[d] += v
 
     @property
     def acceptance_rate(self) -> float:
@@ -104,6 +146,14 @@ class SpecStats:
                 "n_accepted": self.n_accepted, "acceptance_rate": self.acceptance_rate,
                 "mean_accepted_length": self.mean_accepted_length, "mean_draft_length": self.mean_draft_length,
                 "accepted_per_position": self.accepted_per_position}
+
+
+def _grow(mass: list, n: int, d: int) -> None:
+    """Pad the nested list ``mass`` in place to at least ``n`` rows of at least ``d`` zeros."""
+    mass += [[] for _ in range(n - len(mass))]
+    width = max([d] + [len(r) for r in mass])
+    for r in mass:
+        r += [0.0] * (width - len(r))
 
 
 __all__ = ["SpecStats"]

@@ -43,11 +43,15 @@ class TreeDraft:
             for a deterministic tree (top candidates). Siblings were drawn *without replacement*
             from one distribution, in node order (their rows are equal); ``verify="rejection"``
             needs it (:func:`~pyllama_spec.speculative.tree_verify.tree_verify_rejection`).
+        top_logp: ``(D,)`` float, log of the drafter's best candidate's probability at each depth
+            1..D it drafted (the chain's tokens, whether or not the tree holds them), or None; the
+            cost model calibrates the tree's path probabilities by it (``costmodel.tree_tau_from_mass``).
     """
     tokens: list[int]
     parents: np.ndarray
     logp: np.ndarray | None = None
     probs: np.ndarray | None = None
+    top_logp: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         self.tokens = [int(t) for t in self.tokens]
@@ -63,6 +67,17 @@ class TreeDraft:
         for i, p in enumerate(self.parents):
             d[i] = 1 if p < 0 else d[p] + 1
         return d
+
+    def path_logp(self) -> np.ndarray | None:
+        """``(n,)`` float: each node's path log-probability (the sum of ``logp`` from the root's child
+        down to it), or None without ``logp``."""
+        if self.logp is None:
+            return None
+        lp = np.asarray(self.logp, dtype=np.float64)
+        out = np.zeros(len(self), dtype=np.float64)
+        for i, p in enumerate(self.parents):  # (parents come first)
+            out[i] = lp[i] + (out[p] if p >= 0 else 0.0)
+        return out
 
     @property
     def max_depth(self) -> int:
@@ -158,10 +173,11 @@ def build_tree(cand_tokens: np.ndarray, cand_logp: np.ndarray, budget: int, spin
             chain would.
 
     Returns:
-        A deterministic :class:`TreeDraft` (``probs`` None, ``logp`` the per-node log-probabilities)
-        of the ``min(budget, …)`` nodes with the highest path log-probability, in the order they
-        were chosen (which is topological: a child's path probability never exceeds its parent's;
-        siblings come best first). Ties go to the shallower, then the earlier-found node.
+        A deterministic :class:`TreeDraft` (``probs`` None, ``logp`` the per-node log-probabilities,
+        ``top_logp`` each depth's best candidate's) of the ``min(budget, …)`` nodes with the highest
+        path log-probability, in the order they were chosen (which is topological: a child's path
+        probability never exceeds its parent's; siblings come best first), so the first ``b`` nodes
+        are the tree of budget ``b``. Ties go to the shallower, then the earlier-found node.
 
     Raises:
         InvalidArgumentError: mismatched shapes or a negative budget.
@@ -181,8 +197,9 @@ def build_tree(cand_tokens: np.ndarray, cand_logp: np.ndarray, budget: int, spin
     parents: list[int] = []
     logp: list[float] = []
     path_lp: list[float] = []
+    top = lp[:, 0].copy() if k else np.full(D, -np.inf)  # the chain's per-depth log-probabilities
     if D == 0 or k == 0 or budget == 0:
-        return TreeDraft(tokens=[], parents=np.zeros(0, dtype=np.int64), logp=np.zeros(0))
+        return TreeDraft(tokens=[], parents=np.zeros(0, dtype=np.int64), logp=np.zeros(0), top_logp=top)
     # heap entries: (-path logp, depth index, serial, parent node, rank at this depth)
     heap: list[tuple[float, int, int, int, int]] = []
     serial = 0
@@ -220,7 +237,8 @@ def build_tree(cand_tokens: np.ndarray, cand_logp: np.ndarray, budget: int, spin
         path_lp.append(-neg)
         offer(parent, d, r + 1)  # the next sibling
         offer(i, d + 1, 0)       # the first child
-    return TreeDraft(tokens=tokens, parents=np.asarray(parents, dtype=np.int64), logp=np.asarray(logp))
+    return TreeDraft(tokens=tokens, parents=np.asarray(parents, dtype=np.int64), logp=np.asarray(logp),
+                     top_logp=top)
 
 
 def tree_from_logits(logits: np.ndarray, budget: int, top_k: int = 10) -> TreeDraft:
@@ -265,7 +283,7 @@ def sample_tree(q: np.ndarray, budget: int, rng: np.random.Generator, top_k: int
         tokens[kids] = np.argsort(-g, kind="stable")[:len(kids)]
     rows = q[depth - 1].astype(np.float32) if n else np.zeros((0, q.shape[1]), dtype=np.float32)
     lp = logq[depth - 1, tokens] if n else np.zeros(0)
-    return TreeDraft(tokens=tokens.tolist(), parents=shape.parents, logp=lp, probs=rows)
+    return TreeDraft(tokens=tokens.tolist(), parents=shape.parents, logp=lp, probs=rows, top_logp=shape.top_logp)
 
 
 __all__ = ["TreeDraft", "check_tree", "build_tree", "tree_from_logits", "sample_tree", "TREE_BUDGET_MAX"]

@@ -44,11 +44,13 @@ class TreeStep:
         n_accepted: accepted draft tokens (``len(committed) - 1``).
         depth: the tree's longest branch (the "draft length" counted in the stats).
         n_nodes: nodes verified.
+        tree: the verified tree (its ``logp`` / ``top_logp`` feed ``SpecStats.record_tree``).
     """
     committed: list[int]
     n_accepted: int
     depth: int
     n_nodes: int
+    tree: TreeDraft | None = None
 
 
 def check_tree_context(target: Context, budget: int) -> None:
@@ -115,7 +117,7 @@ def tree_verify_step(target: Context, drafter: Drafter, last: int, n_past: int, 
             mem.seq_cp(s, 0)
             mem.seq_rm(s)
     return TreeStep(committed=[tree.tokens[i] for i in path] + [bonus], n_accepted=k, depth=tree.max_depth,
-                    n_nodes=len(tree))
+                    n_nodes=len(tree), tree=tree)
 
 
 def _accept(logits: np.ndarray, tree: TreeDraft, sp: SamplingParams, verify: str,

@@ -149,7 +149,8 @@ def bakeoff(target: str | os.PathLike, drafters: Any = None, *, n_max: Any = (1,
         tree: token-tree node budgets (ints, or ``"4,16"``): each is a point of its own at every int
             n_max (its depth) of the drafters that draft trees (draft-dflash); the target context is
             then sized for the largest (``Generator(tree=...)``) for every point. The cost model is
-            fitted on chains only (trees get no prediction yet).
+            fitted on the chains and predicts the trees (``cost_models[i]["trees"]``: tok/s at the
+            measured τ, τ and tok/s from the drafter's calibrated probabilities, the budget it picks).
 
     Returns:
         The results dict written to results.json: ``schema``, ``complete``, ``settings``, ``machine``,
@@ -268,7 +269,8 @@ def bakeoff(target: str | os.PathLike, drafters: Any = None, *, n_max: Any = (1,
 
         # the verify cost per row count, measured directly (V(R) of the cost model; n_max="auto" uses it),
         # and warm-ups (first-call costs: graph reserve, page faults); a resumed sweep keeps its costs
-        max_rows = 1 + max(gen.resolve_n_max(p.drafter, p.n_max) for p in points)
+        # (a tree verifies budget + 1 rows: the cost model's tree predictions read V there)
+        max_rows = 1 + max(max(p.tree, gen.resolve_n_max(p.drafter, p.n_max)) for p in points)
         verify_ms = dict(old["verify_ms"]) if old is not None and old.get("verify_ms") else {}
         steps = [(k, d) for k, d in [("plain", None), *((n, n) for n in gen.drafters)] if k not in verify_ms]
         per_point = runner.generations_per_run

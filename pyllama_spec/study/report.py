@@ -87,6 +87,50 @@ def _drafted_positions(p: Any) -> int:
     return max(counts, default=0)
 
 
+def _err(pred: Any, meas: Any) -> str:
+    return _f((pred / meas - 1) * 100 if pred and meas else None, "{:+.0f}%")
+
+
+def _tree_tables(cms: list[dict]) -> list[str]:
+    """The token-tree section: per (depth, budget) measured against predicted, then the budget picked."""
+    L = ["## Token trees: the cost model's prediction and the budget it picks", "",
+         "A tree step verifies nodes + 1 rows (V at those rows from the trees' own verifies), makes one drafter call "
+         "(the chain's at that depth, plus R ms per depth row for what a tree's call adds, fitted from the trees' "
+         "draft stages) and commits τ tokens. *at measured τ*: the cost model's tok/s with the tree's "
+         "measured τ (tests the costs); *τ from probs*: τ predicted from the drafter's path probabilities, "
+         "calibrated per depth so that its own chain gets the chain runs' measured survival (Σ over nodes of "
+         "P(path accepted), EAGLE-2 / DDTree; from the depth's largest tree, whose first b nodes are the tree of "
+         "budget b), and the tok/s at that τ. Break-even τ = the τ a budget needs to match plain decoding.", ""]
+    rows = []
+    for cm in cms:
+        for t in cm["trees"]:
+            for b in t["budgets"]:
+                rows.append([_setting(cm), cm["drafter"], t["n_max"], b["tree"], _f(b["nodes_per_step"], "{:.1f}"),
+                             _f(b["ms_per_step_measured"], "{:.1f}"), _f(b["ms_per_step_predicted"], "{:.1f}"),
+                             _f(b["tau_measured"]), _f(b["tau_from_probs"]), _f(b["break_even_tau"]),
+                             _f(b["tok_s_measured"], "{:.1f}"), _f(b["predicted_tok_s"], "{:.1f}"),
+                             _err(b["predicted_tok_s"], b["tok_s_measured"]),
+                             _f(b["predicted_tok_s_from_probs"], "{:.1f}"),
+                             _err(b["predicted_tok_s_from_probs"], b["tok_s_measured"])])
+    L += _table(["setting", "drafter", "depth (n_max)", "budget", "nodes/step", "ms/step", "pred. ms/step (at τ)",
+                 "τ", "τ from probs", "break-even τ",
+                 "tok/s", "pred. at measured τ", "error", "pred. from probs", "error"], rows)
+    rows = []
+    for cm in cms:
+        chain = next((x for x in cm["predicted"] if x["n_max"] == cm["best_n_max"]), None)
+        for t in cm["trees"]:
+            every = t.get("best_budget_from_probs") or {}
+            rows.append([_setting(cm), cm["drafter"], t["n_max"], t["best_tree_measured"], t["best_tree_predicted"],
+                         t["best_tree_from_probs"] or "–",
+                         (f"{every['tree']} (τ {every['tau']:.2f}, {every['tok_s']:.1f} tok/s)" if every else "–"),
+                         f"n_max {cm['best_n_max']} ({_f(chain and chain['tok_s'], '{:.1f}')} tok/s)",
+                         _f(cm.get("tree_row_ms"), "{:.3f}")])
+    L += _table(["setting", "drafter", "depth (n_max)", "best budget measured", "picked (at measured τ)",
+                 "picked (τ from probs)", "picked of every budget (τ from probs)", "best chain predicted",
+                 "R ms/row"], rows)
+    return L
+
+
 def write_report(results: dict, path: Any) -> None:
     """REPORT.md from a results dict."""
     m, s, model = results["machine"], results["settings"], results["model"]
@@ -149,6 +193,10 @@ def write_report(results: dict, path: Any) -> None:
                          _f(auto and auto["mean_draft_length"])])
         L += _table(["setting", "drafter", "best measured n_max", "its tok/s", "best predicted n_max",
                      "predicted tok/s", "auto tok/s", "auto vs best fixed", "auto drafted/step"], rows)
+
+    tree_cms = [cm for cm in cms if cm.get("trees")]
+    if tree_cms:
+        L += _tree_tables(tree_cms)
 
     spec_pts = [p for p in pts if p["drafter"] and p["accepted_per_position"]]
     if spec_pts:
