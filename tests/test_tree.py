@@ -156,8 +156,11 @@ def test_tree_at_temperature_is_reproducible(tree_gen, verify):
     spec = ps.SpecConfig(drafter="dflash", n_max=5, tree=8, verify=verify)
     a = tree_gen.generate(PROMPTS[0], spec=spec, **kw)
     b = tree_gen.generate(PROMPTS[0], spec=spec, **kw)
-    assert a.tokens == b.tokens and len(a.tokens) == 24
-    _cache_is_committed_only(tree_gen.ctx, len(tree_gen.tokenize_prompt(PROMPTS[0])) - 1 + 24)
+    assert a.tokens == b.tokens and a.finish_reason == b.finish_reason
+    # 24 tokens, or fewer where the sampled answer ends at an EOS (the H200's kernels draw another answer)
+    assert len(a.tokens) == 24 or a.finish_reason == "eos"
+    # the cache holds the prompt and every committed token but the newest (an EOS is committed, not output)
+    _cache_is_committed_only(tree_gen.ctx, len(tree_gen.tokenize_prompt(PROMPTS[0])) - 1 + a.n_committed)
 
 
 def test_tree_settings_are_validated(tiny, tree_gen):
