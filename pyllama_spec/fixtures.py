@@ -496,7 +496,8 @@ def write_big_pair(out_dir: str | os.PathLike, *, preset: str = "qwen3-8b", dtyp
     if preset not in BIG_PRESETS:
         raise ValueError(f"preset must be one of {sorted(BIG_PRESETS)}, got {preset!r}")
     if dtype not in ("f16", "q4_0", "q4_K") or (drafter_dtype or dtype) not in ("f16", "q4_0", "q8_0", "q4_K"):
-        raise ValueError(f"dtype must be 'f16', 'q4_0' or 'q4_K' (drafter also 'q8_0'), got {dtype!r}/{drafter_dtype!r}")
+        raise ValueError(f"dtype must be 'f16', 'q4_0' or 'q4_K' (drafter also 'q8_0'), "
+                         f"got {dtype!r}/{drafter_dtype!r}")
     cfg = BIG_PRESETS[preset]
     ddt = drafter_dtype or dtype
     out_dir = Path(out_dir)
