@@ -24,6 +24,8 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #ifdef __CUDACC__
@@ -280,6 +282,125 @@ SB_HD void afrag(const RawA<W_F16> & r, int s, int a[4]) {
     a[1] = (int) r.h[1][2 * s + 0];
     a[2] = (int) r.h[0][2 * s + 1];
     a[3] = (int) r.h[1][2 * s + 1];
+}
+
+// ---- staged weight loads (Marlin's way: sbmm_kernel<..., ST = 1 or 2>, q4_0 / q8_0) -----------------------
+// The register path above reads q4_0 / q8_0 blocks (18 / 34 bytes, so only 2-byte aligned) with 16-bit loads
+// of 8 different rows per warp instruction: on the H200 that runs at 0.7-1.1 TB/s, bound by load
+// instructions and L1 wavefronts, not by HBM. The staged path copies a warp's chunk of U consecutive units
+// (U % 8 == 0) of each of its 16*MT rows -- one contiguous stretch of U * unit_bytes bytes per row (8 q4_0
+// blocks = 144 bytes = 9 x 16 B, 8 q8_0 blocks = 272 = 17 x 16 B) -- into shared memory with 16-byte
+// cp.async (each 16 B of HBM read once, by one lane, with consecutive lanes on consecutive pieces), then each
+// lane builds exactly the RawA the register path builds, from shared memory (load_a_staged). Alignment: a
+// stretch starts at unit u0 = chunk * U, byte u0 * unit_bytes (a multiple of 144 / 272, so of 16), in a row
+// of row_bytes = (k / 32) * unit_bytes bytes (k % 256 == 0: a multiple of 16): so the weights' base address
+// and row stride must be 16-byte aligned, which the dispatch checks (ggml_cuda_should_use_sbmm).
+// In shared memory the stretch rows lie back to back (row rl at rl * SROW): piece p of a chunk is stretch
+// row p / P, piece p % P, at byte 16 * p (linear: conflict-free); the stretch rows of 144 / 272 bytes put
+// the 8 rows g of a lane-read instruction on banks 4g.. (conflict-free too).
+#ifdef __CUDA_ARCH__
+#define SB_UNROLL _Pragma("unroll")
+#else
+#define SB_UNROLL
+#endif
+#ifndef SBMM_STAGE_INDEX_SKEW
+#define SBMM_STAGE_INDEX_SKEW 0 // check_layouts.py's mutation check builds the emulator with 1: an off-by-one
+#endif                          // in the piece index, which its staged checks must catch
+
+template <int T, int U> struct stage_traits {
+    static_assert(T == W_Q4_0 || T == W_Q8_0, "the staged path is for the 2-byte aligned block types");
+    static_assert(U % 8 == 0, "a stretch of U blocks is a whole number of 16-byte pieces only for U % 8 == 0");
+    static constexpr int srow = U * wtraits<T>::unit_bytes; // bytes of one row's stretch (a multiple of 16)
+    static constexpr int pieces = srow / 16;                // 16-byte pieces per stretch row
+};
+
+// piece p of a chunk -> (stretch row rl, piece j of that row)
+SB_HD void stage_piece(int p, int pieces, int & rl, int & j) {
+    rl = p / pieces;
+    j = (p - rl * pieces + SBMM_STAGE_INDEX_SKEW) % pieces;
+}
+
+SB_HD void copy16(char * dst_smem, const char * src) {
+#ifdef __CUDA_ARCH__
+    const unsigned s = (unsigned) __cvta_generic_to_shared(dst_smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(src) : "memory");
+#else
+    if (((uintptr_t) dst_smem | (uintptr_t) src) & 15) { // what cp.async requires: the emulator checks it
+        fprintf(stderr, "sbmm: copy16 of a piece that is not 16-byte aligned\n");
+        abort();
+    }
+    memcpy(dst_smem, src, 16);
+#endif
+}
+
+// This lane's share of staging the chunk at units u0 .. u0 + nu - 1 (nu % 8 == 0) of the rows row_base ..
+// row_base + 16*MT - 1 (clamped to m - 1, as the register path clamps them; the store drops those rows)
+// into buf (16*MT stretch rows of stage_traits<T, U>::srow bytes).
+template <int T, int MT, int U>
+SB_HD void stage_chunk(char * buf, const char * W, long long row_bytes, int row_base, int m, int u0, int nu, int lane) {
+    constexpr int P = stage_traits<T, U>::pieces;
+    constexpr int NP = 16 * MT * P;
+    const int pv = nu * wtraits<T>::unit_bytes / 16; // valid pieces per stretch row
+SB_UNROLL
+    for (int q = 0; q < (NP + 31) / 32; ++q) {
+        const int p = lane + 32 * q;
+        if (p < NP) {
+            int rl, j;
+            stage_piece(p, P, rl, j);
+            if (j < pv) {
+                const int r = row_base + rl < m ? row_base + rl : m - 1;
+                copy16(buf + 16 * p, W + (long long) r * row_bytes + (long long) u0 * wtraits<T>::unit_bytes + 16 * j);
+            }
+        }
+    }
+}
+
+SB_HD uint32_t ld32(const char * p) { // p 4-byte aligned (the emulator checks it)
+#ifdef __CUDA_ARCH__
+    return *(const uint32_t *) p;
+#else
+    if ((uintptr_t) p & 3) {
+        fprintf(stderr, "sbmm: 32-bit shared-memory read that is not 4-byte aligned\n");
+        abort();
+    }
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
+#endif
+}
+// 32 / 16 bits at p (2-byte aligned) by 4-byte aligned reads; a2: p % 4 == 2 (the stretch rows are 16-byte
+// aligned and the unit index is unrolled, so the kernel knows a2 at compile time)
+SB_HD int ld_int_staged(const char * p, bool a2) {
+    if (!a2) {
+        return (int) ld32(p);
+    }
+    return (int) ((ld32(p - 2) >> 16) | (ld32(p + 2) << 16));
+}
+SB_HD uint16_t ld_half_staged(const char * p, bool a2) {
+    return a2 ? (uint16_t) (ld32(p - 2) >> 16) : (uint16_t) (ld32(p) & 0xFFFFu);
+}
+
+// unit i (0 .. U-1) of the chunk for this lane's rows: s0 / s1 = their stretch rows in shared memory (rows
+// 16*mt + g and 16*mt + g + 8); the same RawA as load_a on the unit in global memory.
+SB_HD void load_a_staged(RawA<W_Q4_0> & r, const char * s0, const char * s1, int i, int t) {
+    const int o = i * wtraits<W_Q4_0>::unit_bytes; // block i: d at o, qs at o + 2
+    const bool qa = ((o + 2) & 3) != 0;
+    const bool da = (o & 3) != 0;
+    r.q[0] = ld_int_staged(s0 + o + 2 + 4 * t, qa);
+    r.q[1] = ld_int_staged(s1 + o + 2 + 4 * t, qa);
+    r.d[0] = ld_half_staged(s0 + o, da);
+    r.d[1] = ld_half_staged(s1 + o, da);
+}
+SB_HD void load_a_staged(RawA<W_Q8_0> & r, const char * s0, const char * s1, int i, int t) {
+    const int o = i * wtraits<W_Q8_0>::unit_bytes;
+    const bool qa = ((o + 2) & 3) != 0;
+    const bool da = (o & 3) != 0;
+    r.q[0][0] = ld_int_staged(s0 + o + 2 + 4 * t, qa);
+    r.q[0][1] = ld_int_staged(s0 + o + 2 + 16 + 4 * t, qa);
+    r.q[1][0] = ld_int_staged(s1 + o + 2 + 4 * t, qa);
+    r.q[1][1] = ld_int_staged(s1 + o + 2 + 16 + 4 * t, qa);
+    r.d[0] = ld_half_staged(s0 + o, da);
+    r.d[1] = ld_half_staged(s1 + o, da);
 }
 
 // ---- activation fragments: column c of the B tile (lane's g), plus the scales of its C columns ----------
