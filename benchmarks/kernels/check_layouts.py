@@ -11,9 +11,10 @@ and compares:
 3. its matmul on random normal activations with the float64 reference: NMSE below 5e-4 (the error
    test-backend-ops allows for MUL_MAT), the q8_1 rounding of the activations being the only loss.
 
-q4_0 and q8_0 are checked twice more, through the staged load path (``staged1`` / ``staged2``: 16 / 32 rows
-per warp, the kernel's ``stage_chunk`` copying 16-byte pieces into a staging buffer and ``load_a_staged``
-reading the fragments back, alignment asserted); then a deliberate mutation (the emulator rebuilt with
+q4_0 and q8_0 are checked four times more, through the staged load path (``staged1`` / ``staged2``: 16 / 32
+rows per warp, the kernel's ``stage_chunk`` copying 16-byte pieces into a staging buffer and ``load_a_staged``
+reading the fragments back, alignment asserted; ``staged1b`` / ``staged2b``: the activations staged too,
+``stage_b_chunk`` / ``load_b_staged``); then a deliberate mutation (the emulator rebuilt with
 ``SBMM_STAGE_INDEX_SKEW=1``, an off-by-one in the staging piece index) must fail every staged check it runs.
 
 usage: python benchmarks/kernels/check_layouts.py [--cxx g++]   (exit status 1 on any failure)
@@ -85,15 +86,15 @@ def exact_activations(n: int, k: int, rng: np.random.Generator) -> np.ndarray:
 
 
 def run_emulator(exe: Path, wtype: str, w: np.ndarray, x: np.ndarray, tmp: Path,
-                 mt: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """y [n, m] and the plain dequantization [m, k] from cpu_emulate; mt > 0: the staged path, 16*mt rows."""
+                 mt: str = "") -> tuple[np.ndarray, np.ndarray]:
+    """y [n, m] and the plain dequantization [m, k] from cpu_emulate; mt: the staged path (see check_one)."""
     m = w.shape[0]
     n, k = x.shape
     (tmp / "w.bin").write_bytes(np.ascontiguousarray(w).tobytes())
     (tmp / "x.bin").write_bytes(np.ascontiguousarray(x, dtype=np.float32).tobytes())
     subprocess.run(
         [str(exe), wtype, str(m), str(k), str(n), str(tmp / "w.bin"), str(tmp / "x.bin"), str(tmp / "y.bin"),
-         str(tmp / "dq.bin")] + ([str(mt)] if mt else []),
+         str(tmp / "dq.bin")] + ([mt] if mt else []),
         check=True,
     )
     y = np.fromfile(tmp / "y.bin", dtype=np.float32).reshape(n, m)
@@ -101,9 +102,10 @@ def run_emulator(exe: Path, wtype: str, w: np.ndarray, x: np.ndarray, tmp: Path,
     return y, dq
 
 
-def check_one(exe: Path, wtype: str, mt: int, w: np.ndarray, wref: np.ndarray, n: int, rng: np.random.Generator,
+def check_one(exe: Path, wtype: str, mt: str, w: np.ndarray, wref: np.ndarray, n: int, rng: np.random.Generator,
               tmp: Path) -> tuple[bool, str]:
-    """The three comparisons of the module docstring for one (weights, n); mt > 0: the staged path."""
+    """The three comparisons of the module docstring for one (weights, n); mt ("1", "2b", ...): the staged
+    path with 16 * int(mt[0]) rows per warp, suffix b: the activations staged too ("": the register path)."""
     k = wref.shape[1]
     xe = exact_activations(n, k, rng)
     ye, dq = run_emulator(exe, wtype, w, xe, tmp, mt)
@@ -141,7 +143,7 @@ def main() -> int:
             for m, k in ((40, 768), (16, 256)):
                 w = random_weights(wtype, m, k, rng)
                 wref = dequant_ref(wtype, w, k)
-                for mt in (0, 1, 2) if wtype in ("q4_0", "q8_0") else (0,):
+                for mt in ("", "1", "2", "1b", "2b") if wtype in ("q4_0", "q8_0") else ("",):
                     for n in (1, 3, 8, 9, 16):
                         ok, line = check_one(exe, wtype, mt, w, wref, n, rng, tmp)
                         failures += not ok
@@ -151,7 +153,7 @@ def main() -> int:
         for wtype in ("q4_0", "q8_0"):
             w = random_weights(wtype, 40, 768, rng)
             wref = dequant_ref(wtype, w, 768)
-            for mt in (1, 2):
+            for mt in ("1", "2", "1b", "2b"):
                 ok, line = check_one(mut, wtype, mt, w, wref, 8, rng, tmp)
                 failures += ok
                 print(f"{'MISSED' if ok else 'caught'} staging-index mutation: {line}")

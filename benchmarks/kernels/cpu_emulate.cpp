@@ -8,12 +8,13 @@
 // With MT (q4_0 / q8_0): the staged load path instead (sbmm_kernel<..., ST > 0>, U = 8): per group of
 // 16*MT rows and chunk of 8 units, all 32 lanes run the kernel's stage_chunk into a host staging buffer
 // (pre-filled with garbage, so a piece no lane copies shows), with its alignment checks, then each lane
-// builds its RawA with load_a_staged from there -- the kernel's index arithmetic, run on the CPU.
+// builds its RawA with load_a_staged from there -- the kernel's index arithmetic, run on the CPU. With
+// MT suffixed b (1b, 2b): the activations staged too (stage_b_chunk / load_b_staged, SB in the kernel).
 //
 // usage: cpu_emulate TYPE M K N weights.bin x.bin y_out.bin dequant_out.bin [MT]
 //   TYPE: f16 | q4_0 | q8_0 | q4_K; weights: M rows in ggml's layout; x: float32 [N][K];
 //   y_out: float32 [N][M]; dequant_out: float32 [M][K] (dequant_unit of every unit);
-//   MT: 1 or 2, the staged path with 16*MT rows per warp (q4_0 / q8_0 only).
+//   MT: 1 or 2 (or 1b / 2b), the staged path with 16*MT rows per warp (q4_0 / q8_0 only).
 #include "sbmm_blocks.h"
 
 #include <algorithm>
@@ -134,7 +135,7 @@ void mma_f16_emulated(const int a[32][4], const int b[32][2], float d[32][4]) {
 }
 
 // The staged path: the same result layout as run(), the weights read through the staging buffer.
-template <int T, int MT>
+template <int T, int MT, bool SB>
 void run_staged(int m, int k, int n, const std::vector<char> & wbytes, const std::vector<float> & x, std::vector<float> & y) {
     constexpr int U = 8;
     constexpr int SROW = stage_traits<T, U>::srow;
@@ -144,6 +145,7 @@ void run_staged(int m, int k, int n, const std::vector<char> & wbytes, const std
     std::vector<block_q8_1> yq = quantize_q8_1(x, n, k, k_padded);
     const long long stride_q = k_padded / qk8_1;
     alignas(16) static char stage[16 * MT * SROW];
+    alignas(16) static char bstage[8 * 2 * stage_b_traits<U>::crow]; // NT <= 2 column tiles
     y.assign((size_t) n * m, 0.0f);
     const int NT = (n + 7) / 8;
     for (int group = 0; group < (m + 16 * MT - 1) / (16 * MT); ++group) {
@@ -154,13 +156,25 @@ void run_staged(int m, int k, int n, const std::vector<char> & wbytes, const std
             for (int u0 = 0; u0 < nunits; u0 += U) {
                 const int nu = std::min(U, nunits - u0);
                 memset(stage, 0xA5, sizeof(stage));
+                memset(bstage, 0xA5, sizeof(bstage));
                 for (int l = 0; l < 32; ++l) {
                     stage_chunk<T, MT, U>(stage, wbytes.data(), row_bytes, row_base, m, u0, nu, l);
+                    if constexpr (SB) { // the kernel stages all 8*NT columns of its tiles at once
+                        if (NT == 1) {
+                            stage_b_chunk<1, U>(bstage, yq.data(), stride_q, n, u0, nu, l);
+                        } else {
+                            stage_b_chunk<2, U>(bstage, yq.data(), stride_q, n, u0, nu, l);
+                        }
+                    }
                 }
                 for (int i = 0; i < nu; ++i) {
                     static RawB<T> rb[32];
                     for (int l = 0; l < 32; ++l) {
-                        load_b_q8<T>(rb[l], yq.data(), stride_q, n, 8 * nt + l / 4, 8 * nt + 2 * (l % 4), u0 + i, l % 4);
+                        if constexpr (SB) {
+                            load_b_staged<T, U>(rb[l], bstage, 8 * nt + l / 4, 8 * nt + 2 * (l % 4), i, l % 4);
+                        } else {
+                            load_b_q8<T>(rb[l], yq.data(), stride_q, n, 8 * nt + l / 4, 8 * nt + 2 * (l % 4), u0 + i, l % 4);
+                        }
                     }
                     for (int mt = 0; mt < MT; ++mt) {
                         static RawA<T> ra[32];
@@ -271,9 +285,11 @@ int main(int argc, char ** argv) {
         fprintf(stderr, "usage: %s TYPE M K N weights.bin x.bin y_out.bin dequant_out.bin [MT]\n", argv[0]);
         return 2;
     }
-    const int mt_staged = argc == 10 ? atoi(argv[9]) : 0;
-    if (argc == 10 && mt_staged != 1 && mt_staged != 2) {
-        fprintf(stderr, "MT (the staged path) must be 1 or 2\n");
+    const std::string staged = argc == 10 ? argv[9] : "";
+    const int mt_staged = staged.empty() ? 0 : atoi(staged.c_str());
+    const bool sb = staged.size() == 2 && staged[1] == 'b';
+    if (argc == 10 && ((mt_staged != 1 && mt_staged != 2) || staged.size() != (sb ? 2u : 1u))) {
+        fprintf(stderr, "MT (the staged path) must be 1, 2, 1b or 2b\n");
         return 2;
     }
     const std::string type = argv[1];
@@ -296,16 +312,16 @@ int main(int argc, char ** argv) {
     } else if (type == "q4_0") {
         run<W_Q4_0>(m, k, n, w, x, y, dq); // also the plain dequantization (dq) for the staged run
         if (mt_staged == 1) {
-            run_staged<W_Q4_0, 1>(m, k, n, w, x, y);
+            sb ? run_staged<W_Q4_0, 1, true>(m, k, n, w, x, y) : run_staged<W_Q4_0, 1, false>(m, k, n, w, x, y);
         } else if (mt_staged == 2) {
-            run_staged<W_Q4_0, 2>(m, k, n, w, x, y);
+            sb ? run_staged<W_Q4_0, 2, true>(m, k, n, w, x, y) : run_staged<W_Q4_0, 2, false>(m, k, n, w, x, y);
         }
     } else if (type == "q8_0") {
         run<W_Q8_0>(m, k, n, w, x, y, dq);
         if (mt_staged == 1) {
-            run_staged<W_Q8_0, 1>(m, k, n, w, x, y);
+            sb ? run_staged<W_Q8_0, 1, true>(m, k, n, w, x, y) : run_staged<W_Q8_0, 1, false>(m, k, n, w, x, y);
         } else if (mt_staged == 2) {
-            run_staged<W_Q8_0, 2>(m, k, n, w, x, y);
+            sb ? run_staged<W_Q8_0, 2, true>(m, k, n, w, x, y) : run_staged<W_Q8_0, 2, false>(m, k, n, w, x, y);
         }
     } else if (argc == 10) {
         fprintf(stderr, "the staged path (MT) is for q4_0 / q8_0 only\n");

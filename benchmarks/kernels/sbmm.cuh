@@ -9,6 +9,9 @@
 // chunk's weight stretch (U blocks of each of its 16*MT rows) into shared memory with 16-byte cp.async and
 // builds the same A fragments from there; ST = 2 double-buffers (chunk c + 1 is in flight while chunk c is
 // multiplied, Marlin's pipeline), ST = 1 loads, waits, multiplies. ST = 0 is the register path.
+// SB (with ST > 0): the chunk's q8_1 activations are staged the same way (one 16-byte cp.async per 16 bytes,
+// instead of 4 scattered 4-byte loads per lane, unit and column tile). ST > 0 uses dynamic shared memory of
+// sbmm_smem<...>::dynamic bytes (the launcher raises the limit where it exceeds 48 KB).
 #pragma once
 
 #include "sbmm_blocks.h"
@@ -41,10 +44,27 @@ template <int N> __device__ __forceinline__ void cp_async_wait() { // all but th
 // bytes per stretch row of the staged path (0: the register path, where stage_traits does not apply)
 template <int T, int U, int ST> struct stage_srow { static constexpr int value = stage_traits<T, U>::srow; };
 template <int T, int U> struct stage_srow<T, U, 0> { static constexpr int value = 0; };
+template <int U, bool SB> struct stage_crow { static constexpr int value = stage_b_traits<U>::crow; };
+template <int U> struct stage_crow<U, false> { static constexpr int value = 0; };
+
+// Shared memory of a configuration: per warp ST buffers of weights (16*MT stretch rows) and, with SB,
+// activations (8*NT columns); after the main loop the NW warps' partial sums reuse it.
+template <int T, int NT, int MT, int NW, int U, int ST, bool SB> struct sbmm_smem {
+    static constexpr int ne = MT * NT * 4;
+    static constexpr int srow = stage_srow<T, U, ST>::value;
+    static constexpr int crow = stage_crow<U, SB>::value;
+    static constexpr int a_buf = 16 * MT * srow;      // one weight buffer of one warp
+    static constexpr int b_buf = 8 * NT * crow;       // one activation buffer of one warp
+    static constexpr int stage = NW * ST * (a_buf + b_buf);
+    static constexpr int red = NW > 1 ? NW * ne * 32 * (int) sizeof(float) : 0;
+    static constexpr int bytes = stage > red ? stage : red;
+    static constexpr int dynamic = ST > 0 ? bytes : 0; // the launch's dynamic shared memory
+    static_assert(ST > 0 || !SB, "SB (staged activations) needs the staged weights (ST > 0)");
+};
 
 // W: row-major weights, row_bytes apart (ggml nb01); Y: block_q8_1 [ncols][stride_col_y] (int8 types) or
 // float [ncols][stride_col_y] (f16); dst: float, column c at dst + c * stride_col_dst (ggml nb1 / 4).
-template <int T, int NT, int MT, int NW, int U, int ST = 0>
+template <int T, int NT, int MT, int NW, int U, int ST = 0, bool SB = false>
 __global__ void __launch_bounds__(NW * 32) sbmm_kernel(
         const char * __restrict__ W, long long row_bytes, const void * __restrict__ Y, long long stride_col_y,
         float * __restrict__ dst, long long stride_col_dst, int m, int nunits, int ncols) {
@@ -113,13 +133,18 @@ __global__ void __launch_bounds__(NW * 32) sbmm_kernel(
         }
     };
 
-    // shared memory: the staging buffers (ST > 0), then (after a __syncthreads) the NW warps' partial sums
-    constexpr int NE = MT * NT * 4;
-    constexpr int SROW = stage_srow<T, U, ST>::value;
-    constexpr int STAGE_BYTES = NW * ST * 16 * MT * SROW;
-    constexpr int RED_BYTES = NW > 1 ? NW * NE * 32 * (int) sizeof(float) : 0;
-    constexpr int SMEM_BYTES = STAGE_BYTES > RED_BYTES ? STAGE_BYTES : RED_BYTES;
-    __shared__ alignas(16) char smem[SMEM_BYTES > 0 ? SMEM_BYTES : 16];
+    // shared memory: the staging buffers (ST > 0, dynamic), then (after a __syncthreads) the partial sums
+    using SM = sbmm_smem<T, NT, MT, NW, U, ST, SB>;
+    constexpr int NE = SM::ne;
+    constexpr int SROW = SM::srow;
+    char * smem;
+    if constexpr (ST > 0) {
+        extern __shared__ __align__(16) char sbmm_dyn_smem[];
+        smem = sbmm_dyn_smem;
+    } else {
+        __shared__ __align__(16) char sbmm_red_smem[SM::bytes > 0 ? SM::bytes : 16];
+        smem = sbmm_red_smem;
+    }
 
     const int nchunks = (nunits + U - 1) / U;
     if constexpr (ST == 0) {
@@ -147,15 +172,19 @@ __global__ void __launch_bounds__(NW * 32) sbmm_kernel(
         }
     } else {
         static_assert(ST == 1 || ST == 2, "ST: 0 (registers), 1 or 2 staging buffers per warp");
-        char * const wstage = smem + w * ST * 16 * MT * SROW;
+        char * const wstage = smem + w * ST * SM::a_buf;
+        char * const bstage = smem + NW * ST * SM::a_buf + w * ST * SM::b_buf; // SB only
         const int ch0 = blockIdx.y * NW + w;
         const int cstride = gridDim.y * NW;
         // one commit group per call (empty past the last chunk), so that wait_group counts chunks
         auto issue = [&](int ch, int buf) {
             if (ch < nchunks) {
                 const int u0 = ch * U;
-                stage_chunk<T, MT, U>(wstage + buf * 16 * MT * SROW, W, row_bytes, row_base, m, u0,
-                                      nunits - u0 < U ? nunits - u0 : U, lane);
+                const int nu = nunits - u0 < U ? nunits - u0 : U;
+                stage_chunk<T, MT, U>(wstage + buf * SM::a_buf, W, row_bytes, row_base, m, u0, nu, lane);
+                if constexpr (SB) {
+                    stage_b_chunk<NT, U>(bstage + buf * SM::b_buf, (const block_q8_1 *) Y, stride_col_y, ncols, u0, nu, lane);
+                }
             }
             cp_async_commit();
         };
@@ -169,16 +198,19 @@ __global__ void __launch_bounds__(NW * 32) sbmm_kernel(
             } else {
                 issue(ch, 0);
             }
-            RawB<T> rb[U][NT];
+            RawB<T> rb[SB ? 1 : U][NT]; // the register-loaded activations (!SB)
+            if constexpr (!SB) {
 #pragma unroll
-            for (int i = 0; i < U; ++i) {
-                if (ch * U + i < nunits) {
-                    load_b(rb[i], ch * U + i);
+                for (int i = 0; i < U; ++i) {
+                    if (ch * U + i < nunits) {
+                        load_b(rb[i], ch * U + i);
+                    }
                 }
             }
             cp_async_wait<ST - 1>(); // this lane's pieces of chunk ch have landed ...
             __syncwarp();            // ... and every lane's are visible to the warp
-            const char * sb = wstage + buf * 16 * MT * SROW;
+            const char * sb = wstage + buf * SM::a_buf;
+            const char * sbb = bstage + buf * SM::b_buf;
 #pragma unroll
             for (int i = 0; i < U; ++i) {
                 if (ch * U + i >= nunits) {
@@ -189,7 +221,16 @@ __global__ void __launch_bounds__(NW * 32) sbmm_kernel(
                 for (int mt = 0; mt < MT; ++mt) {
                     load_a_staged(ra[mt], sb + (16 * mt + g) * SROW, sb + (16 * mt + g + 8) * SROW, i, t);
                 }
-                mma_unit(ra, rb[i]);
+                if constexpr (SB) {
+                    RawB<T> rbs[NT];
+#pragma unroll
+                    for (int nt = 0; nt < NT; ++nt) {
+                        load_b_staged<T, U>(rbs[nt], sbb, 8 * nt + g, 8 * nt + 2 * t, i, t);
+                    }
+                    mma_unit(ra, rbs);
+                } else {
+                    mma_unit(ra, rb[i]);
+                }
             }
             __syncwarp(); // every lane has read the buffer before it is refilled
             if constexpr (ST == 2) {

@@ -449,6 +449,66 @@ SB_HD void load_b_q8(RawB<T> & r, const block_q8_1 * y, long long stride_col_y, 
     }
 }
 
+// Staged activations (SB, with the staged weights): the chunk's q8_1 blocks u0 .. u0 + U - 1 of each of the
+// 8*NT columns of the warp's column tiles (U * 36 contiguous bytes per column; 16-byte aligned: the q8_1
+// buffer is, and its column stride is a multiple of 512 values = 16 blocks = 576 bytes) are copied the same
+// way, columns >= ncols zero-filled (as load_b_q8 zeroes them), one column at c * crow; the 16 bytes of
+// padding per column put the 8 columns g of a lane-read instruction on distinct banks (76 words apart).
+template <int U> struct stage_b_traits {
+    static_assert(U % 4 == 0, "U q8_1 blocks are a whole number of 16-byte pieces only for U % 4 == 0");
+    static constexpr int pieces = U * (int) sizeof(block_q8_1) / 16;
+    static constexpr int crow = U * (int) sizeof(block_q8_1) + 16;
+};
+
+SB_HD void copy16_zfill(char * dst_smem, const char * src, bool valid) { // !valid: 16 zero bytes
+#ifdef __CUDA_ARCH__
+    const unsigned s = (unsigned) __cvta_generic_to_shared(dst_smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(src), "r"(valid ? 16 : 0) : "memory");
+#else
+    if (((uintptr_t) dst_smem | (uintptr_t) src) & 15) {
+        fprintf(stderr, "sbmm: copy16 of a piece that is not 16-byte aligned\n");
+        abort();
+    }
+    if (valid) {
+        memcpy(dst_smem, src, 16);
+    } else {
+        memset(dst_smem, 0, 16);
+    }
+#endif
+}
+
+template <int NT, int U>
+SB_HD void stage_b_chunk(char * buf, const block_q8_1 * y, long long stride_col_y, int ncols, int u0, int nu, int lane) {
+    constexpr int P = stage_b_traits<U>::pieces;
+    constexpr int NP = 8 * NT * P;
+    const int pv = nu * (int) sizeof(block_q8_1) / 16; // nu % 8 == 0
+SB_UNROLL
+    for (int q = 0; q < (NP + 31) / 32; ++q) {
+        const int p = lane + 32 * q;
+        if (p < NP) {
+            int c, j;
+            stage_piece(p, P, c, j);
+            if (j < pv) {
+                const char * src = (const char *) (y + (long long) (c < ncols ? c : 0) * stride_col_y + u0) + 16 * j;
+                copy16_zfill(buf + c * stage_b_traits<U>::crow + 16 * j, src, c < ncols);
+            }
+        }
+    }
+}
+
+// unit i of the chunk: the same RawB as load_b_q8 (cB, c0 relative to the staged columns: 8*nt + g, 8*nt + 2t)
+template <int T, int U>
+SB_HD void load_b_staged(RawB<T> & r, const char * buf, int cB, int c0, int i, int t) {
+    static_assert(T == W_Q4_0 || T == W_Q8_0, "staged activations: one q8_1 block per unit");
+    constexpr int CROW = stage_b_traits<U>::crow;
+    const char * b = buf + cB * CROW + i * (int) sizeof(block_q8_1);
+    r.q[0] = (int) ld32(b + 4 + 4 * t);
+    r.q[1] = (int) ld32(b + 4 + 16 + 4 * t);
+    for (int j = 0; j < 2; ++j) {
+        r.ds[j] = ld32(buf + (c0 + j) * CROW + i * (int) sizeof(block_q8_1));
+    }
+}
+
 SB_HD void load_b_f32(RawB<W_F16> & r, const float * y, long long stride_col_y, int ncols, int cB, int u, int t) {
     if (cB < ncols) {
         const float * p = y + cB * stride_col_y + 32 * u + 8 * t;

@@ -11,4 +11,8 @@ void sbmm::register_q4_0() {
     add_config<W_Q4_0, 2, 4, 8, 2>();
     add_config<W_Q4_0, 2, 8, 8, 1>();
     add_config<W_Q4_0, 1, 8, 8, 1>();
+    // ... and with the activations staged too (names *_st2b)
+    add_config<W_Q4_0, 2, 4, 8, 2, true>();
+    add_config<W_Q4_0, 1, 4, 8, 2, true>();
+    add_config<W_Q4_0, 2, 8, 8, 1, true>();
 }

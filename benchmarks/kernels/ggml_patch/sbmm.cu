@@ -65,25 +65,26 @@ sbmm_cols default_cols(int t) {
 }
 
 // One configuration per (weight type, column tiles NT, load path): 16*MT rows per warp, NW warps per block
-// splitting k, U units in flight per lane, ST staging buffers per warp (0: the register path). The register
+// splitting k, U units in flight per lane, ST staging buffers per warp (0: the register path), SB: the
+// activations staged too. The register
 // path's are the winners of benchmarks/kernels/run_on_device.sh on the H200 (2026-12-02, best or within 3 %
 // of the best on the Qwen3-8B shapes 4096x14336, 14336x4096, 4096x4096, 1024x4096 and the 151936x4096 head;
 // benchmarks/results/kernels/). The staged q4_0 / q8_0 ones (STAGED = true) are not measured yet: a first
-// choice (double-buffered where the 48 KB of static shared memory allow it), to be replaced by the harness's
-// winners (configurations *_st1 / *_st2 there).
+// choice (weights and activations staged, 54..75 KB of shared memory, which launch() opts in to), to be
+// replaced by the harness's winners (configurations *_st1, *_st2, *_st1b, *_st2b there).
 template <int T, int NT, bool STAGED = false> struct sbmm_config;
-template <> struct sbmm_config<sbmm::W_F16,  1> { static constexpr int MT = 1, NW = 8, U = 2, ST = 0; };
-template <> struct sbmm_config<sbmm::W_F16,  2> { static constexpr int MT = 2, NW = 4, U = 2, ST = 0; };
-template <> struct sbmm_config<sbmm::W_Q4_0, 1> { static constexpr int MT = 1, NW = 8, U = 4, ST = 0; };
-template <> struct sbmm_config<sbmm::W_Q4_0, 2> { static constexpr int MT = 2, NW = 4, U = 4, ST = 0; };
-template <> struct sbmm_config<sbmm::W_Q8_0, 1> { static constexpr int MT = 2, NW = 8, U = 2, ST = 0; };
-template <> struct sbmm_config<sbmm::W_Q8_0, 2> { static constexpr int MT = 2, NW = 8, U = 2, ST = 0; };
-template <> struct sbmm_config<sbmm::W_Q4_K, 1> { static constexpr int MT = 2, NW = 8, U = 1, ST = 0; };
-template <> struct sbmm_config<sbmm::W_Q4_K, 2> { static constexpr int MT = 2, NW = 8, U = 1, ST = 0; };
-template <> struct sbmm_config<sbmm::W_Q4_0, 1, true> { static constexpr int MT = 2, NW = 4, U = 8, ST = 2; };
-template <> struct sbmm_config<sbmm::W_Q4_0, 2, true> { static constexpr int MT = 2, NW = 4, U = 8, ST = 2; };
-template <> struct sbmm_config<sbmm::W_Q8_0, 1, true> { static constexpr int MT = 1, NW = 4, U = 8, ST = 2; };
-template <> struct sbmm_config<sbmm::W_Q8_0, 2, true> { static constexpr int MT = 2, NW = 4, U = 8, ST = 1; };
+template <> struct sbmm_config<sbmm::W_F16,  1> { static constexpr int MT = 1, NW = 8, U = 2, ST = 0; static constexpr bool SB = false; };
+template <> struct sbmm_config<sbmm::W_F16,  2> { static constexpr int MT = 2, NW = 4, U = 2, ST = 0; static constexpr bool SB = false; };
+template <> struct sbmm_config<sbmm::W_Q4_0, 1> { static constexpr int MT = 1, NW = 8, U = 4, ST = 0; static constexpr bool SB = false; };
+template <> struct sbmm_config<sbmm::W_Q4_0, 2> { static constexpr int MT = 2, NW = 4, U = 4, ST = 0; static constexpr bool SB = false; };
+template <> struct sbmm_config<sbmm::W_Q8_0, 1> { static constexpr int MT = 2, NW = 8, U = 2, ST = 0; static constexpr bool SB = false; };
+template <> struct sbmm_config<sbmm::W_Q8_0, 2> { static constexpr int MT = 2, NW = 8, U = 2, ST = 0; static constexpr bool SB = false; };
+template <> struct sbmm_config<sbmm::W_Q4_K, 1> { static constexpr int MT = 2, NW = 8, U = 1, ST = 0; static constexpr bool SB = false; };
+template <> struct sbmm_config<sbmm::W_Q4_K, 2> { static constexpr int MT = 2, NW = 8, U = 1, ST = 0; static constexpr bool SB = false; };
+template <> struct sbmm_config<sbmm::W_Q4_0, 1, true> { static constexpr int MT = 2, NW = 4, U = 8, ST = 2; static constexpr bool SB = true ; };
+template <> struct sbmm_config<sbmm::W_Q4_0, 2, true> { static constexpr int MT = 2, NW = 4, U = 8, ST = 2; static constexpr bool SB = true ; };
+template <> struct sbmm_config<sbmm::W_Q8_0, 1, true> { static constexpr int MT = 1, NW = 4, U = 8, ST = 2; static constexpr bool SB = true ; };
+template <> struct sbmm_config<sbmm::W_Q8_0, 2, true> { static constexpr int MT = 2, NW = 4, U = 8, ST = 1; static constexpr bool SB = true ; };
 
 // whether type t runs the staged weight loads (which need 16-byte aligned weights and rows)
 bool staged_path(int t) {
@@ -106,7 +107,18 @@ void launch(const char * W, int64_t row_bytes, const void * Y, int64_t stride_co
         CUDA_CHECK(cudaMemsetAsync(dst, 0, sizeof(float) * (size_t) (ncols - 1) * stride_col_dst + sizeof(float) * m, stream));
     }
     const dim3 grid(gx, ks, 1);
-    sbmm::sbmm_kernel<T, NT, C::MT, C::NW, C::U, C::ST><<<grid, C::NW * 32, 0, stream>>>(
+    // the staged path keeps its buffers in dynamic shared memory; above 48 KB a kernel must opt in (once per device)
+    constexpr int smem = sbmm::sbmm_smem<T, NT, C::MT, C::NW, C::U, C::ST, C::SB>::dynamic;
+    if constexpr (smem > 48 * 1024) {
+        static bool raised[GGML_CUDA_MAX_DEVICES] = {};
+        const int id = ggml_cuda_get_device();
+        if (!raised[id]) {
+            CUDA_CHECK(cudaFuncSetAttribute(sbmm::sbmm_kernel<T, NT, C::MT, C::NW, C::U, C::ST, C::SB>,
+                                            cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+            raised[id] = true;
+        }
+    }
+    sbmm::sbmm_kernel<T, NT, C::MT, C::NW, C::U, C::ST, C::SB><<<grid, C::NW * 32, smem, stream>>>(
         W, row_bytes, Y, stride_col_y, dst, stride_col_dst, m, nunits, ncols);
     CUDA_CHECK(cudaGetLastError());
 }
@@ -169,6 +181,8 @@ bool ggml_cuda_should_use_sbmm(const ggml_tensor * src0, const ggml_tensor * src
     if (staged_path(t) && ((uintptr_t) src0->data % 16 != 0 || src0->nb[1] % 16 != 0)) {
         return false; // the staged path copies each row's stretch of 8 blocks as 16-byte pieces (cp.async)
     }
+    // (staged activations, SB: the q8_1 buffer is a pool allocation, >= 128-byte aligned, with columns of a
+    // multiple of 512 values = 576 bytes: 16-byte aligned whatever src1 is)
     if (t == sbmm::W_F16) { // the f16 path reads the f32 activations directly, 8 floats (2 x 16 bytes) at a time
         if (src1->nb[1] % 16 != 0 || (uintptr_t) src1->data % 16 != 0) {
             return false;
