@@ -5,7 +5,7 @@
 // U units, so that together they stream one contiguous stretch of each row; their partial sums meet in
 // shared memory at the end. Each lane keeps U units of raw weight and activation data in registers before
 // the first mma of the chunk, so that U loads per row are in flight (bandwidth = bytes in flight / latency).
-// ST > 0 (q4_0 / q8_0 only, U % 8 == 0): the staged path of sbmm_blocks.h instead -- each warp copies its
+// ST > 0 (q4_0 / q8_0 with U % 8 == 0, q4_K with U = 1 or 2): the staged path of sbmm_blocks.h instead -- each warp copies its
 // chunk's weight stretch (U blocks of each of its 16*MT rows) into shared memory with 16-byte cp.async and
 // builds the same A fragments from there; ST = 2 double-buffers (chunk c + 1 is in flight while chunk c is
 // multiplied, Marlin's pipeline), ST = 1 loads, waits, multiplies. ST = 0 is the register path.
@@ -42,17 +42,17 @@ template <int N> __device__ __forceinline__ void cp_async_wait() { // all but th
 }
 
 // bytes per stretch row of the staged path (0: the register path, where stage_traits does not apply)
-template <int T, int U, int ST> struct stage_srow { static constexpr int value = stage_traits<T, U>::srow; };
+template <int T, int U, int ST> struct stage_srow { static constexpr int value = stage_traits<T, U>::sstride; };
 template <int T, int U> struct stage_srow<T, U, 0> { static constexpr int value = 0; };
-template <int U, bool SB> struct stage_crow { static constexpr int value = stage_b_traits<U>::crow; };
-template <int U> struct stage_crow<U, false> { static constexpr int value = 0; };
+template <int T, int U, bool SB> struct stage_crow { static constexpr int value = stage_b_traits<T, U>::crow; };
+template <int T, int U> struct stage_crow<T, U, false> { static constexpr int value = 0; };
 
 // Shared memory of a configuration: per warp ST buffers of weights (16*MT stretch rows) and, with SB,
 // activations (8*NT columns); after the main loop the NW warps' partial sums reuse it.
 template <int T, int NT, int MT, int NW, int U, int ST, bool SB> struct sbmm_smem {
     static constexpr int ne = MT * NT * 4;
     static constexpr int srow = stage_srow<T, U, ST>::value;
-    static constexpr int crow = stage_crow<U, SB>::value;
+    static constexpr int crow = stage_crow<T, U, SB>::value;
     static constexpr int a_buf = 16 * MT * srow;      // one weight buffer of one warp
     static constexpr int b_buf = 8 * NT * crow;       // one activation buffer of one warp
     static constexpr int stage = NW * ST * (a_buf + b_buf);
@@ -183,7 +183,7 @@ __global__ void __launch_bounds__(NW * 32) sbmm_kernel(
                 const int nu = nunits - u0 < U ? nunits - u0 : U;
                 stage_chunk<T, MT, U>(wstage + buf * SM::a_buf, W, row_bytes, row_base, m, u0, nu, lane);
                 if constexpr (SB) {
-                    stage_b_chunk<NT, U>(bstage + buf * SM::b_buf, (const block_q8_1 *) Y, stride_col_y, ncols, u0, nu, lane);
+                    stage_b_chunk<T, NT, U>(bstage + buf * SM::b_buf, (const block_q8_1 *) Y, stride_col_y, ncols, u0, nu, lane);
                 }
             }
             cp_async_commit();
