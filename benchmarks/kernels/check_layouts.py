@@ -11,6 +11,14 @@ and compares:
 3. its matmul on random normal activations with the float64 reference: NMSE below 5e-4 (the error
    test-backend-ops allows for MUL_MAT), the q8_1 rounding of the activations being the only loss.
 
+q4_0, q8_0 and q4_K are checked four times more, through the staged load path (``staged1`` / ``staged2``: 16 / 32
+rows per warp, the kernel's ``stage_chunk`` copying 16-byte pieces into a staging buffer and ``load_a_staged``
+reading the fragments back, alignment asserted; ``staged1b`` / ``staged2b``: the activations staged too,
+``stage_b_chunk`` / ``load_b_staged``); then a deliberate mutation (the emulator rebuilt with
+``SBMM_STAGE_INDEX_SKEW=1``, an off-by-one in the staging piece index) must fail every staged check it runs,
+and so must an off-by-one in the activations' piece index alone (``SBMM_STAGE_B_INDEX_SKEW=1``) in the
+``…b`` checks.
+
 usage: python benchmarks/kernels/check_layouts.py [--cxx g++]   (exit status 1 on any failure)
 """
 
@@ -79,19 +87,47 @@ def exact_activations(n: int, k: int, rng: np.random.Generator) -> np.ndarray:
     return x.reshape(n, k)
 
 
-def run_emulator(exe: Path, wtype: str, w: np.ndarray, x: np.ndarray, tmp: Path) -> tuple[np.ndarray, np.ndarray]:
+def run_emulator(exe: Path, wtype: str, w: np.ndarray, x: np.ndarray, tmp: Path,
+                 mt: str = "") -> tuple[np.ndarray, np.ndarray]:
+    """y [n, m] and the plain dequantization [m, k] from cpu_emulate; mt: the staged path (see check_one)."""
     m = w.shape[0]
     n, k = x.shape
     (tmp / "w.bin").write_bytes(np.ascontiguousarray(w).tobytes())
     (tmp / "x.bin").write_bytes(np.ascontiguousarray(x, dtype=np.float32).tobytes())
     subprocess.run(
         [str(exe), wtype, str(m), str(k), str(n), str(tmp / "w.bin"), str(tmp / "x.bin"), str(tmp / "y.bin"),
-         str(tmp / "dq.bin")],
+         str(tmp / "dq.bin")] + ([mt] if mt else []),
         check=True,
     )
     y = np.fromfile(tmp / "y.bin", dtype=np.float32).reshape(n, m)
     dq = np.fromfile(tmp / "dq.bin", dtype=np.float32).reshape(m, k)
     return y, dq
+
+
+def check_one(exe: Path, wtype: str, mt: str, w: np.ndarray, wref: np.ndarray, n: int, rng: np.random.Generator,
+              tmp: Path) -> tuple[bool, str]:
+    """The three comparisons of the module docstring for one (weights, n); mt ("1", "2b", ...): the staged
+    path with 16 * int(mt[0]) rows per warp, suffix b: the activations staged too ("": the register path)."""
+    k = wref.shape[1]
+    xe = exact_activations(n, k, rng)
+    ye, dq = run_emulator(exe, wtype, w, xe, tmp, mt)
+    dq_err = float(np.abs(dq - wref).max() / np.abs(wref).max())
+    ref = xe.astype(np.float64) @ wref.T
+    ex_err = float(np.abs(ye - ref).max() / np.abs(ref).max())
+    xr = rng.standard_normal((n, k)).astype(np.float32)
+    yr, _ = run_emulator(exe, wtype, w, xr, tmp, mt)
+    refr = xr.astype(np.float64) @ wref.T
+    nmse = float(((yr - refr) ** 2).sum() / (refr**2).sum())
+    ok = dq_err < 1e-6 and ex_err < 2e-6 and nmse < 5e-4
+    path = f"staged{mt}" if mt else "registers"
+    return ok, (f"{wtype:5s} {path:9s} m={w.shape[0]:3d} k={k:4d} n={n:2d}  dequant vs gguf {dq_err:.1e}  "
+                f"exact-x matmul {ex_err:.1e}  random-x NMSE {nmse:.1e}")
+
+
+def build(cxx: str, out: Path, *defines: str) -> Path:
+    subprocess.run([cxx, "-O2", "-std=c++17", "-Wall", "-Wextra", "-Werror", *defines, "-o", str(out),
+                    str(HERE / "cpu_emulate.cpp")], check=True)
+    return out
 
 
 def main() -> int:
@@ -102,28 +138,35 @@ def main() -> int:
     failures = 0
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
-        exe = tmp / "cpu_emulate"
-        subprocess.run([args.cxx, "-O2", "-std=c++17", "-Wall", "-Wextra", "-Werror", "-o", str(exe),
-                        str(HERE / "cpu_emulate.cpp")], check=True)
-        # m = 40: a partial last 16-row tile; k = 768: the q8_1 padding (to 1024) and 3 q4_K super-blocks
+        exe = build(args.cxx, tmp / "cpu_emulate")
+        # m = 40: a partial last 16-row tile (and 32-row group); k = 768: the q8_1 padding (to 1024), 3 q4_K
+        # super-blocks, 3 chunks of 8 units for the staged path
         for wtype in ("q4_0", "q8_0", "q4_K", "f16"):
             for m, k in ((40, 768), (16, 256)):
                 w = random_weights(wtype, m, k, rng)
                 wref = dequant_ref(wtype, w, k)
-                for n in (1, 3, 8, 9, 16):
-                    xe = exact_activations(n, k, rng)
-                    ye, dq = run_emulator(exe, wtype, w, xe, tmp)
-                    dq_err = float(np.abs(dq - wref).max() / np.abs(wref).max())
-                    ref = xe.astype(np.float64) @ wref.T
-                    ex_err = float(np.abs(ye - ref).max() / np.abs(ref).max())
-                    xr = rng.standard_normal((n, k)).astype(np.float32)
-                    yr, _ = run_emulator(exe, wtype, w, xr, tmp)
-                    refr = xr.astype(np.float64) @ wref.T
-                    nmse = float(((yr - refr) ** 2).sum() / (refr**2).sum())
-                    ok = dq_err < 1e-6 and ex_err < 2e-6 and nmse < 5e-4
-                    failures += not ok
-                    print(f"{'ok  ' if ok else 'FAIL'} {wtype:5s} m={m:3d} k={k:4d} n={n:2d}  dequant vs gguf "
-                          f"{dq_err:.1e}  exact-x matmul {ex_err:.1e}  random-x NMSE {nmse:.1e}")
+                for mt in ("", "1", "2", "1b", "2b") if wtype != "f16" else ("",):
+                    for n in (1, 3, 8, 9, 16):
+                        ok, line = check_one(exe, wtype, mt, w, wref, n, rng, tmp)
+                        failures += not ok
+                        print(f"{'ok  ' if ok else 'FAIL'} {line}")
+        # the mutation check: an off-by-one in the staging piece index must fail every staged check
+        mut = build(args.cxx, tmp / "cpu_emulate_mut", "-DSBMM_STAGE_INDEX_SKEW=1")
+        for wtype in ("q4_0", "q8_0", "q4_K"):
+            w = random_weights(wtype, 40, 768, rng)
+            wref = dequant_ref(wtype, w, 768)
+            for mt in ("1", "2", "1b", "2b"):
+                ok, line = check_one(mut, wtype, mt, w, wref, 8, rng, tmp)
+                failures += ok
+                print(f"{'MISSED' if ok else 'caught'} staging-index mutation: {line}")
+        mut_b = build(args.cxx, tmp / "cpu_emulate_mut_b", "-DSBMM_STAGE_B_INDEX_SKEW=1")
+        for wtype in ("q4_0", "q8_0", "q4_K"):
+            w = random_weights(wtype, 40, 768, rng)
+            wref = dequant_ref(wtype, w, 768)
+            for mt in ("1b", "2b"):
+                ok, line = check_one(mut_b, wtype, mt, w, wref, 8, rng, tmp)
+                failures += ok
+                print(f"{'MISSED' if ok else 'caught'} activation-staging-index mutation: {line}")
     print("all layout checks passed" if failures == 0 else f"{failures} layout checks FAILED")
     return 1 if failures else 0
 

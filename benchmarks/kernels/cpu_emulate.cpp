@@ -5,10 +5,17 @@
 // 16x32 A / 32x8 B matrices of each mma from the lanes' registers by the PTX ISA's fragment table,
 // multiplies them, and hands each lane its C registers by the same table. The grid-level scheduling
 // (warps per block, chunks, k split) is not emulated: it only changes which warp adds which units.
+// With MT (q4_0 / q8_0 / q4_K): the staged load path instead (sbmm_kernel<..., ST > 0>; U = 8, for q4_K
+// U = MT: U = 1 has the padded stretch rows, U = 2 a partial last chunk at k = 768): per group of
+// 16*MT rows and chunk of U units, all 32 lanes run the kernel's stage_chunk into a host staging buffer
+// (pre-filled with garbage, so a piece no lane copies shows), with its alignment checks, then each lane
+// builds its RawA with load_a_staged from there -- the kernel's index arithmetic, run on the CPU. With
+// MT suffixed b (1b, 2b): the activations staged too (stage_b_chunk / load_b_staged, SB in the kernel).
 //
-// usage: cpu_emulate TYPE M K N weights.bin x.bin y_out.bin dequant_out.bin
+// usage: cpu_emulate TYPE M K N weights.bin x.bin y_out.bin dequant_out.bin [MT]
 //   TYPE: f16 | q4_0 | q8_0 | q4_K; weights: M rows in ggml's layout; x: float32 [N][K];
-//   y_out: float32 [N][M]; dequant_out: float32 [M][K] (dequant_unit of every unit).
+//   y_out: float32 [N][M]; dequant_out: float32 [M][K] (dequant_unit of every unit);
+//   MT: 1 or 2 (or 1b / 2b), the staged path with 16*MT rows per warp (q4_0 / q8_0 / q4_K).
 #include "sbmm_blocks.h"
 
 #include <algorithm>
@@ -128,6 +135,83 @@ void mma_f16_emulated(const int a[32][4], const int b[32][2], float d[32][4]) {
     }
 }
 
+// The staged path: the same result layout as run(), the weights read through the staging buffer.
+template <int T, int MT, bool SB>
+void run_staged(int m, int k, int n, const std::vector<char> & wbytes, const std::vector<float> & x, std::vector<float> & y) {
+    constexpr int U = T == W_Q4_K ? MT : 8;
+    constexpr int SROW = stage_traits<T, U>::sstride;
+    const long long row_bytes = (long long) (k / wtraits<T>::unit_k) * wtraits<T>::unit_bytes;
+    const int nunits = k / wtraits<T>::unit_k;
+    const int k_padded = (k + matrix_row_padding - 1) / matrix_row_padding * matrix_row_padding;
+    std::vector<block_q8_1> yq = quantize_q8_1(x, n, k, k_padded);
+    const long long stride_q = k_padded / qk8_1;
+    alignas(16) static char stage[16 * MT * SROW];
+    alignas(16) static char bstage[8 * 2 * stage_b_traits<T, U>::crow]; // NT <= 2 column tiles
+    y.assign((size_t) n * m, 0.0f);
+    const int NT = (n + 7) / 8;
+    for (int group = 0; group < (m + 16 * MT - 1) / (16 * MT); ++group) {
+        const int row_base = group * 16 * MT;
+        for (int nt = 0; nt < NT; ++nt) {
+            static float acc[MT][32][4];
+            memset(acc, 0, sizeof(acc));
+            for (int u0 = 0; u0 < nunits; u0 += U) {
+                const int nu = std::min(U, nunits - u0);
+                memset(stage, 0xA5, sizeof(stage));
+                memset(bstage, 0xA5, sizeof(bstage));
+                for (int l = 0; l < 32; ++l) {
+                    stage_chunk<T, MT, U>(stage, wbytes.data(), row_bytes, row_base, m, u0, nu, l);
+                    if constexpr (SB) { // the kernel stages all 8*NT columns of its tiles at once
+                        if (NT == 1) {
+                            stage_b_chunk<T, 1, U>(bstage, yq.data(), stride_q, n, u0, nu, l);
+                        } else {
+                            stage_b_chunk<T, 2, U>(bstage, yq.data(), stride_q, n, u0, nu, l);
+                        }
+                    }
+                }
+                for (int i = 0; i < nu; ++i) {
+                    static RawB<T> rb[32];
+                    for (int l = 0; l < 32; ++l) {
+                        if constexpr (SB) {
+                            load_b_staged<T, U>(rb[l], bstage, 8 * nt + l / 4, 8 * nt + 2 * (l % 4), i, l % 4);
+                        } else {
+                            load_b_q8<T>(rb[l], yq.data(), stride_q, n, 8 * nt + l / 4, 8 * nt + 2 * (l % 4), u0 + i, l % 4);
+                        }
+                    }
+                    for (int mt = 0; mt < MT; ++mt) {
+                        static RawA<T> ra[32];
+                        for (int l = 0; l < 32; ++l) {
+                            const int g = l / 4, t = l % 4;
+                            load_a_staged(ra[l], stage + (16 * mt + g) * SROW, stage + (16 * mt + g + 8) * SROW, i, t);
+                        }
+                        for (int sub = 0; sub < wtraits<T>::nsub; ++sub) {
+                            int a[32][4], b[32][2], c[32][4];
+                            for (int l = 0; l < 32; ++l) {
+                                afrag(ra[l], sub, a[l]);
+                                bfrag<T>(rb[l], sub, b[l]);
+                            }
+                            mma_s8_emulated(a, b, c);
+                            for (int l = 0; l < 32; ++l) {
+                                epilogue(ra[l], rb[l], sub, c[l], acc[mt][l]);
+                            }
+                        }
+                    }
+                }
+            }
+            for (int mt = 0; mt < MT; ++mt) {
+                for (int l = 0; l < 32; ++l) {
+                    for (int r = 0; r < 4; ++r) {
+                        const int row = row_base + 16 * mt + l / 4 + 8 * (r / 2);
+                        const int col = 8 * nt + 2 * (l % 4) + r % 2;
+                        if (row < m && col < n) {
+                            y[(size_t) col * m + row] = acc[mt][l][r];
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
 template <int T>
 void run(int m, int k, int n, const std::vector<char> & wbytes, const std::vector<float> & x, std::vector<float> & y,
          std::vector<float> & dq) {
@@ -202,8 +286,15 @@ void run(int m, int k, int n, const std::vector<char> & wbytes, const std::vecto
 } // namespace
 
 int main(int argc, char ** argv) {
-    if (argc != 9) {
-        fprintf(stderr, "usage: %s TYPE M K N weights.bin x.bin y_out.bin dequant_out.bin\n", argv[0]);
+    if (argc != 9 && argc != 10) {
+        fprintf(stderr, "usage: %s TYPE M K N weights.bin x.bin y_out.bin dequant_out.bin [MT]\n", argv[0]);
+        return 2;
+    }
+    const std::string staged = argc == 10 ? argv[9] : "";
+    const int mt_staged = staged.empty() ? 0 : atoi(staged.c_str());
+    const bool sb = staged.size() == 2 && staged[1] == 'b';
+    if (argc == 10 && ((mt_staged != 1 && mt_staged != 2) || staged.size() != (sb ? 2u : 1u))) {
+        fprintf(stderr, "MT (the staged path) must be 1, 2, 1b or 2b\n");
         return 2;
     }
     const std::string type = argv[1];
@@ -221,14 +312,33 @@ int main(int argc, char ** argv) {
     std::vector<float> x((size_t) n * k);
     memcpy(x.data(), xb.data(), xb.size());
     std::vector<float> y, dq;
+    if (argc == 10 && type == "f16") {
+        fprintf(stderr, "the staged path (MT) is for q4_0 / q8_0 / q4_K only\n");
+        return 2;
+    }
     if (type == "f16") {
         run<W_F16>(m, k, n, w, x, y, dq);
     } else if (type == "q4_0") {
-        run<W_Q4_0>(m, k, n, w, x, y, dq);
+        run<W_Q4_0>(m, k, n, w, x, y, dq); // also the plain dequantization (dq) for the staged run
+        if (mt_staged == 1) {
+            sb ? run_staged<W_Q4_0, 1, true>(m, k, n, w, x, y) : run_staged<W_Q4_0, 1, false>(m, k, n, w, x, y);
+        } else if (mt_staged == 2) {
+            sb ? run_staged<W_Q4_0, 2, true>(m, k, n, w, x, y) : run_staged<W_Q4_0, 2, false>(m, k, n, w, x, y);
+        }
     } else if (type == "q8_0") {
         run<W_Q8_0>(m, k, n, w, x, y, dq);
+        if (mt_staged == 1) {
+            sb ? run_staged<W_Q8_0, 1, true>(m, k, n, w, x, y) : run_staged<W_Q8_0, 1, false>(m, k, n, w, x, y);
+        } else if (mt_staged == 2) {
+            sb ? run_staged<W_Q8_0, 2, true>(m, k, n, w, x, y) : run_staged<W_Q8_0, 2, false>(m, k, n, w, x, y);
+        }
     } else if (type == "q4_K") {
         run<W_Q4_K>(m, k, n, w, x, y, dq);
+        if (mt_staged == 1) {
+            sb ? run_staged<W_Q4_K, 1, true>(m, k, n, w, x, y) : run_staged<W_Q4_K, 1, false>(m, k, n, w, x, y);
+        } else if (mt_staged == 2) {
+            sb ? run_staged<W_Q4_K, 2, true>(m, k, n, w, x, y) : run_staged<W_Q4_K, 2, false>(m, k, n, w, x, y);
+        }
     } else {
         fprintf(stderr, "unknown type %s\n", type.c_str());
         return 2;

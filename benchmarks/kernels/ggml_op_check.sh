@@ -4,6 +4,8 @@
 # dispatch of today). Two calls, because the build alone takes ~5 min (266 s for test-backend-ops):
 #   bash benchmarks/kernels/ggml_op_check.sh build   # untar, configure, ninja test-backend-ops
 #   bash benchmarks/kernels/ggml_op_check.sh test    # eval (must pass) + perf, sbmm on and off -> $OUT
+#   bash benchmarks/kernels/ggml_op_check.sh staged  # q4_0 / q8_0 with GGML_CUDA_SBMM=1: eval of the staged
+#                                                    # path, perf staged vs register path vs MMVQ/MMQ -> $OUT
 # The build stays in /tmp/lcw-sbmm while the machine is warm (h200.md: files outside the checkout persist).
 set -uo pipefail
 OUT="${OUT:-/tmp/sbmm_ops}"
@@ -35,6 +37,21 @@ test)
     echo "## sbmm (patch 0008)"; cat "$OUT/perf_sbmm.txt"
     echo "## GGML_CUDA_SBMM=0 (today's dispatch)"; cat "$OUT/perf_default.txt"
     ;;
+staged)
+    cd "$W/llama.cpp" || { echo "run 'build' first (on this warm machine)"; exit 1; }
+    TBO=b/bin/test-backend-ops
+    # q4_0 / q8_0 take sbmm only with GGML_CUDA_SBMM=1: then the staged (cp.async) path, unless _STAGE=0
+    GGML_CUDA_SBMM=1 timeout 240 $TBO -o MUL_MAT -b CUDA0 -p 'type_a=(q4_0|q8_0),type_b=f32,' > "$OUT/eval_staged.txt" 2>&1
+    echo "eval (staged) rc=$?: $(grep -cE '^ +MUL_MAT.*OK' "$OUT/eval_staged.txt") OK, $(grep -cE 'FAIL' "$OUT/eval_staged.txt") FAIL"
+    grep FAIL "$OUT/eval_staged.txt" | head -10
+    P='type_a=(q4_0|q8_0),type_b=f32,m=4096,n=[0-9]+,k=14336,'
+    GGML_CUDA_SBMM=1 timeout 100 $TBO perf -b CUDA0 -o MUL_MAT -p "$P" 2>&1 | grep -E "MUL_MAT" > "$OUT/perf_staged.txt"
+    GGML_CUDA_SBMM=1 GGML_CUDA_SBMM_STAGE=0 timeout 100 $TBO perf -b CUDA0 -o MUL_MAT -p "$P" 2>&1 | grep -E "MUL_MAT" > "$OUT/perf_register.txt"
+    GGML_CUDA_SBMM=0 timeout 100 $TBO perf -b CUDA0 -o MUL_MAT -p "$P" 2>&1 | grep -E "MUL_MAT" > "$OUT/perf_mmvq.txt"
+    echo "## sbmm, staged loads (GGML_CUDA_SBMM=1)"; cat "$OUT/perf_staged.txt"
+    echo "## sbmm, register loads (GGML_CUDA_SBMM=1 GGML_CUDA_SBMM_STAGE=0)"; cat "$OUT/perf_register.txt"
+    echo "## MMVQ/MMQ (GGML_CUDA_SBMM=0)"; cat "$OUT/perf_mmvq.txt"
+    ;;
 *)
-    echo "usage: bash benchmarks/kernels/ggml_op_check.sh build|test"; exit 2 ;;
+    echo "usage: bash benchmarks/kernels/ggml_op_check.sh build|test|staged"; exit 2 ;;
 esac

@@ -50,8 +50,12 @@ by default on Hopper sbmm takes f16 at 2..16 columns and q4_K at 4..16 only (a Q
 of 8 rows: f16 6.87 vs 8.33 ms, Q4_K 5.51 vs 8.65 ms; 16 rows of Q4_K 7.80 vs 8.32 ms against MMQ).
 q4_K reads each block's header and its quants with 16- and 8-byte loads. test-backend-ops eval of
 MUL_MAT for the four types (the new 1..16-column cases among them): 529/529 OK on CUDA0.
+q4_0 / q8_0 (taken only with GGML_CUDA_SBMM=1) copy each warp's stretch of 8 blocks per row into shared
+memory with 16-byte cp.async and build the same fragments from there (Marlin's load path; not yet
+measured on the H200; weights with a base or row stride that is not 16-byte aligned are left to MMVQ/MMQ).
 Environment: GGML_CUDA_SBMM=0 off, =1 all four types at 2..16 columns on any NVIDIA cc >= 8.0;
-GGML_CUDA_SBMM_MIN_COLS / _MAX_COLS override the column range of every type.
+GGML_CUDA_SBMM_MIN_COLS / _MAX_COLS override the column range of every type; GGML_CUDA_SBMM_STAGE=0
+gives q4_0 / q8_0 the register load path (16-bit loads from global memory) instead.
 
 """
 

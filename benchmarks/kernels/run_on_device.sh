@@ -8,6 +8,8 @@
 #   $OUT/sbmm_results.tar.gz all of the above in one archive
 # Budget: build ~1 min on 16 cores, the benchmark ~2-4 min, torch ~1 min (well under the 10-min call).
 # usage: bash benchmarks/kernels/run_on_device.sh [quick]     (quick: only m=4096 k=14336, n = 1,2,4,8,16)
+#        SBMM_TYPES=q4_0,q8_0 bash ... : only these weight types (the full run of all four has ~4 500
+#        measurements since the staged configurations came: split it over two calls if it nears the limit)
 set -uo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 OUT="${OUT:-/tmp/sbmm_out}"
@@ -20,6 +22,9 @@ TARGS=()
 if [ "${1:-}" = quick ]; then
     ARGS=(--shapes 4096x14336 --ncols 1,2,4,8,16)
     TARGS=(--shapes 4096x14336 --ncols 1,2,4,8,16)
+fi
+if [ -n "${SBMM_TYPES:-}" ]; then
+    ARGS+=(--types "$SBMM_TYPES")
 fi
 
 { nvidia-smi; nvcc --version; } > "$OUT/device.txt" 2>&1
@@ -69,7 +74,7 @@ TORCH_ARG=()
 if [ -s "$OUT/sbmm.json" ]; then
     # the main shape and the verdicts here (the call's output is cut at 12 000 characters); all in summary.md
     python3 summarize.py "$OUT/sbmm.json" "${TORCH_ARG[@]}" > "$OUT/summary.md" &&
-        awk '/^\*\*/ {print} /^## / {show = ($0 ~ /^## m = 4096, k = 14336$/ || $0 ~ /^## issue 19 targets/)} show' "$OUT/summary.md"
+        awk '/^\*\*/ {print} /^## / {show = ($0 ~ /^## (load paths, )?m = 4096, k = 14336$/ || $0 ~ /^## issue 19 targets/)} show' "$OUT/summary.md"
 else
     tail -30 "$OUT/sbmm.txt"
 fi

@@ -5,6 +5,13 @@
 // U units, so that together they stream one contiguous stretch of each row; their partial sums meet in
 // shared memory at the end. Each lane keeps U units of raw weight and activation data in registers before
 // the first mma of the chunk, so that U loads per row are in flight (bandwidth = bytes in flight / latency).
+// ST > 0 (q4_0 / q8_0 with U % 8 == 0, q4_K with U = 1 or 2): the staged path of sbmm_blocks.h instead -- each warp copies its
+// chunk's weight stretch (U blocks of each of its 16*MT rows) into shared memory with 16-byte cp.async and
+// builds the same A fragments from there; ST = 2 double-buffers (chunk c + 1 is in flight while chunk c is
+// multiplied, Marlin's pipeline), ST = 1 loads, waits, multiplies. ST = 0 is the register path.
+// SB (with ST > 0): the chunk's q8_1 activations are staged the same way (one 16-byte cp.async per 16 bytes,
+// instead of 4 scattered 4-byte loads per lane, unit and column tile). ST > 0 uses dynamic shared memory of
+// sbmm_smem<...>::dynamic bytes (the launcher raises the limit where it exceeds 48 KB).
 #pragma once
 
 #include "sbmm_blocks.h"
@@ -27,9 +34,37 @@ __device__ __forceinline__ void mma_f16(float d[4], const int a[4], const int b[
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
+__device__ __forceinline__ void cp_async_commit() {
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+template <int N> __device__ __forceinline__ void cp_async_wait() { // all but the newest N groups are done
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+// bytes per stretch row of the staged path (0: the register path, where stage_traits does not apply)
+template <int T, int U, int ST> struct stage_srow { static constexpr int value = stage_traits<T, U>::sstride; };
+template <int T, int U> struct stage_srow<T, U, 0> { static constexpr int value = 0; };
+template <int T, int U, bool SB> struct stage_crow { static constexpr int value = stage_b_traits<T, U>::crow; };
+template <int T, int U> struct stage_crow<T, U, false> { static constexpr int value = 0; };
+
+// Shared memory of a configuration: per warp ST buffers of weights (16*MT stretch rows) and, with SB,
+// activations (8*NT columns); after the main loop the NW warps' partial sums reuse it.
+template <int T, int NT, int MT, int NW, int U, int ST, bool SB> struct sbmm_smem {
+    static constexpr int ne = MT * NT * 4;
+    static constexpr int srow = stage_srow<T, U, ST>::value;
+    static constexpr int crow = stage_crow<T, U, SB>::value;
+    static constexpr int a_buf = 16 * MT * srow;      // one weight buffer of one warp
+    static constexpr int b_buf = 8 * NT * crow;       // one activation buffer of one warp
+    static constexpr int stage = NW * ST * (a_buf + b_buf);
+    static constexpr int red = NW > 1 ? NW * ne * 32 * (int) sizeof(float) : 0;
+    static constexpr int bytes = stage > red ? stage : red;
+    static constexpr int dynamic = ST > 0 ? bytes : 0; // the launch's dynamic shared memory
+    static_assert(ST > 0 || !SB, "SB (staged activations) needs the staged weights (ST > 0)");
+};
+
 // W: row-major weights, row_bytes apart (ggml nb01); Y: block_q8_1 [ncols][stride_col_y] (int8 types) or
 // float [ncols][stride_col_y] (f16); dst: float, column c at dst + c * stride_col_dst (ggml nb1 / 4).
-template <int T, int NT, int MT, int NW, int U>
+template <int T, int NT, int MT, int NW, int U, int ST = 0, bool SB = false>
 __global__ void __launch_bounds__(NW * 32) sbmm_kernel(
         const char * __restrict__ W, long long row_bytes, const void * __restrict__ Y, long long stride_col_y,
         float * __restrict__ dst, long long stride_col_dst, int m, int nunits, int ncols) {
@@ -61,61 +96,153 @@ __global__ void __launch_bounds__(NW * 32) sbmm_kernel(
         }
     }
 
-    const int nchunks = (nunits + U - 1) / U;
-    for (int ch = blockIdx.y * NW + w; ch < nchunks; ch += gridDim.y * NW) {
-        RawA<T> ra[U][MT];
-        RawB<T> rb[U][NT];
+    // the mma of unit (chunk, i) for all tiles: the same for both load paths
+    auto mma_unit = [&](const RawA<T> (&ra)[MT], const RawB<T> (&rb)[NT]) {
 #pragma unroll
-        for (int i = 0; i < U; ++i) {
-            const int u = ch * U + i;
-            if (u < nunits) {
+        for (int s = 0; s < wtraits<T>::nsub; ++s) {
+            int b[NT][2];
 #pragma unroll
-                for (int mt = 0; mt < MT; ++mt) {
-                    load_a(ra[i][mt], rp[mt][0], rp[mt][1], u, t);
-                }
+            for (int nt = 0; nt < NT; ++nt) {
+                bfrag<T>(rb[nt], s, b[nt]);
+            }
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) {
+                int a[4];
+                afrag(ra[mt], s, a);
 #pragma unroll
                 for (int nt = 0; nt < NT; ++nt) {
                     if constexpr (T == W_F16) {
-                        load_b_f32(rb[i][nt], (const float *) Y, stride_col_y, ncols, 8 * nt + g, u, t);
+                        mma_f16(acc[mt][nt], a, b[nt]);
                     } else {
-                        load_b_q8<T>(rb[i][nt], (const block_q8_1 *) Y, stride_col_y, ncols, 8 * nt + g, 8 * nt + 2 * t, u, t);
+                        int c[4];
+                        mma_s8(c, a, b[nt]);
+                        epilogue(ra[mt], rb[nt], s, c, acc[mt][nt]);
                     }
                 }
             }
         }
+    };
+    auto load_b = [&](RawB<T> (&rb)[NT], int u) {
 #pragma unroll
-        for (int i = 0; i < U; ++i) {
-            if (ch * U + i >= nunits) {
-                break;
+        for (int nt = 0; nt < NT; ++nt) {
+            if constexpr (T == W_F16) {
+                load_b_f32(rb[nt], (const float *) Y, stride_col_y, ncols, 8 * nt + g, u, t);
+            } else {
+                load_b_q8<T>(rb[nt], (const block_q8_1 *) Y, stride_col_y, ncols, 8 * nt + g, 8 * nt + 2 * t, u, t);
+            }
+        }
+    };
+
+    // shared memory: the staging buffers (ST > 0, dynamic), then (after a __syncthreads) the partial sums
+    using SM = sbmm_smem<T, NT, MT, NW, U, ST, SB>;
+    constexpr int NE = SM::ne;
+    constexpr int SROW = SM::srow;
+    char * smem;
+    if constexpr (ST > 0) {
+        extern __shared__ __align__(16) char sbmm_dyn_smem[];
+        smem = sbmm_dyn_smem;
+    } else {
+        __shared__ __align__(16) char sbmm_red_smem[SM::bytes > 0 ? SM::bytes : 16];
+        smem = sbmm_red_smem;
+    }
+
+    const int nchunks = (nunits + U - 1) / U;
+    if constexpr (ST == 0) {
+        for (int ch = blockIdx.y * NW + w; ch < nchunks; ch += gridDim.y * NW) {
+            RawA<T> ra[U][MT];
+            RawB<T> rb[U][NT];
+#pragma unroll
+            for (int i = 0; i < U; ++i) {
+                const int u = ch * U + i;
+                if (u < nunits) {
+#pragma unroll
+                    for (int mt = 0; mt < MT; ++mt) {
+                        load_a(ra[i][mt], rp[mt][0], rp[mt][1], u, t);
+                    }
+                    load_b(rb[i], u);
+                }
             }
 #pragma unroll
-            for (int s = 0; s < wtraits<T>::nsub; ++s) {
-                int b[NT][2];
-#pragma unroll
-                for (int nt = 0; nt < NT; ++nt) {
-                    bfrag<T>(rb[i][nt], s, b[nt]);
+            for (int i = 0; i < U; ++i) {
+                if (ch * U + i >= nunits) {
+                    break;
                 }
+                mma_unit(ra[i], rb[i]);
+            }
+        }
+    } else {
+        static_assert(ST == 1 || ST == 2, "ST: 0 (registers), 1 or 2 staging buffers per warp");
+        char * const wstage = smem + w * ST * SM::a_buf;
+        char * const bstage = smem + NW * ST * SM::a_buf + w * ST * SM::b_buf; // SB only
+        const int ch0 = blockIdx.y * NW + w;
+        const int cstride = gridDim.y * NW;
+        // one commit group per call (empty past the last chunk), so that wait_group counts chunks
+        auto issue = [&](int ch, int buf) {
+            if (ch < nchunks) {
+                const int u0 = ch * U;
+                const int nu = nunits - u0 < U ? nunits - u0 : U;
+                stage_chunk<T, MT, U>(wstage + buf * SM::a_buf, W, row_bytes, row_base, m, u0, nu, lane);
+                if constexpr (SB) {
+                    stage_b_chunk<T, NT, U>(bstage + buf * SM::b_buf, (const block_q8_1 *) Y, stride_col_y, ncols, u0, nu, lane);
+                }
+            }
+            cp_async_commit();
+        };
+        if constexpr (ST == 2) {
+            issue(ch0, 0);
+        }
+        int buf = 0;
+        for (int ch = ch0; ch < nchunks; ch += cstride) {
+            if constexpr (ST == 2) {
+                issue(ch + cstride, buf ^ 1); // the buffer the previous chunk used (done: __syncwarp below)
+            } else {
+                issue(ch, 0);
+            }
+            RawB<T> rb[SB ? 1 : U][NT]; // the register-loaded activations (!SB)
+            if constexpr (!SB) {
 #pragma unroll
-                for (int mt = 0; mt < MT; ++mt) {
-                    int a[4];
-                    afrag(ra[i][mt], s, a);
-#pragma unroll
-                    for (int nt = 0; nt < NT; ++nt) {
-                        if constexpr (T == W_F16) {
-                            mma_f16(acc[mt][nt], a, b[nt]);
-                        } else {
-                            int c[4];
-                            mma_s8(c, a, b[nt]);
-                            epilogue(ra[i][mt], rb[i][nt], s, c, acc[mt][nt]);
-                        }
+                for (int i = 0; i < U; ++i) {
+                    if (ch * U + i < nunits) {
+                        load_b(rb[i], ch * U + i);
                     }
                 }
             }
+            cp_async_wait<ST - 1>(); // this lane's pieces of chunk ch have landed ...
+            __syncwarp();            // ... and every lane's are visible to the warp
+            const char * sb = wstage + buf * SM::a_buf;
+            const char * sbb = bstage + buf * SM::b_buf;
+#pragma unroll
+            for (int i = 0; i < U; ++i) {
+                if (ch * U + i >= nunits) {
+                    break;
+                }
+                RawA<T> ra[MT];
+#pragma unroll
+                for (int mt = 0; mt < MT; ++mt) {
+                    load_a_staged(ra[mt], sb + (16 * mt + g) * SROW, sb + (16 * mt + g + 8) * SROW, i, t);
+                }
+                if constexpr (SB) {
+                    RawB<T> rbs[NT];
+#pragma unroll
+                    for (int nt = 0; nt < NT; ++nt) {
+                        load_b_staged<T, U>(rbs[nt], sbb, 8 * nt + g, 8 * nt + 2 * t, i, t);
+                    }
+                    mma_unit(ra, rbs);
+                } else {
+                    mma_unit(ra, rb[i]);
+                }
+            }
+            __syncwarp(); // every lane has read the buffer before it is refilled
+            if constexpr (ST == 2) {
+                buf ^= 1;
+            }
+        }
+        if constexpr (NW > 1) {
+            __syncthreads(); // the partial sums below reuse the staging memory of other warps
         }
     }
 
     // combine the NW warps' partial sums and write (or add, when k is also split over the grid)
-    constexpr int NE = MT * NT * 4;
     auto store = [&](int e, int l, float v) {
         const int mt = e / (NT * 4);
         const int nt = (e / 4) % NT;
@@ -137,7 +264,7 @@ __global__ void __launch_bounds__(NW * 32) sbmm_kernel(
             store(e, lane, acc[e / (NT * 4)][(e / 4) % NT][e % 4]);
         }
     } else {
-        __shared__ float red[NW][NE][32];
+        float (*red)[NE][32] = (float (*)[NE][32]) smem;
 #pragma unroll
         for (int e = 0; e < NE; ++e) {
             red[w][e][lane] = acc[e / (NT * 4)][(e / 4) % NT][e % 4];

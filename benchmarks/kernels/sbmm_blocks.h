@@ -24,6 +24,8 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #ifdef __CUDACC__
@@ -282,6 +284,175 @@ SB_HD void afrag(const RawA<W_F16> & r, int s, int a[4]) {
     a[3] = (int) r.h[1][2 * s + 1];
 }
 
+// ---- staged weight loads (Marlin's way: sbmm_kernel<..., ST = 1 or 2>, q4_0 / q8_0) -----------------------
+// The register path above reads q4_0 / q8_0 blocks (18 / 34 bytes, so only 2-byte aligned) with 16-bit loads
+// of 8 different rows per warp instruction: on the H200 that runs at 0.7-1.1 TB/s, bound by load
+// instructions and L1 wavefronts, not by HBM. The staged path copies a warp's chunk of U consecutive units
+// (U % 8 == 0) of each of its 16*MT rows -- one contiguous stretch of U * unit_bytes bytes per row (8 q4_0
+// blocks = 144 bytes = 9 x 16 B, 8 q8_0 blocks = 272 = 17 x 16 B) -- into shared memory with 16-byte
+// cp.async (each 16 B of HBM read once, by one lane, with consecutive lanes on consecutive pieces), then each
+// lane builds exactly the RawA the register path builds, from shared memory (load_a_staged). Alignment: a
+// stretch starts at unit u0 = chunk * U, byte u0 * unit_bytes (a multiple of 144 / 272, so of 16), in a row
+// of row_bytes = (k / 32) * unit_bytes bytes (k % 256 == 0: a multiple of 16): so the weights' base address
+// and row stride must be 16-byte aligned, which the dispatch checks (ggml_cuda_should_use_sbmm).
+// In shared memory the stretch rows lie back to back (row rl at rl * SROW): piece p of a chunk is stretch
+// row p / P, piece p % P, at byte 16 * p (linear: conflict-free); the stretch rows of 144 / 272 bytes put
+// the 8 rows g of a lane-read instruction on banks 4g.. (conflict-free too). q4_K (144-byte blocks, always
+// 16-byte aligned, U = 1 or 2) takes the same path (harness configurations only, not yet in the dispatch).
+#ifdef __CUDA_ARCH__
+#define SB_UNROLL _Pragma("unroll")
+#else
+#define SB_UNROLL
+#endif
+#ifndef SBMM_STAGE_INDEX_SKEW
+#define SBMM_STAGE_INDEX_SKEW 0 // check_layouts.py's mutation check builds the emulator with 1: an off-by-one
+#endif                          // in the piece index, which its staged checks must catch
+#ifndef SBMM_STAGE_B_INDEX_SKEW
+#define SBMM_STAGE_B_INDEX_SKEW 0 // the same for the staged activations only
+#endif
+
+// q4_K (144-byte blocks, so any U): its stretch rows are read with 16- and 8-byte ld.shared; for U = 1 they
+// are padded to 160 bytes (40 words: the 4 rows of a half-warp's 8-byte reads on distinct banks; 288 bytes,
+// U = 2, already are).
+template <int T, int U> struct stage_traits {
+    static_assert(T == W_Q4_0 || T == W_Q8_0 || T == W_Q4_K, "the staged path: q4_0, q8_0, q4_K");
+    static_assert(T == W_Q4_K ? (U == 1 || U == 2) : U % 8 == 0,
+                  "a stretch of U blocks is a whole number of 16-byte pieces only for U % 8 == 0 (q4_0, q8_0)");
+    static constexpr int srow = U * wtraits<T>::unit_bytes;               // bytes of one row's stretch
+    static constexpr int pieces = srow / 16;                              // 16-byte pieces per stretch row
+    static constexpr int sstride = srow + (T == W_Q4_K && U == 1 ? 16 : 0); // shared-memory bytes per row
+};
+
+// piece p of a chunk -> (stretch row rl, piece j of that row); the piece of the row it is copied from is
+// src_piece(j): j itself (the mutation check's SBMM_STAGE_INDEX_SKEW = 1 makes it j + 1, an off-by-one)
+SB_HD void stage_piece(int p, int pieces, int & rl, int & j) {
+    rl = p / pieces;
+    j = p - rl * pieces;
+}
+SB_HD int src_piece(int j, int pieces) {
+    return (j + SBMM_STAGE_INDEX_SKEW) % pieces;
+}
+
+SB_HD void copy16(char * dst_smem, const char * src) {
+#ifdef __CUDA_ARCH__
+    const unsigned s = (unsigned) __cvta_generic_to_shared(dst_smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(src) : "memory");
+#else
+    if (((uintptr_t) dst_smem | (uintptr_t) src) & 15) { // what cp.async requires: the emulator checks it
+        fprintf(stderr, "sbmm: copy16 of a piece that is not 16-byte aligned\n");
+        abort();
+    }
+    memcpy(dst_smem, src, 16);
+#endif
+}
+
+// This lane's share of staging the chunk at units u0 .. u0 + nu - 1 (nu % 8 == 0) of the rows row_base ..
+// row_base + 16*MT - 1 (clamped to m - 1, as the register path clamps them; the store drops those rows)
+// into buf (16*MT stretch rows, stage_traits<T, U>::sstride bytes apart).
+template <int T, int MT, int U>
+SB_HD void stage_chunk(char * buf, const char * W, long long row_bytes, int row_base, int m, int u0, int nu, int lane) {
+    constexpr int P = stage_traits<T, U>::pieces;
+    constexpr int NP = 16 * MT * P;
+    const int pv = nu * wtraits<T>::unit_bytes / 16; // valid pieces per stretch row
+SB_UNROLL
+    for (int q = 0; q < (NP + 31) / 32; ++q) {
+        const int p = lane + 32 * q;
+        if (p < NP) {
+            int rl, j;
+            stage_piece(p, P, rl, j);
+            if (j < pv) {
+                const int r = row_base + rl < m ? row_base + rl : m - 1;
+                copy16(buf + rl * stage_traits<T, U>::sstride + 16 * j,
+                       W + (long long) r * row_bytes + (long long) u0 * wtraits<T>::unit_bytes + 16 * src_piece(j, P));
+            }
+        }
+    }
+}
+
+SB_HD void ld_vec(const char * p, uint32_t * v, int n) { // n = 2 / 4 words, p 8 / 16-byte aligned
+#ifdef __CUDA_ARCH__
+    if (n == 4) {
+        const uint4 x = *(const uint4 *) p;
+        v[0] = x.x; v[1] = x.y; v[2] = x.z; v[3] = x.w;
+    } else {
+        const uint2 x = *(const uint2 *) p;
+        v[0] = x.x; v[1] = x.y;
+    }
+#else
+    if ((uintptr_t) p & (4 * n - 1)) {
+        fprintf(stderr, "sbmm: %d-byte shared-memory read that is not %d-byte aligned\n", 4 * n, 4 * n);
+        abort();
+    }
+    memcpy(v, p, 4 * (size_t) n);
+#endif
+}
+SB_HD uint32_t ld32(const char * p) { // p 4-byte aligned (the emulator checks it)
+#ifdef __CUDA_ARCH__
+    return *(const uint32_t *) p;
+#else
+    if ((uintptr_t) p & 3) {
+        fprintf(stderr, "sbmm: 32-bit shared-memory read that is not 4-byte aligned\n");
+        abort();
+    }
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
+#endif
+}
+// 32 / 16 bits at p (2-byte aligned) by 4-byte aligned reads; a2: p % 4 == 2 (the stretch rows are 16-byte
+// aligned and the unit index is unrolled, so the kernel knows a2 at compile time)
+SB_HD int ld_int_staged(const char * p, bool a2) {
+    if (!a2) {
+        return (int) ld32(p);
+    }
+    return (int) ((ld32(p - 2) >> 16) | (ld32(p + 2) << 16));
+}
+SB_HD uint16_t ld_half_staged(const char * p, bool a2) {
+    return a2 ? (uint16_t) (ld32(p - 2) >> 16) : (uint16_t) (ld32(p) & 0xFFFFu);
+}
+
+// unit i (0 .. U-1) of the chunk for this lane's rows: s0 / s1 = their stretch rows in shared memory (rows
+// 16*mt + g and 16*mt + g + 8); the same RawA as load_a on the unit in global memory.
+SB_HD void load_a_staged(RawA<W_Q4_0> & r, const char * s0, const char * s1, int i, int t) {
+    const int o = i * wtraits<W_Q4_0>::unit_bytes; // block i: d at o, qs at o + 2
+    const bool qa = ((o + 2) & 3) != 0;
+    const bool da = (o & 3) != 0;
+    r.q[0] = ld_int_staged(s0 + o + 2 + 4 * t, qa);
+    r.q[1] = ld_int_staged(s1 + o + 2 + 4 * t, qa);
+    r.d[0] = ld_half_staged(s0 + o, da);
+    r.d[1] = ld_half_staged(s1 + o, da);
+}
+SB_HD void load_a_staged(RawA<W_Q4_K> & r, const char * s0, const char * s1, int i, int t) {
+    // as load_a's device branch: the 16-byte header (d, dmin, 12 scale bytes), then 8 bytes of qs per p
+    const char * b[2] = {s0 + i * wtraits<W_Q4_K>::unit_bytes, s1 + i * wtraits<W_Q4_K>::unit_bytes};
+    for (int k = 0; k < 2; ++k) {
+        uint32_t h[4];
+        ld_vec(b[k], h, 4);
+        r.d[k] = (uint16_t) (h[0] & 0xFFFFu);
+        r.dmin[k] = (uint16_t) (h[0] >> 16);
+        r.sc[k][0] = (int) h[1];
+        r.sc[k][1] = (int) h[2];
+        r.sc[k][2] = (int) h[3];
+        for (int p = 0; p < 4; ++p) {
+            uint32_t v[2];
+            ld_vec(b[k] + 16 + 32 * p + 8 * t, v, 2);
+            r.q[k][p][0] = (int) v[0];
+            r.q[k][p][1] = (int) v[1];
+        }
+    }
+}
+SB_HD void load_a_staged(RawA<W_Q8_0> & r, const char * s0, const char * s1, int i, int t) {
+    const int o = i * wtraits<W_Q8_0>::unit_bytes;
+    const bool qa = ((o + 2) & 3) != 0;
+    const bool da = (o & 3) != 0;
+    r.q[0][0] = ld_int_staged(s0 + o + 2 + 4 * t, qa);
+    r.q[0][1] = ld_int_staged(s0 + o + 2 + 16 + 4 * t, qa);
+    r.q[1][0] = ld_int_staged(s1 + o + 2 + 4 * t, qa);
+    r.q[1][1] = ld_int_staged(s1 + o + 2 + 16 + 4 * t, qa);
+    r.d[0] = ld_half_staged(s0 + o, da);
+    r.d[1] = ld_half_staged(s1 + o, da);
+}
+
 // ---- activation fragments: column c of the B tile (lane's g), plus the scales of its C columns ----------
 // For the int8 types, y is block_q8_1 [ncols][stride_col_y blocks]; for f16, float [ncols][stride_col_y].
 // cB: the column this lane loads for B (tile base + g); c0: the first of the two C columns it owns
@@ -324,6 +495,80 @@ SB_HD void load_b_q8(RawB<T> & r, const block_q8_1 * y, long long stride_col_y, 
         }
         for (int j = 0; j < 2; ++j) {
             r.ds[j] = c0 + j < ncols ? ds_of(y + (c0 + j) * stride_col_y + u) : 0u;
+        }
+    }
+}
+
+// Staged activations (SB, with the staged weights): the chunk's q8_1 blocks u0 .. u0 + U - 1 of each of the
+// 8*NT columns of the warp's column tiles (U * 36 contiguous bytes per column; 16-byte aligned: the q8_1
+// buffer is, and its column stride is a multiple of 512 values = 16 blocks = 576 bytes) are copied the same
+// way, columns >= ncols zero-filled (as load_b_q8 zeroes them), one column at c * crow; the 16 bytes of
+// padding per column put the 8 columns g of a lane-read instruction on distinct banks (76 words apart).
+template <int T, int U> struct stage_b_traits {
+    static constexpr int bpu = wtraits<T>::unit_k / qk8_1; // q8_1 blocks per unit: 1, or 8 for q4_K
+    static_assert(U * bpu % 4 == 0, "a chunk's q8_1 blocks are whole 16-byte pieces only for U * bpu % 4 == 0");
+    static constexpr int pieces = U * bpu * (int) sizeof(block_q8_1) / 16;
+    static constexpr int crow = U * bpu * (int) sizeof(block_q8_1) + 16;
+};
+
+SB_HD void copy16_zfill(char * dst_smem, const char * src, bool valid) { // !valid: 16 zero bytes
+#ifdef __CUDA_ARCH__
+    const unsigned s = (unsigned) __cvta_generic_to_shared(dst_smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(src), "r"(valid ? 16 : 0) : "memory");
+#else
+    if (((uintptr_t) dst_smem | (uintptr_t) src) & 15) {
+        fprintf(stderr, "sbmm: copy16 of a piece that is not 16-byte aligned\n");
+        abort();
+    }
+    if (valid) {
+        memcpy(dst_smem, src, 16);
+    } else {
+        memset(dst_smem, 0, 16);
+    }
+#endif
+}
+
+template <int T, int NT, int U>
+SB_HD void stage_b_chunk(char * buf, const block_q8_1 * y, long long stride_col_y, int ncols, int u0, int nu, int lane) {
+    using BT = stage_b_traits<T, U>;
+    constexpr int P = BT::pieces;
+    constexpr int NP = 8 * NT * P;
+    const int pv = nu * BT::bpu * (int) sizeof(block_q8_1) / 16; // nu % 8 == 0, or q4_K
+SB_UNROLL
+    for (int q = 0; q < (NP + 31) / 32; ++q) {
+        const int p = lane + 32 * q;
+        if (p < NP) {
+            int c, j;
+            stage_piece(p, P, c, j);
+            if (j < pv) {
+                const char * src = (const char *) (y + (long long) (c < ncols ? c : 0) * stride_col_y + u0 * BT::bpu) +
+                                    16 * ((src_piece(j, P) + SBMM_STAGE_B_INDEX_SKEW) % P);
+                copy16_zfill(buf + c * BT::crow + 16 * j, src, c < ncols);
+            }
+        }
+    }
+}
+
+// unit i of the chunk: the same RawB as load_b_q8 (cB, c0 relative to the staged columns: 8*nt + g, 8*nt + 2t)
+template <int T, int U>
+SB_HD void load_b_staged(RawB<T> & r, const char * buf, int cB, int c0, int i, int t) {
+    constexpr int CROW = stage_b_traits<T, U>::crow;
+    constexpr int QB = (int) sizeof(block_q8_1);
+    if constexpr (T == W_Q4_K) { // sub-block s = q8_1 block 8i + s: ints 2t, 2t + 1 of qs (as load_b_q8)
+        for (int s = 0; s < 8; ++s) {
+            const char * b = buf + cB * CROW + (8 * i + s) * QB;
+            r.q[s][0] = (int) ld32(b + 4 + 8 * t);
+            r.q[s][1] = (int) ld32(b + 8 + 8 * t);
+            for (int j = 0; j < 2; ++j) {
+                r.ds[s][j] = ld32(buf + (c0 + j) * CROW + (8 * i + s) * QB);
+            }
+        }
+    } else {
+        const char * b = buf + cB * CROW + i * QB;
+        r.q[0] = (int) ld32(b + 4 + 4 * t);
+        r.q[1] = (int) ld32(b + 4 + 16 + 4 * t);
+        for (int j = 0; j < 2; ++j) {
+            r.ds[j] = ld32(buf + (c0 + j) * CROW + i * QB);
         }
     }
 }

@@ -6,17 +6,27 @@
 
 namespace sbmm {
 
-template <int T, int NT, int MT, int NW, int U>
+template <int T, int NT, int MT, int NW, int U, int ST, bool SB>
 void launch_sbmm(const char * W, long long row_bytes, const void * Y, long long stride_col_y, float * dst,
                  long long stride_col_dst, int m, int k, int ncols, int ksplit, cudaStream_t stream) {
     const int nunits = k / wtraits<T>::unit_k;
     const dim3 grid((m + 16 * MT - 1) / (16 * MT), ksplit, 1);
-    sbmm_kernel<T, NT, MT, NW, U><<<grid, NW * 32, 0, stream>>>(W, row_bytes, Y, stride_col_y, dst, stride_col_dst, m, nunits, ncols);
+    constexpr int smem = sbmm_smem<T, NT, MT, NW, U, ST, SB>::dynamic;
+    if constexpr (smem > 48 * 1024) { // opt in to more than 48 KB of dynamic shared memory (once)
+        static bool raised = false;
+        if (!raised) {
+            cudaFuncSetAttribute(sbmm_kernel<T, NT, MT, NW, U, ST, SB>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+            raised = true;
+        }
+    }
+    sbmm_kernel<T, NT, MT, NW, U, ST, SB><<<grid, NW * 32, smem, stream>>>(W, row_bytes, Y, stride_col_y, dst, stride_col_dst, m, nunits, ncols);
 }
 
-template <int T, int MT, int NW, int U> void add_config() {
-    registry().push_back({T, 1, MT, NW, U, &launch_sbmm<T, 1, MT, NW, U>});
-    registry().push_back({T, 2, MT, NW, U, &launch_sbmm<T, 2, MT, NW, U>});
+// ST: 0 = the register load path, 1 / 2 = the staged path with 1 / 2 shared-memory buffers per warp;
+// SB: the activations staged too
+template <int T, int MT, int NW, int U, int ST = 0, bool SB = false> void add_config() {
+    registry().push_back({T, 1, MT, NW, U, ST, SB, &launch_sbmm<T, 1, MT, NW, U, ST, SB>});
+    registry().push_back({T, 2, MT, NW, U, ST, SB, &launch_sbmm<T, 2, MT, NW, U, ST, SB>});
 }
 
 } // namespace sbmm

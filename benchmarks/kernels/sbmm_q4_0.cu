@@ -6,4 +6,13 @@ void sbmm::register_q4_0() {
     add_config<W_Q4_0, 1, 8, 4>();
     add_config<W_Q4_0, 2, 4, 4>();
     add_config<W_Q4_0, 2, 8, 4>();
+    // the staged (cp.async) path beside the register path above, for the side-by-side H200 run
+    add_config<W_Q4_0, 1, 8, 8, 2>();
+    add_config<W_Q4_0, 2, 4, 8, 2>();
+    add_config<W_Q4_0, 2, 8, 8, 1>();
+    add_config<W_Q4_0, 1, 8, 8, 1>();
+    // ... and with the activations staged too (names *_st2b)
+    add_config<W_Q4_0, 2, 4, 8, 2, true>();
+    add_config<W_Q4_0, 1, 4, 8, 2, true>();
+    add_config<W_Q4_0, 2, 8, 8, 1, true>();
 }

@@ -3,7 +3,9 @@ targets, as markdown.
 
 Per (shape, weight type, n): the fastest correct sbmm configuration, its µs (kernel alone and with the
 q8_1 activation quantization that ggml's MMVQ path also runs, which test-backend-ops times together), its
-TB/s of weight bytes, and cuBLAS f16 beside it.
+TB/s of weight bytes, and cuBLAS f16 beside it. Where the run has both load paths of a type (q4_0 / q8_0:
+the register path, configurations without ``_st``, and the staged cp.async path, ``_st1`` / ``_st2``), a
+table per shape sets the best of each side by side (same run, same weights and activations).
 
 usage: python benchmarks/kernels/summarize.py sbmm.json [--torch torch_cublas.json]
 """
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 from collections import defaultdict
 
 # issue 19, MUL_MAT m=4096 k=14336 (test-backend-ops perf, pinned tree + our patches, H200, 2026-12-01)
@@ -28,6 +31,38 @@ TYPES = ("f16", "q4_0", "q8_0", "q4_K")
 def load(path: str) -> list[dict]:
     with open(path) as f:
         return list(json.load(f)["records"])
+
+
+def load_path(kernel: str) -> str:
+    """'staged' for the cp.async configurations (``..._st1_ks2``), 'register' for the others."""
+    return "staged" if re.search(r"_st\d", kernel) else "register"
+
+
+def print_load_paths(recs: list[dict], shapes: list[tuple]) -> None:
+    """Per shape: the best correct register-path and staged-path configuration per (type, n), side by side."""
+    best: dict[tuple, dict] = {}
+    for r in recs:
+        if r["kernel"].startswith("sbmm_") and r.get("ok", True):
+            key = (r["m"], r["k"], r["type"], r["ncols"], load_path(r["kernel"]))
+            if key not in best or r["us"] < best[key]["us"]:
+                best[key] = r
+    for m, k in shapes:
+        rows = sorted({(t, n) for (mm, kk, t, n, path) in best if (mm, kk) == (m, k) and path == "staged"},
+                      key=lambda tn: (TYPES.index(tn[0]), tn[1]))
+        if not rows:
+            continue
+        print(f"## load paths, m = {m}, k = {k}\n")
+        print("| type | n | register path | µs | TB/s | staged path | µs | TB/s | register ÷ staged |")
+        print("|---|---|---|---|---|---|---|---|---|")
+        for t, n in rows:
+            st = best[(m, k, t, n, "staged")]
+            rg = best.get((m, k, t, n, "register"))
+            if rg is None:
+                print(f"| {t} | {n} | – | | | {st['kernel']} | {st['us']:.1f} | {st['tbps']:.2f} | |")
+                continue
+            print(f"| {t} | {n} | {rg['kernel']} | {rg['us']:.1f} | {rg['tbps']:.2f} | {st['kernel']} | "
+                  f"{st['us']:.1f} | {st['tbps']:.2f} | {rg['us'] / st['us']:.2f} |")
+        print()
 
 
 def main() -> None:
@@ -72,6 +107,8 @@ def main() -> None:
                 print(f"| {t} | {n} | {r['kernel']} | {r['us']:.1f} | {tot:.1f} | {r['tbps']:.2f} | "
                       f"{'' if cb is None else f'{cb:.1f}'} | {'' if today is None else today} |")
         print()
+
+    print_load_paths(recs, shapes)
 
     print("## issue 19 targets (m = 4096, k = 14336; sbmm µs incl. the q8_1 quantization)\n")
     print("| type | n=1 (≤ ggml today) | n=8 (target) | n=16 ÷ n=8 (≤ 1.2) | verdict |")

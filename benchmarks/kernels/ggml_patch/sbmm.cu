@@ -17,6 +17,7 @@ struct sbmm_env {
     int mode     = -1; // -1: auto (Hopper, the measured types and column counts), 0: off, 1: all four types, cc >= 8.0
     int min_cols = -1; // -1: the per-type default below
     int max_cols = -1;
+    bool staged  = true; // q4_0 / q8_0: the staged (cp.async) weight loads; GGML_CUDA_SBMM_STAGE=0: the register path
     sbmm_env() {
         if (const char * e = getenv("GGML_CUDA_SBMM")) {
             mode = atoi(e) > 0 ? 1 : 0;
@@ -26,6 +27,9 @@ struct sbmm_env {
         }
         if (const char * e = getenv("GGML_CUDA_SBMM_MAX_COLS")) {
             max_cols = std::min(16, atoi(e));
+        }
+        if (const char * e = getenv("GGML_CUDA_SBMM_STAGE")) {
+            staged = atoi(e) != 0;
         }
     }
 };
@@ -60,24 +64,37 @@ sbmm_cols default_cols(int t) {
     }
 }
 
-// One configuration per (weight type, column tiles NT): 16*MT rows per warp, NW warps per block splitting k,
-// U units in flight per lane. The winners of benchmarks/kernels/run_on_device.sh on the H200 (2026-12-02,
-// best or within 3 % of the best on the Qwen3-8B shapes 4096x14336, 14336x4096, 4096x4096, 1024x4096 and the
-// 151936x4096 head; benchmarks/results/kernels/).
-template <int T, int NT> struct sbmm_config;
-template <> struct sbmm_config<sbmm::W_F16,  1> { static constexpr int MT = 1, NW = 8, U = 2; };
-template <> struct sbmm_config<sbmm::W_F16,  2> { static constexpr int MT = 2, NW = 4, U = 2; };
-template <> struct sbmm_config<sbmm::W_Q4_0, 1> { static constexpr int MT = 1, NW = 8, U = 4; };
-template <> struct sbmm_config<sbmm::W_Q4_0, 2> { static constexpr int MT = 2, NW = 4, U = 4; };
-template <> struct sbmm_config<sbmm::W_Q8_0, 1> { static constexpr int MT = 2, NW = 8, U = 2; };
-template <> struct sbmm_config<sbmm::W_Q8_0, 2> { static constexpr int MT = 2, NW = 8, U = 2; };
-template <> struct sbmm_config<sbmm::W_Q4_K, 1> { static constexpr int MT = 2, NW = 8, U = 1; };
-template <> struct sbmm_config<sbmm::W_Q4_K, 2> { static constexpr int MT = 2, NW = 8, U = 1; };
+// One configuration per (weight type, column tiles NT, load path): 16*MT rows per warp, NW warps per block
+// splitting k, U units in flight per lane, ST staging buffers per warp (0: the register path), SB: the
+// activations staged too. The register
+// path's are the winners of benchmarks/kernels/run_on_device.sh on the H200 (2026-12-02, best or within 3 %
+// of the best on the Qwen3-8B shapes 4096x14336, 14336x4096, 4096x4096, 1024x4096 and the 151936x4096 head;
+// benchmarks/results/kernels/). The staged q4_0 / q8_0 ones (STAGED = true) are not measured yet: a first
+// choice (weights and activations staged, 54..75 KB of shared memory, which launch() opts in to), to be
+// replaced by the harness's winners (configurations *_st1, *_st2, *_st1b, *_st2b there).
+template <int T, int NT, bool STAGED = false> struct sbmm_config;
+template <> struct sbmm_config<sbmm::W_F16,  1> { static constexpr int MT = 1, NW = 8, U = 2, ST = 0; static constexpr bool SB = false; };
+template <> struct sbmm_config<sbmm::W_F16,  2> { static constexpr int MT = 2, NW = 4, U = 2, ST = 0; static constexpr bool SB = false; };
+template <> struct sbmm_config<sbmm::W_Q4_0, 1> { static constexpr int MT = 1, NW = 8, U = 4, ST = 0; static constexpr bool SB = false; };
+template <> struct sbmm_config<sbmm::W_Q4_0, 2> { static constexpr int MT = 2, NW = 4, U = 4, ST = 0; static constexpr bool SB = false; };
+template <> struct sbmm_config<sbmm::W_Q8_0, 1> { static constexpr int MT = 2, NW = 8, U = 2, ST = 0; static constexpr bool SB = false; };
+template <> struct sbmm_config<sbmm::W_Q8_0, 2> { static constexpr int MT = 2, NW = 8, U = 2, ST = 0; static constexpr bool SB = false; };
+template <> struct sbmm_config<sbmm::W_Q4_K, 1> { static constexpr int MT = 2, NW = 8, U = 1, ST = 0; static constexpr bool SB = false; };
+template <> struct sbmm_config<sbmm::W_Q4_K, 2> { static constexpr int MT = 2, NW = 8, U = 1, ST = 0; static constexpr bool SB = false; };
+template <> struct sbmm_config<sbmm::W_Q4_0, 1, true> { static constexpr int MT = 2, NW = 4, U = 8, ST = 2; static constexpr bool SB = true ; };
+template <> struct sbmm_config<sbmm::W_Q4_0, 2, true> { static constexpr int MT = 2, NW = 4, U = 8, ST = 2; static constexpr bool SB = true ; };
+template <> struct sbmm_config<sbmm::W_Q8_0, 1, true> { static constexpr int MT = 1, NW = 4, U = 8, ST = 2; static constexpr bool SB = true ; };
+template <> struct sbmm_config<sbmm::W_Q8_0, 2, true> { static constexpr int MT = 2, NW = 4, U = 8, ST = 1; static constexpr bool SB = true ; };
 
-template <int T, int NT>
+// whether type t runs the staged weight loads (which need 16-byte aligned weights and rows)
+bool staged_path(int t) {
+    return (t == sbmm::W_Q4_0 || t == sbmm::W_Q8_0) && env().staged;
+}
+
+template <int T, int NT, bool STAGED>
 void launch(const char * W, int64_t row_bytes, const void * Y, int64_t stride_col_y, float * dst, int64_t stride_col_dst,
             int m, int k, int ncols, int nsm, cudaStream_t stream) {
-    using C = sbmm_config<T, NT>;
+    using C = sbmm_config<T, NT, STAGED>;
     const int nunits  = k / sbmm::wtraits<T>::unit_k;
     const int gx      = (m + 16 * C::MT - 1) / (16 * C::MT);
     const int nchunks = (nunits + C::U - 1) / C::U;
@@ -90,18 +107,39 @@ void launch(const char * W, int64_t row_bytes, const void * Y, int64_t stride_co
         CUDA_CHECK(cudaMemsetAsync(dst, 0, sizeof(float) * (size_t) (ncols - 1) * stride_col_dst + sizeof(float) * m, stream));
     }
     const dim3 grid(gx, ks, 1);
-    sbmm::sbmm_kernel<T, NT, C::MT, C::NW, C::U><<<grid, C::NW * 32, 0, stream>>>(
+    // the staged path keeps its buffers in dynamic shared memory; above 48 KB a kernel must opt in (once per device)
+    constexpr int smem = sbmm::sbmm_smem<T, NT, C::MT, C::NW, C::U, C::ST, C::SB>::dynamic;
+    if constexpr (smem > 48 * 1024) {
+        static bool raised[GGML_CUDA_MAX_DEVICES] = {};
+        const int id = ggml_cuda_get_device();
+        if (!raised[id]) {
+            CUDA_CHECK(cudaFuncSetAttribute(sbmm::sbmm_kernel<T, NT, C::MT, C::NW, C::U, C::ST, C::SB>,
+                                            cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+            raised[id] = true;
+        }
+    }
+    sbmm::sbmm_kernel<T, NT, C::MT, C::NW, C::U, C::ST, C::SB><<<grid, C::NW * 32, smem, stream>>>(
         W, row_bytes, Y, stride_col_y, dst, stride_col_dst, m, nunits, ncols);
     CUDA_CHECK(cudaGetLastError());
 }
 
-template <int T>
+template <int T, bool STAGED = false>
 void launch_nt(const char * W, int64_t row_bytes, const void * Y, int64_t stride_col_y, float * dst, int64_t stride_col_dst,
                int m, int k, int ncols, int nsm, cudaStream_t stream) {
     if (ncols <= 8) {
-        launch<T, 1>(W, row_bytes, Y, stride_col_y, dst, stride_col_dst, m, k, ncols, nsm, stream);
+        launch<T, 1, STAGED>(W, row_bytes, Y, stride_col_y, dst, stride_col_dst, m, k, ncols, nsm, stream);
     } else {
-        launch<T, 2>(W, row_bytes, Y, stride_col_y, dst, stride_col_dst, m, k, ncols, nsm, stream);
+        launch<T, 2, STAGED>(W, row_bytes, Y, stride_col_y, dst, stride_col_dst, m, k, ncols, nsm, stream);
+    }
+}
+
+template <int T>
+void launch_path(const char * W, int64_t row_bytes, const void * Y, int64_t stride_col_y, float * dst, int64_t stride_col_dst,
+                 int m, int k, int ncols, int nsm, cudaStream_t stream) {
+    if (staged_path(T)) {
+        launch_nt<T, true>(W, row_bytes, Y, stride_col_y, dst, stride_col_dst, m, k, ncols, nsm, stream);
+    } else {
+        launch_nt<T, false>(W, row_bytes, Y, stride_col_y, dst, stride_col_dst, m, k, ncols, nsm, stream);
     }
 }
 
@@ -140,6 +178,11 @@ bool ggml_cuda_should_use_sbmm(const ggml_tensor * src0, const ggml_tensor * src
     if (t == sbmm::W_Q4_K && ((uintptr_t) src0->data % 16 != 0 || src0->nb[1] % 16 != 0)) {
         return false; // the q4_K loader reads each block's 16-byte header with one 16-byte load
     }
+    if (staged_path(t) && ((uintptr_t) src0->data % 16 != 0 || src0->nb[1] % 16 != 0)) {
+        return false; // the staged path copies each row's stretch of 8 blocks as 16-byte pieces (cp.async)
+    }
+    // (staged activations, SB: the q8_1 buffer is a pool allocation, >= 128-byte aligned, with columns of a
+    // multiple of 512 values = 576 bytes: 16-byte aligned whatever src1 is)
     if (t == sbmm::W_F16) { // the f16 path reads the f32 activations directly, 8 floats (2 x 16 bytes) at a time
         if (src1->nb[1] % 16 != 0 || (uintptr_t) src1->data % 16 != 0) {
             return false;
@@ -179,10 +222,10 @@ void ggml_cuda_mul_mat_sbmm(ggml_backend_cuda_context & ctx, const ggml_tensor *
     const int64_t stride_col_y = ne10_padded / QK8_1;
     switch (t) {
         case sbmm::W_Q4_0:
-            launch_nt<sbmm::W_Q4_0>(W, nb01, src1_q8_1.get(), stride_col_y, dst_d, stride_col_dst, (int) ne01, (int) ne00, ncols, nsm, stream);
+            launch_path<sbmm::W_Q4_0>(W, nb01, src1_q8_1.get(), stride_col_y, dst_d, stride_col_dst, (int) ne01, (int) ne00, ncols, nsm, stream);
             break;
         case sbmm::W_Q8_0:
-            launch_nt<sbmm::W_Q8_0>(W, nb01, src1_q8_1.get(), stride_col_y, dst_d, stride_col_dst, (int) ne01, (int) ne00, ncols, nsm, stream);
+            launch_path<sbmm::W_Q8_0>(W, nb01, src1_q8_1.get(), stride_col_y, dst_d, stride_col_dst, (int) ne01, (int) ne00, ncols, nsm, stream);
             break;
         case sbmm::W_Q4_K:
             launch_nt<sbmm::W_Q4_K>(W, nb01, src1_q8_1.get(), stride_col_y, dst_d, stride_col_dst, (int) ne01, (int) ne00, ncols, nsm, stream);
