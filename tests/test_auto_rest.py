@@ -201,3 +201,53 @@ def test_fused_injection_takes_the_deferred_rows_too(tiny, max_rest):
     assert r1.tokens == r2.tokens == ref.tokens and len(sep) >= 2
     same = [a == b for a, b in zip(sep, fused)]
     assert len(sep) == len(fused) and (all(same) if EXACT else np.mean(same) >= 0.5)
+
+
+class _Stage:
+    def __init__(self):
+        self.seconds = 0.0
+
+
+class FakeTimer:
+    """The stages AutoDraftLength reads (StageTimer.stages[name].seconds)."""
+
+    def __init__(self):
+        self.stages = {k: _Stage() for k in ("draft", "draft_sample", "inject", "verify")}
+
+
+def test_costs_are_booked_against_the_verifies_this_run_measured():
+    """The verify table was measured in another moment of a loaded machine (V(1) 30, V(2) 31 ms) while
+    this run verifies 1 row in 20 ms and 2 in 27, a drafting step also calling the drafter for 10 ms;
+    position 0 is accepted half the time. Drafting costs 38 ms for 1.5 tokens against 21 ms for 1: it
+    does not pay. Booked as wall − table (the 2026-12-02 CPU bake-off), a drafting step's other
+    costs shrank (38 − 31), a resting step's vanished (21 − 30 < 0), and drafting looked as if it
+    paid (7 + 31 ≤ 1.5 · 30); the table scaled by one factor keeps its flat V(2)/V(1) and pays too."""
+    stats = SpecStats(n_max=1)
+    for i in range(400):
+        stats.record(1, i % 2)
+    clock, timer = FakeClock(), FakeTimer()
+    st = AutoState()
+    pol = AutoDraftLength([30.0, 31.0], stats, state=st, clock=clock, timer=timer)
+    for i in range(30):  # drafting steps: the drafter 10 ms, a 2-row verify 27 ms, 1 ms of glue
+        assert pol.plan(1) == 1 or i > 1  # (unmeasured costs: it drafts, to measure them)
+        pol.trim(Draft(tokens=[5], confidence=np.array([0.5])))
+        timer.stages["draft"].seconds += 0.010
+        timer.stages["verify"].seconds += 0.027
+        clock.t += 0.038
+    st.rest_left = 0
+    assert st.other_ms == pytest.approx(11.0, abs=0.05)  # the drafter and the glue, not 38 − 31
+    assert st.verify_scale == pytest.approx(27 / 31, rel=0.02) and list(st.verify_seen) == [0.0, pytest.approx(27.0)]
+    # what a resting step costs: verify 20 ms (= 30 × the scale 2/3 of 1-row steps) and 1 ms
+    st2 = AutoState(other_ms=st.other_ms)
+    rest = AutoDraftLength([30.0, 31.0], stats, state=st2, clock=clock, timer=timer)
+    for _ in range(40):
+        st2.rest_left = 5  # (rest whatever the model says: this measures resting steps)
+        assert rest.plan(1) == 0
+        timer.stages["verify"].seconds += 0.020
+        clock.t += 0.021
+    assert st2.rest_ms == pytest.approx(1.0, abs=0.05) and st2.verify_scale == pytest.approx(20 / 30, rel=0.02)
+    st2.verify_seen = np.array([st2.verify_seen[0], 27.0])  # (the drafting steps' 2-row verifies, as in st)
+    np.testing.assert_allclose(rest._v(np.array([1.0, 2.0])), [20.0, 27.0], rtol=1e-3)
+    pays, loss = rest.drafting_pays(1)
+    # 11 + 27 = 38 ms for 1.5 tokens against 1 + 20 = 21 ms for one
+    assert not pays and loss == pytest.approx(38.0 - 1.5 * 21.0, abs=0.3)

@@ -208,28 +208,48 @@ def _small(target, out, **kw):
     return ps.bakeoff(target, ["ngram"], **{**args, **kw})
 
 
+def test_points_are_interleaved_per_conversation(tiny, tmp_path):
+    """Every point answers a conversation before the next conversation starts, the order reversed on
+    every other conversation (sweep.interleaved): a busy machine's drift hits every point alike. (The
+    points one after another put 13 % between auto and plain on the 2-core CPU, 2026-12-02.)"""
+    from pyllama_spec.study.sweep import interleaved
+
+    res = _small(tiny["target"], tmp_path)
+    order = [(r["drafter"], r["n_max"], r["run"], r["conversation"]) for r in res["runs"]]
+    c0, c1 = sorted({r["conversation"] for r in res["runs"]}, key=[r["conversation"] for r in res["runs"]].index)
+    fwd = [(None, 0), ("ngram", 1), ("ngram", 2)]
+    want = [(d, n, run, c) for run in (0, 1) for c, pts in ((c0, fwd), (c1, fwd[::-1])) for d, n in pts]
+    assert order == want
+    assert res["settings"]["order"] == "interleaved"
+    assert "(interleaved: every point on each conversation in turn)" in (tmp_path / "REPORT.md").read_text()
+    assert interleaved(["a", "b"], 1, 3) == [(0, 0, "a"), (0, 0, "b"), (0, 1, "b"), (0, 1, "a"), (0, 2, "a"),
+                                            (0, 2, "b")]
+
+
 def test_interrupted_sweep_leaves_results_and_resumes(tiny, tmp_path, monkeypatch):
-    """Ctrl-C after k (point, run) pairs: results.json (written atomically after each) holds those k,
-    is marked incomplete and renders; resume=True runs only the rest and gives the whole sweep."""
+    """Ctrl-C during a conversation: results.json (written atomically after every point answered a
+    conversation) holds the conversations before it, is marked incomplete and renders; resume=True
+    runs only the rest and gives the whole sweep."""
     from pyllama_spec.study import sweep as sweep_mod
     from pyllama_spec.study.summary import summarize
 
-    real = sweep_mod.Runner.run_point
+    real = sweep_mod.Runner.run_conversation
     calls = []
 
-    def interrupting(self, point, run):
-        if len(calls) == 3:
-            raise KeyboardInterrupt  # as Ctrl-C during the 4th pair
-        calls.append((point.label, run))
-        return real(self, point, run)
+    def interrupting(self, point, run, conv):
+        if len(calls) == 4:
+            raise KeyboardInterrupt  # as Ctrl-C during the 2nd conversation's 2nd point
+        calls.append((point.label, run, conv.id))
+        return real(self, point, run, conv)
 
-    monkeypatch.setattr(sweep_mod.Runner, "run_point", interrupting)
-    with pytest.raises(KeyboardInterrupt):
+    monkeypatch.setattr(sweep_mod.Runner, "run_conversation", interrupting)
+    with pytest.raises(KeyboardInterrupt, match="holds 0 of 6"):
         _small(tiny["target"], tmp_path)
     part = json.loads((tmp_path / "results.json").read_text())
-    assert part["complete"] is False and len(part["runs"]) == 3 * 2  # 3 pairs × 2 prompts
-    assert {(r["drafter"], r["n_max"], r["run"]) for r in part["runs"]} == {(None, 0, 0), ("ngram", 1, 0),
-                                                                          ("ngram", 2, 0)}
+    c0 = calls[0][2]
+    assert part["complete"] is False and len(part["runs"]) == 3  # the first conversation, every point
+    assert {(r["drafter"], r["n_max"], r["run"], r["conversation"]) for r in part["runs"]} == {
+        (None, 0, 0, c0), ("ngram", 1, 0, c0), ("ngram", 2, 0, c0)}
     assert not list(tmp_path.glob(".results.json*"))  # no temporary file left behind
     from pyllama_spec.study.report import write_report
 
@@ -237,12 +257,14 @@ def test_interrupted_sweep_leaves_results_and_resumes(tiny, tmp_path, monkeypatc
     assert "**Incomplete**" in (tmp_path / "partial.md").read_text()
 
     calls.clear()
-    monkeypatch.setattr(sweep_mod.Runner, "run_point", lambda self, p, r: calls.append((p.label, r)) or
-                        real(self, p, r))
+    monkeypatch.setattr(sweep_mod.Runner, "run_conversation", lambda self, p, r, c: calls.append((p.label, r))
+                        or real(self, p, r, c))
     res = _small(tiny["target"], tmp_path, resume=True)
-    assert calls == [("plain", 1), ("ngram n_max=1", 1), ("ngram n_max=2", 1)]  # only what was missing
+    assert calls == [("ngram n_max=2", 0), ("ngram n_max=1", 0), ("plain", 0),  # only what was missing
+                     ("plain", 1), ("ngram n_max=1", 1), ("ngram n_max=2", 1),
+                     ("ngram n_max=2", 1), ("ngram n_max=1", 1), ("plain", 1)]
     assert res["complete"] is True and len(res["runs"]) == 6 * 2
-    assert res["runs"][:6] == part["runs"]  # the finished pairs are kept as they were
+    assert res["runs"][:3] == part["runs"]  # the finished conversations are kept as they were
     assert res["verify_ms"] == part["verify_ms"] and any("resumed" in n for n in res["notes"])
     assert json.loads((tmp_path / "results.json").read_text())["complete"] is True
     assert all(p["n_runs"] == 2 for p in res["points"])
@@ -260,23 +282,23 @@ def test_cli_ctrl_c_then_resume(tiny, tmp_path, monkeypatch, capsys):
     from pyllama_spec.cli import main
     from pyllama_spec.study import sweep as sweep_mod
 
-    real = sweep_mod.Runner.run_point
+    real = sweep_mod.Runner.run_conversation
     n = []
 
-    def interrupting(self, point, run):
-        if n:
+    def interrupting(self, point, run, conv):
+        if len(n) == 2 * 7:  # 7 of the 8 conversations answered by both points
             raise KeyboardInterrupt
         n.append(1)
-        return real(self, point, run)
+        return real(self, point, run, conv)
 
-    monkeypatch.setattr(sweep_mod.Runner, "run_point", interrupting)
+    monkeypatch.setattr(sweep_mod.Runner, "run_conversation", interrupting)
     argv = ["bakeoff", str(tiny["target"]), "-d", "ngram", "--n-max", "2", "--prompts", "builtin:mixed", "--turns",
             "1", "--runs", "1", "-n", "4", "--out", str(tmp_path), "--no-plots", "--no-progress", "-c", "1024"]
     assert main(argv) == 130
     err = capsys.readouterr().err
-    assert "--resume" in err and "1 of 2" in err
-    assert len(json.loads((tmp_path / "results.json").read_text())["runs"]) == 8
-    monkeypatch.setattr(sweep_mod.Runner, "run_point", real)
+    assert "--resume" in err and "0 of 2" in err
+    assert len(json.loads((tmp_path / "results.json").read_text())["runs"]) == 14
+    monkeypatch.setattr(sweep_mod.Runner, "run_conversation", real)
     assert main(argv + ["--resume"]) == 0
     res = json.loads((tmp_path / "results.json").read_text())
     assert res["complete"] is True and len(res["runs"]) == 16
@@ -341,6 +363,35 @@ def test_depth_plot_legends_and_colours_match(sweep, tmp_path, monkeypatch):
     assert [t.get_text() for t in a1.get_legend().get_texts()] == list(left)
     sub = figs[-1]._suptitle.get_text()
     assert res["model"]["target_label"] in sub
+    plt.close("all")
+
+
+@pytest.mark.skipif(not HAVE_MPL, reason="needs matplotlib (the [plot] extra)")
+def test_plot_titles_fit_their_figure(sweep, tmp_path, monkeypatch):
+    """A long target name (the shipped SmolLM2's general.name) in a one-panel plot: the title lines
+    stay inside the figure (the CPU bake-off of 2026-12-02 had them cut off at both sides)."""
+    import copy
+
+    import matplotlib.pyplot as plt
+
+    from pyllama_spec.study import plots
+
+    figs = []
+    monkeypatch.setattr(plt, "close", lambda fig=None: figs.append(fig))
+    res = copy.deepcopy(sweep[0])
+    res["model"]["target_label"] = "Smollm2 135M 8k Lc100K Mix1 Ep2, Q4_1"
+    res["machine"].update(cpu="AMD EPYC (Zen 4)", n_cpus=2, gpu=None)
+    # one drafter, four points: the narrow figures of the CPU bake-off
+    res["points"] = [p for p in res["points"] if p["drafter"] in (None, "dflash") and p["n_max"] in (0, 1, 3, "auto")]
+    res["memory"]["drafters"] = {"dflash": res["memory"]["drafters"]["dflash"]}
+    for draw in (plots.acceptance_per_position, plots.stage_time, plots.memory):
+        draw(res, tmp_path, plt)
+        fig = figs[-1]
+        title = fig._suptitle if fig._suptitle is not None else fig.axes[0].title
+        box = title.get_window_extent(fig.canvas.get_renderer())
+        assert 0 <= box.x0 and box.x1 <= fig.bbox.width and box.y1 <= fig.bbox.height, (draw.__name__, box)
+        assert "Smollm2 135M 8k Lc100K Mix1 Ep2, Q4_1" in title.get_text()
+        assert "AMD EPYC (Zen 4), 2 cores" in title.get_text()
     plt.close("all")
 
 

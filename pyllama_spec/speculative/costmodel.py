@@ -32,7 +32,9 @@ DFlash: the top probability of row j). The chance that the first ``i + 1`` are a
 ``p_i = Π_{j≤i} ĉ_j``, where ``ĉ`` is ``c`` calibrated online (binned by confidence: how often
 earlier tokens of similar confidence were accepted). Verifying the prefix of length ``L`` yields
 ``E[tokens] = 1 + Σ_{i<L} p_i`` for ``E[ms] = O + V(L + 1)``, ``O`` being the step's other costs
-(measured online: wall time between two steps minus their verify). The loop verifies
+(measured online: wall time between two steps minus their verify as the stage timer measured it;
+``V`` is the measured table scaled by this run's verifies against it, ``AutoState.verify_scale``,
+so a table measured in a quieter or busier moment does not leak into ``O``). The loop verifies
 ``L* = argmax_L E[tokens] / E[ms]``: one more row is kept exactly while its expected gain
 ``p_L`` exceeds its verify cost ``V(L+2) − V(L+1)`` times the step's current rate. Drafters without
 confidences are cut the same way with ``p_i`` = this generation's measured acceptance at position
@@ -565,6 +567,11 @@ class AutoState:
             row's break-even acceptance).
         rest: allow resting (drafting nothing) where no draft length pays; False drafts every step.
         max_rest: the longest rest (steps) before a probe.
+        verify_seen: per row count R (index R − 1), running mean of the verify ms the timer measured
+            in this drafter's steps of R rows (0 = none yet): the decision's V(R) where measured.
+        verify_scale: running mean of those readings ÷ the table's V at their row count (1 before the
+            first): the machine's speed now against when ``verify_ms`` was measured; the decision's
+            V(R) is the table's × verify_scale at row counts not measured yet.
     """
     bin_tried: np.ndarray = field(default_factory=lambda: np.zeros(10))
     bin_accepted: np.ndarray = field(default_factory=lambda: np.zeros(10))
@@ -578,6 +585,8 @@ class AutoState:
     rule: str = "cost"
     rest: bool = True
     max_rest: int = 512
+    verify_seen: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    verify_scale: float = 1.0
     _last_stats: Any = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
@@ -683,12 +692,27 @@ class AutoDraftLength:
         self.n_probes = 0
 
     # -- the pieces ---------------------------------------------------------------------------------
-    def _drafter_seconds(self) -> tuple[float, float]:
-        """The timer's seconds so far in the drafter's stages, and in ``inject`` alone."""
+    def _drafter_seconds(self) -> tuple[float, float, float]:
+        """The timer's seconds so far in the drafter's stages, in ``inject`` alone and in verify."""
         if self.timer is None:
-            return 0.0, 0.0
-        sec = {k: self.timer.stages[k].seconds for k in DRAFTER_STAGES if k in self.timer.stages}
-        return float(sum(sec.values())), float(sec.get("inject", 0.0))
+            return 0.0, 0.0, 0.0
+        st = self.timer.stages
+        sec = {k: st[k].seconds for k in DRAFTER_STAGES if k in st}
+        return (float(sum(sec.values())), float(sec.get("inject", 0.0)),
+                float(sum(st[k].seconds for k in VERIFY_STAGES if k in st)))
+
+    def _v(self, rows: Any) -> Any:
+        """V(rows) in ms as the decision uses it: this run's measured verify at that row count
+        (``AutoState.verify_seen``), else the table's × ``verify_scale``; non-decreasing in rows."""
+        st = self.state
+        base = st.verify_scale * np.asarray(self._vm, dtype=float)
+        seen = np.pad(st.verify_seen[:len(base)], (0, max(0, len(base) - len(st.verify_seen))))
+        eff = np.maximum.accumulate(np.where(seen > 0, seen, base))
+        r = np.asarray(rows, dtype=float)
+        i = np.clip(r.astype(int) - 1, 0, len(eff) - 1)
+        inside = (r >= 1) & (r <= len(eff)) & (r == np.floor(r))
+        out = np.where(inside, eff[i], np.maximum(st.verify_scale * self.verify(r), eff[-1]))
+        return float(out) if out.ndim == 0 else out
 
     def _bins(self, c: np.ndarray) -> np.ndarray:
         return np.minimum((c * self.n_bins).astype(int), self.n_bins - 1)
@@ -725,7 +749,7 @@ class AutoDraftLength:
     def best_length(self, p: np.ndarray) -> int:
         """L* = argmax_L (1 + Σ_{i<L} p_i) / (O + V(L + 1)), the shortest on ties."""
         gain = 1.0 + np.concatenate([[0.0], np.cumsum(p)])
-        cost = (self.state.other_ms or 0.0) + self.verify(np.arange(1, len(p) + 2, dtype=float))
+        cost = (self.state.other_ms or 0.0) + self._v(np.arange(1, len(p) + 2, dtype=float))
         return int(np.argmax(gain / np.maximum(cost, 1e-9)))
 
     def budget(self, ceiling: int, margin: int = 2) -> int:
@@ -755,8 +779,8 @@ class AutoDraftLength:
         p = self.measured_survival(ceiling)
         n = self.best_length(p)
         tau = 1.0 + float(p[:n].sum())
-        step = self.state.other_ms + float(self.verify(float(n + 1)))
-        plain = self.plain_other_ms() + float(self.verify(1.0))
+        step = self.state.other_ms + float(self._v(float(n + 1)))
+        plain = self.plain_other_ms() + float(self._v(1.0))
         return tau * plain >= step, max(0.0, step - tau * plain)
 
     def adaedl_length(self, draft: Any) -> int:
@@ -779,8 +803,8 @@ class AutoDraftLength:
         for i in range(n):
             # row i stays while the chance that it is accepted (all before it too) repays its extra
             # verify ms at the rate of the prefix so far; the first row that does not ends the draft
-            rate = tau / max(o + float(self.verify(float(i + 1))), 1e-9)
-            extra = float(self.verify(float(i + 2))) - float(self.verify(float(i + 1)))
+            rate = tau / max(o + float(self._v(float(i + 1))), 1e-9)
+            extra = float(self._v(float(i + 2))) - float(self._v(float(i + 1)))
             surv *= float(lb[i])
             if surv <= 0.0 or surv < extra * rate:
                 return i
@@ -792,13 +816,28 @@ class AutoDraftLength:
         """Book the previous step: its other costs (by kind of step) and its confidences' outcome."""
         st = self.state
         secs = self._drafter_seconds()
-        drafter_ms, inject_ms = (1e3 * (a - b) for a, b in zip(secs, self._drafter_s))
+        drafter_ms, inject_ms, verify_ms = (1e3 * (a - b) for a, b in zip(secs, self._drafter_s))
         self._drafter_s = secs
         if self._t is None:
             return
         rows = self._rows
-        v = self._vm[rows - 1] if 0 < rows <= len(self._vm) else float(self.verify(float(rows)))
+        table = self._vm[rows - 1] if 0 < rows <= len(self._vm) else float(self.verify(float(rows)))
+        # the step's verify as the timer saw it, else the table's at this machine's speed. Booking
+        # wall − table instead (before 2026-12-02) let a table measured in another moment leak into
+        # the other costs: on the loaded 2-core CPU the table's V(1) was 28 ms against the run's 22,
+        # a resting step's other costs clipped at 0, a drafting step's vanished in the table's V(4)
+        # of 49 ms against 35 measured, and auto drafted 11 % of the steps at 0.94 × plain
+        v = verify_ms if self.timer is not None and verify_ms > 0 else table * st.verify_scale
         other = max(0.0, 1e3 * (now - self._t) - v)
+        if not self._first and self.timer is not None and verify_ms > 0 and table > 0:
+            # the table's shape was noisy too (V(2)/V(1) 1.02 in one table, 1.32 in the run): what
+            # this run measured at a row count wins over the table there
+            r, old = verify_ms / table, st.verify_scale
+            st.verify_scale = 0.8 * old + 0.2 * min(max(r, 0.5 * old), 2.0 * old)  # (one outlier moves it ≤ 20 %)
+            if len(st.verify_seen) < rows:
+                st.verify_seen = np.pad(st.verify_seen, (0, rows - len(st.verify_seen)))
+            seen = st.verify_seen[rows - 1]
+            st.verify_seen[rows - 1] = verify_ms if seen <= 0 else _ema(seen, verify_ms)
         if self._first:
             # a generation's first step pays one-time costs (the drafter's first graphs: 65 ms against
             # 1 ms later on the tiny fixtures): not what a step costs
@@ -845,7 +884,7 @@ class AutoDraftLength:
                     self.n_probes += 1
                     self._prev = "rest"  # (so this step counts as a probe)
                 else:  # nothing pays: rest, longer after each probe that failed
-                    plain = self.plain_other_ms() + float(self.verify(1.0))
+                    plain = self.plain_other_ms() + float(self._v(1.0))
                     st.gap = rest_length(loss_ms, plain, st.gap, longest=st.max_rest)
                     st.rest_left = st.gap - 1
         kind = "rest" if ask == 0 else "probe" if self._prev == "rest" else "draft"

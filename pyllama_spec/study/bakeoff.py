@@ -14,7 +14,7 @@ from ..speculative.tree import TREE_BUDGET_MAX
 from .machine import machine_info
 from .prompts import load_prompts
 from .summary import run_record, summarize
-from .sweep import Runner, drafter_file, make_points, parse_n_max, parse_thinking, thinking_effect
+from .sweep import Runner, drafter_file, interleaved, make_points, parse_n_max, parse_thinking, thinking_effect
 
 log = logging.getLogger("pyllama_spec")
 
@@ -44,8 +44,16 @@ def _atomic_json(results: dict, path: Path) -> None:
 
 
 def _done_key(rec: dict) -> tuple:
-    """The (point, run) a run record belongs to: the unit the sweep finishes and resumes by."""
+    """The (point, run) a run record belongs to (a resume skips by it and the conversation)."""
     return (rec["drafter"], rec["n_max"], rec.get("tree", 0), rec["temperature"], rec["thinking"], rec["run"])
+
+
+def _finished_pairs(records: list[dict], n_conversations: int) -> int:
+    """How many (point, run) pairs have every conversation recorded."""
+    convs: dict = {}
+    for r in records:
+        convs.setdefault(_done_key(r), set()).add(r["conversation"])
+    return sum(len(c) >= n_conversations for c in convs.values())
 
 
 #: settings a resumed sweep must share with the results.json it continues (``runs`` may grow)
@@ -133,7 +141,8 @@ def bakeoff(target: str | os.PathLike, drafters: Any = None, *, n_max: Any = (1,
         thinking: ``"on,off"``, ``[True, False]``, or None (not passed to the chat template); values
             that the template ignores collapse to None, with a note.
         temperature: sampling temperatures (0 = greedy).
-        runs: repetitions of every point (runs alternate over the points).
+        runs: repetitions of every point (the points interleaved: every point on each conversation in
+            turn, :func:`~pyllama_spec.study.sweep.interleaved`).
         max_tokens: tokens per answer.
         native: also run llama.cpp's own program per point and turn (greedy points; needs the
             package built with ``PYLLAMA_SPEC_NATIVE_TOOLS=ON``).
@@ -245,13 +254,16 @@ def bakeoff(target: str | os.PathLike, drafters: Any = None, *, n_max: Any = (1,
             records = list(old["runs"])
             machine = old["machine"]
             notes = list(dict.fromkeys(old["notes"] + notes))
-            notes.append(f"resumed on {time.strftime('%Y-%m-%d %H:%M %Z')} with {len({_done_key(r) for r in records})} "
+            notes.append(f"resumed on {time.strftime('%Y-%m-%d %H:%M %Z')} with {_finished_pairs(records, len(convs))} "
                          f"(point, run) pairs already finished: points measured in different sessions met the "
                          f"machine in different states (load); compare them with care")
             settings["wall_s"] = old["settings"].get("wall_s", 0.0)
-        done = {_done_key(r) for r in records}
-        todo = [(run, p) for run in range(runs) for p in points
-                if (p.drafter, p.n_max, p.tree, p.temperature, p.thinking, run) not in done]
+        # interleaved (sweep.interleaved): every point on each conversation in turn; a conversation's
+        # turns are saved together, so the unit a resume skips is (point, run, conversation)
+        done = {_done_key(r) + (r["conversation"],) for r in records}
+        todo = [(run, ci, p) for run, ci, p in interleaved(points, runs, len(runner.convs))
+                if (p.drafter, p.n_max, p.tree, p.temperature, p.thinking, run, runner.convs[ci].id) not in done]
+        settings["order"] = "interleaved"
 
         t0 = time.time()
 
@@ -262,10 +274,13 @@ def bakeoff(target: str | os.PathLike, drafters: Any = None, *, n_max: Any = (1,
                    "verify_ms": verify_ms, "runs": records, "outputs": {}}
             return summarize(res)
 
+        n_saved = [len(records)]  # records on disk (a Ctrl-C's message counts those)
+
         def save() -> None:
             if out is not None:
                 Path(out).mkdir(parents=True, exist_ok=True)
                 _atomic_json(results_now(False), Path(out) / "results.json")
+                n_saved[0] = len(records)
 
         # the verify cost per row count, measured directly (V(R) of the cost model; n_max="auto" uses it),
         # and warm-ups (first-call costs: graph reserve, page faults); a resumed sweep keeps its costs
@@ -296,15 +311,16 @@ def bakeoff(target: str | os.PathLike, drafters: Any = None, *, n_max: Any = (1,
                     bar.update(1)
 
                 runner.on_generation = on_generation
-                for run, point in todo:
+                for i, (run, ci, point) in enumerate(todo):
                     bar.set_postfix_str(f"{point.label} T={point.temperature} run {run + 1}")
                     kind = gen.drafters[point.drafter].kind if point.drafter else None
-                    records += [run_record(r, kind) for r in runner.run_point(point, run)]
-                    save()  # what finished is on disk: a Ctrl-C loses at most this point's run
+                    records += [run_record(r, kind) for r in runner.run_conversation(point, run, runner.convs[ci])]
+                    if i + 1 == len(todo) or todo[i + 1][:2] != (run, ci):
+                        save()  # what finished is on disk: a Ctrl-C loses at most this conversation's points
         except KeyboardInterrupt:
             if out is None:
                 raise
-            n_done = len({_done_key(r) for r in records})
+            n_done = _finished_pairs(records[:n_saved[0]], len(runner.convs))
             raise KeyboardInterrupt(f"{Path(out) / 'results.json'} holds {n_done} of {len(points) * runs} (point, "
                                     "run) pairs; the same command with --resume (resume=True) continues") from None
         results = results_now(True)

@@ -19,12 +19,16 @@ def _plt():
 
 
 def _title(ax_or_fig: Any, what: str, results: dict, fig: Any = False) -> None:
+    """Title ``what`` over "target · machine · date"; where that line is wider than the figure (one
+    narrow panel and a long ``general.name``: savefig cut it off at both sides) the target gets a
+    line of its own."""
     m, model = results["machine"], results["model"]
-    sub = f"{target_label(model)} · {machine_label(m)} · {m['date'].split()[0]}"
-    if fig:
-        ax_or_fig.suptitle(f"{what}\n{sub}", fontsize=11)
-    else:
-        ax_or_fig.set_title(f"{what}\n{sub}", fontsize=10)
+    parts = (target_label(model), machine_label(m), m["date"].split()[0])
+    text = (ax_or_fig.suptitle(f"{what}\n{' · '.join(parts)}", fontsize=11) if fig
+            else ax_or_fig.set_title(f"{what}\n{' · '.join(parts)}", fontsize=10))
+    figure = ax_or_fig if fig else ax_or_fig.figure
+    if text.get_window_extent(figure.canvas.get_renderer()).width > 0.96 * figure.bbox.width:
+        text.set_text(f"{what}\n{parts[0]}\n{parts[1]} · {parts[2]}")
 
 
 def _setting(p: Any) -> str:

@@ -147,7 +147,9 @@ def write_report(results: dict, path: Any) -> None:
          f"Prompts `{s['prompts']}` ({_n(s['n_conversations'], 'conversation')}, up to "
          f"{_n(s['turns'], 'turn') if s['turns'] else 'all turns'}, each turn's history = the model's own earlier "
          f"answers), {_n(s['max_tokens'], 'token')} per answer, "
-         + (f"{runs} runs per point (alternating)" if runs != 1 else "1 run per point")
+         + (f"{runs} runs per point" if runs != 1 else "1 run per point")
+         + (" (interleaved: every point on each conversation in turn)" if s.get("order") == "interleaved"
+            else " (alternating)" if runs != 1 else "")
          + f", n_max {s['n_max']}, temperature {s['temperature']}, thinking {s['thinking']}, "
          f"stage clocks synchronized. tokens/s = tokens committed ÷ seconds after prefill, pooled over every "
          f"generation of a point" + (" (± the standard deviation over runs)" if runs > 1 else "")
