@@ -451,7 +451,7 @@ def tree_tau_from_mass(tree_mass: Any, spine_mass: Any, n_tree_steps: int, survi
     assumption); (2) calibration depends on depth only — a second candidate of path probability p
     is accepted as often as the chain's own path of probability p at that depth (where a drafter
     overrates its runners-up more than its top picks, this errs high; measured on SmolLM2's DFlash
-    drafter: −4 … +15 %, RESULTS.md "tree-costmodel"); (3) the chain's
+    drafter: −4 … +15 %, RESULTS.md section 18); (3) the chain's
     survival, measured on the chain's steps, holds on the tree's steps (same prompts, other step
     boundaries); (4) means stand for per-step values (``K_d·p`` is never capped at 1 node by node).
 
