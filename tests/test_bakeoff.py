@@ -95,6 +95,19 @@ def test_sweep_writes_every_output(sweep):
     assert header.count("|") - 1 == 3 + max(drafted) and max(drafted) < 31
 
 
+def test_undrafted_positions_have_no_rate():
+    """A position no step drafted (an auto point that stopped short) has no rate: None, "–" in the report,
+    never a measured-looking 0.00."""
+    from pyllama_spec.study.summary import _pooled
+
+    run = {"drafter": "dflash", "n_max": 3, "n_generated": 10, "n_steps": 4, "n_drafted": 6, "n_accepted": 3,
+           "accepted_at": [2, 1, 0], "drafted_at": [4, 2, 0], "generation_s": 0.5, "prefill_s": 0.1,
+           "n_prompt": 9, "stage_ms": {}}
+    pt = _pooled([run])
+    assert pt["accepted_per_position"] == [0.5, 0.5, None]
+    assert pt["tau"] == (4 + 3) / 4 and pt["acceptance"] == 0.5
+
+
 def test_results_schema_is_stable(sweep):
     res, _ = sweep
     assert set(res) == TOP_KEYS

@@ -58,7 +58,7 @@ def acceptance_per_position(results: Any, out: Path, plt: Any) -> Path | None:
     fig, axes = plt.subplots(1, len(drafters), figsize=(5.5 * len(drafters), 4.2), squeeze=False)
     for ax, d in zip(axes[0], drafters):
         for p in _fixed(pts, d, s0):
-            app = p["accepted_per_position"]
+            app = [float("nan") if x is None else x for x in p["accepted_per_position"]]  # None: never drafted
             ax.plot(range(1, len(app) + 1), app, marker="o", ms=3, label=f"n_max {p['n_max']}")
         ax.set_xlabel("draft position i (token)")
         ax.set_ylabel("P(tokens 1..i accepted | drafted at i)")

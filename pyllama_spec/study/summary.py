@@ -82,7 +82,8 @@ def _pooled(runs: list[dict]) -> dict:
             "prompt_tokens_per_s": sum(max(0, r["n_prompt"] - 1) for r in runs) / pre_s if pre_s else None,
             "tau": (m.n_steps + sum(r["n_accepted"] for r in runs)) / m.n_steps if m.n_steps else None,
             "acceptance": (sum(r["n_accepted"] for r in runs) / m.n_drafted if m.n_drafted else 0.0) if spec else None,
-            "accepted_per_position": [a / d if d else 0.0 for a, d in zip(m.accepted_at, m.drafted_at)],
+            # None where no step drafted position i (an auto point that never drafted so far): no rate, not 0
+            "accepted_per_position": [a / d if d else None for a, d in zip(m.accepted_at, m.drafted_at)],
             "survival": [a / m.n_steps if m.n_steps else 0.0 for a in m.accepted_at],
             "mean_draft_length": m.n_drafted / m.n_steps if m.n_steps else 0.0,
             "ms_per_step": m.ms_per_step,
