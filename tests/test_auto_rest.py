@@ -211,8 +211,9 @@ class _Stage:
 class FakeTimer:
     """The stages AutoDraftLength reads (StageTimer.stages[name].seconds)."""
 
-    def __init__(self):
+    def __init__(self, sync: bool = True):
         self.stages = {k: _Stage() for k in ("draft", "draft_sample", "inject", "verify")}
+        self.sync = sync
 
 
 def test_costs_are_booked_against_the_verifies_this_run_measured():
@@ -251,3 +252,22 @@ def test_costs_are_booked_against_the_verifies_this_run_measured():
     pays, loss = rest.drafting_pays(1)
     # 11 + 27 = 38 ms for 1.5 tokens against 1 + 20 = 21 ms for one
     assert not pays and loss == pytest.approx(38.0 - 1.5 * 21.0, abs=0.3)
+
+
+def test_an_unsynchronized_verify_reading_is_not_taken_for_the_verify():
+    """With sync_stages off the timer's verify stage holds only the decode's launch (the GPU time lands in
+    the read after it): booking it as the verify would make verifies look free. The table stands then."""
+    stats = SpecStats(n_max=1)
+    for i in range(400):
+        stats.record(1, i % 2)
+    clock, timer = FakeClock(), FakeTimer(sync=False)
+    st = AutoState()
+    pol = AutoDraftLength([30.0, 31.0], stats, state=st, clock=clock, timer=timer)
+    for _ in range(30):  # drafting steps: 0.1 ms of verify launch seen, 38 ms of wall time
+        pol.plan(1)
+        pol.trim(Draft(tokens=[5], confidence=np.array([0.5])))
+        timer.stages["draft"].seconds += 0.010
+        timer.stages["verify"].seconds += 0.0001
+        clock.t += 0.038
+    assert st.verify_scale == 1.0 and not np.any(st.verify_seen > 0)
+    assert st.other_ms == pytest.approx(38.0 - 31.0, abs=0.05)  # wall − the table's V(2)

@@ -827,9 +827,12 @@ class AutoDraftLength:
         # the other costs: on the loaded 2-core CPU the table's V(1) was 28 ms against the run's 22,
         # a resting step's other costs clipped at 0, a drafting step's vanished in the table's V(4)
         # of 49 ms against 35 measured, and auto drafted 11 % of the steps at 0.94 × plain
-        v = verify_ms if self.timer is not None and verify_ms > 0 else table * st.verify_scale
+        # With sync_stages off the verify stage ends once the decode is queued and its GPU time lands in
+        # the read after it (timing.py): that reading is no verify time, so the table stands there
+        timed = self.timer is not None and getattr(self.timer, "sync", True) and verify_ms > 0
+        v = verify_ms if timed else table * st.verify_scale
         other = max(0.0, 1e3 * (now - self._t) - v)
-        if not self._first and self.timer is not None and verify_ms > 0 and table > 0:
+        if not self._first and timed and table > 0:
             # the table's shape was noisy too (V(2)/V(1) 1.02 in one table, 1.32 in the run): what
             # this run measured at a row count wins over the table there
             r, old = verify_ms / table, st.verify_scale
