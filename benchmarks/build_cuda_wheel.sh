@@ -32,7 +32,7 @@ CB=$T/cublas/nvidia/cu13
 export PATH=$CUDA/bin:$PATH LIBRARY_PATH=$T/stub:$CB/lib CMAKE_BUILD_PARALLEL_LEVEL=${JOBS:-2}
 start=$(date +%s)
 "$PY" -m pip wheel . --no-deps --no-build-isolation -w "$OUT" \
-  -C cmake.define.PYLLAMA_SPEC_CUDA=ON -C cmake.define.PYLLAMA_SPEC_NATIVE_TOOLS=ON \
+  -C cmake.define.PYLLAMA_SPEC_CUDA=ON -C cmake.define.PYLLAMA_SPEC_NATIVE_TOOLS=ON -C cmake.define.PYLLAMA_SPEC_OP_TESTS=ON \
   -C cmake.define.CMAKE_CUDA_ARCHITECTURES=90 \
   -C cmake.define.CUDA_cublas_LIBRARY="$CB/lib/libcublas.so" \
   -C cmake.define.CUDA_cublasLt_LIBRARY="$CB/lib/libcublasLt.so" \

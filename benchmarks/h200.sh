@@ -15,10 +15,14 @@
 #   bash benchmarks/h200.sh retest   # carry .dev/smol.part02 after install + model0 + model1: tests, τ, demo of this checkout
 #   bash benchmarks/h200.sh step-big # Qwen3-8B-shaped random pairs (f16, Q4_0) written there: step cost, kernels,
 #                                    # the matmul-dispatch variants of vendor/patches/0001 (carry .dev/smol.part00 along)
-#   bash benchmarks/h200.sh sbmm A   # issue 19, after install (our wheel with patch 0008): the Qwen3-8B-shaped f16 and
-#   bash benchmarks/h200.sh sbmm B   # Q4_K pairs written there; A: verify of 1..16 rows with sbmm (default), without
-#                                    # (GGML_CUDA_SBMM=0) and with every type (=1); B: step ÷ plain and ours vs
+#   bash benchmarks/h200.sh sbmm A   # issue 19, after install (our wheel with patch 0008): the Qwen3-8B-shaped f16,
+#   bash benchmarks/h200.sh sbmm B   # Q4_K and Q4_0 pairs (SBMM_DTYPES) written there; A: verify of 1..16 rows with
+#                                    # sbmm (default), without (GGML_CUDA_SBMM=0), at every row count (=1) and with
+#                                    # register loads (GGML_CUDA_SBMM_STAGE=0); B: step ÷ plain and ours vs
 #                                    # llama-speculative-simple with and without sbmm. Each packs $OUT/sbmm-A|B.tar.gz
+#   bash benchmarks/h200.sh ops      # issue 19, after install (our wheel, built with test-backend-ops): llama.cpp's op
+#                                    # tests of MUL_MAT (must pass) and its op benchmark with sbmm on / off / staged /
+#                                    # register loads (benchmarks/kernels/ggml_op_check.sh), packed as $OUT/ops.tar.gz
 #   bash benchmarks/h200.sh step-smol # carry .dev/smol.part02 after model0 + model1: SmolLM2 step cost, T>0, held-out
 #   bash benchmarks/h200.sh bakeoff  # carry .dev/smol.part02 after install + model0 + model1: the drafter bake-off
 #                                    # (benchmarks/bakeoff/README.md); plots re-rendered here with --from-json
@@ -39,7 +43,7 @@
 # KIND, CONFIGS_KIND, DATA, SEED, TRAIN_SECONDS (kind); NMAX, NTOK, RUNS, NGL, DRAFTERS, MIXED_TURNS, SWEEP_GGUF,
 # DRY=1 (sweep: this checkout's source tree, for a check on the CPU machine).
 set -uo pipefail
-PHASE=${1:?phase: wheel0 | install | model0 | model1 | data | train | bench | retest | step-big | step-smol | bakeoff | sweep | render | kind}
+PHASE=${1:?phase: wheel0 | install | model0 | model1 | data | train | bench | retest | step-big | sbmm | ops | step-smol | bakeoff | sweep | render | kind}
 REPO=$(pwd)
 W=/tmp/w
 OUT=${OUT:-$W/out}
@@ -247,16 +251,19 @@ sbmm)
   PART=${2:?part: A | B}
   B=$W/big; mkdir -p "$B" "$OUT/sbmm"
   (cd pyllama_spec && tar -cf - $(find . -name "*.py")) | tar -xf - -C "$W/pkg/pyllama_spec"
-  for dt in f16 q4_K; do
+  DTS=${SBMM_DTYPES:-f16 q4_K q4_0}
+  for dt in $DTS; do
     [ -s "$B/target-qwen3-8b-$dt.gguf" ] && continue
     log "write the Qwen3-8B-shaped $dt pair"
     (cd /tmp && python3 -m pyllama_spec.fixtures big "$B" --dtype $dt) || exit 1
   done
   if [ "$PART" = A ]; then
-    for dt in f16 q4_K; do
+    for dt in $DTS; do
       T=$B/target-qwen3-8b-$dt.gguf; D=$B/dflash-qwen3-8b-$dt.gguf
       ENVS="GGML_CUDA_SBMM_DEFAULT=1 GGML_CUDA_SBMM=0"
-      [ $dt = q4_K ] && ENVS="$ENVS GGML_CUDA_SBMM=1"  # f16: =1 takes the same 2..16 columns as the default
+      # quantized: also sbmm at every 2..16 rows (=1) and the register loads instead of the staged ones (f16:
+      # =1 takes the same 2..16 columns as the default, and it has no staged path)
+      [ $dt != f16 ] && ENVS="$ENVS GGML_CUDA_SBMM=1 GGML_CUDA_SBMM_STAGE=0"
       for env in $ENVS; do
         log "verify, $dt, $env"
         (cd /tmp && env $env timeout 150 python3 "$REPO/benchmarks/step_cost.py" --target $T --drafter $D \
@@ -267,7 +274,7 @@ sbmm)
   else
     T=$B/target-qwen3-8b-f16.gguf; D=$B/dflash-qwen3-8b-f16.gguf
     for env in GGML_CUDA_SBMM_DEFAULT=1 GGML_CUDA_SBMM=0; do
-      for dt in f16 q4_K; do
+      for dt in $DTS; do
         T=$B/target-qwen3-8b-$dt.gguf; D=$B/dflash-qwen3-8b-$dt.gguf
         log "loop (step ÷ plain), $dt, $env"
         (cd /tmp && env $env timeout 150 python3 "$REPO/benchmarks/step_cost.py" --target $T --drafter $D \
@@ -281,6 +288,19 @@ sbmm)
     done
   fi
   tar -czf "$OUT/sbmm-$PART.tar.gz" -C "$OUT" sbmm && rm -rf "$OUT/sbmm"
+  ;;
+ops)
+  TBO=$W/pkg/pyllama_spec/bin/test-backend-ops
+  [ -x "$TBO" ] || { echo "no $TBO: the wheel was built without PYLLAMA_SPEC_OP_TESTS=ON (build_cuda_wheel.sh sets it)"; exit 1; }
+  mkdir -p "$OUT/ops"
+  for mode in test staged; do
+    log "test-backend-ops: $mode"
+    OUT=$OUT/ops TBO=$TBO bash benchmarks/kernels/ggml_op_check.sh $mode > "$OUT/ops/$mode.txt" 2>&1
+    grep -E "^eval|FAIL" "$OUT/ops/$mode.txt" | head -12
+  done
+  python3 benchmarks/kernels/op_perf_table.py "$OUT"/ops/perf_sbmm.txt "$OUT"/ops/perf_default.txt \
+      "$OUT"/ops/perf_staged.txt "$OUT"/ops/perf_register.txt "$OUT"/ops/perf_mmvq.txt | tee "$OUT/ops/table.md"
+  tar -czf "$OUT/ops.tar.gz" -C "$OUT" ops && rm -rf "$OUT/ops"
   ;;
 step-smol)
   cat "$W/smol.part00" "$W/smol.part01" .dev/smol.part02 > "$GGUF" && sha256sum "$GGUF"

@@ -14,7 +14,8 @@ and compares:
 q4_0, q8_0 and q4_K are checked four times more, through the staged load path (``staged1`` / ``staged2``: 16 / 32
 rows per warp, the kernel's ``stage_chunk`` copying 16-byte pieces into a staging buffer and ``load_a_staged``
 reading the fragments back, alignment asserted; ``staged1b`` / ``staged2b``: the activations staged too,
-``stage_b_chunk`` / ``load_b_staged``); then a deliberate mutation (the emulator rebuilt with
+``stage_b_chunk`` / ``load_b_staged``), and f16 twice more (``staged1`` / ``staged2``: 4 / 8 units per
+chunk, the second with padded stretch rows; its f32 activations are never staged); then a deliberate mutation (the emulator rebuilt with
 ``SBMM_STAGE_INDEX_SKEW=1``, an off-by-one in the staging piece index) must fail every staged check it runs,
 and so must an off-by-one in the activations' piece index alone (``SBMM_STAGE_B_INDEX_SKEW=1``) in the
 ``…b`` checks.
@@ -145,17 +146,17 @@ def main() -> int:
             for m, k in ((40, 768), (16, 256)):
                 w = random_weights(wtype, m, k, rng)
                 wref = dequant_ref(wtype, w, k)
-                for mt in ("", "1", "2", "1b", "2b") if wtype != "f16" else ("",):
+                for mt in ("", "1", "2", "1b", "2b") if wtype != "f16" else ("", "1", "2"):
                     for n in (1, 3, 8, 9, 16):
                         ok, line = check_one(exe, wtype, mt, w, wref, n, rng, tmp)
                         failures += not ok
                         print(f"{'ok  ' if ok else 'FAIL'} {line}")
         # the mutation check: an off-by-one in the staging piece index must fail every staged check
         mut = build(args.cxx, tmp / "cpu_emulate_mut", "-DSBMM_STAGE_INDEX_SKEW=1")
-        for wtype in ("q4_0", "q8_0", "q4_K"):
+        for wtype in ("q4_0", "q8_0", "q4_K", "f16"):
             w = random_weights(wtype, 40, 768, rng)
             wref = dequant_ref(wtype, w, 768)
-            for mt in ("1", "2", "1b", "2b"):
+            for mt in ("1", "2", "1b", "2b") if wtype != "f16" else ("1", "2"):
                 ok, line = check_one(mut, wtype, mt, w, wref, 8, rng, tmp)
                 failures += ok
                 print(f"{'MISSED' if ok else 'caught'} staging-index mutation: {line}")

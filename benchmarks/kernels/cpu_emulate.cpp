@@ -138,15 +138,16 @@ void mma_f16_emulated(const int a[32][4], const int b[32][2], float d[32][4]) {
 // The staged path: the same result layout as run(), the weights read through the staging buffer.
 template <int T, int MT, bool SB>
 void run_staged(int m, int k, int n, const std::vector<char> & wbytes, const std::vector<float> & x, std::vector<float> & y) {
-    constexpr int U = T == W_Q4_K ? MT : 8;
+    constexpr int U = T == W_Q4_K ? MT : T == W_F16 ? 4 * MT : 8; // f16: 4 units (MT 1: no pad) or 8 (padded)
     constexpr int SROW = stage_traits<T, U>::sstride;
+    static_assert(T != W_F16 || !SB, "f16 has no staged activations (they are f32)");
     const long long row_bytes = (long long) (k / wtraits<T>::unit_k) * wtraits<T>::unit_bytes;
     const int nunits = k / wtraits<T>::unit_k;
     const int k_padded = (k + matrix_row_padding - 1) / matrix_row_padding * matrix_row_padding;
     std::vector<block_q8_1> yq = quantize_q8_1(x, n, k, k_padded);
     const long long stride_q = k_padded / qk8_1;
     alignas(16) static char stage[16 * MT * SROW];
-    alignas(16) static char bstage[8 * 2 * stage_b_traits<T, U>::crow]; // NT <= 2 column tiles
+    alignas(16) static char bstage[8 * 2 * stage_b_traits<T == W_F16 ? W_Q8_0 : T, 8>::crow]; // NT <= 2 column tiles
     y.assign((size_t) n * m, 0.0f);
     const int NT = (n + 7) / 8;
     for (int group = 0; group < (m + 16 * MT - 1) / (16 * MT); ++group) {
@@ -171,7 +172,9 @@ void run_staged(int m, int k, int n, const std::vector<char> & wbytes, const std
                 for (int i = 0; i < nu; ++i) {
                     static RawB<T> rb[32];
                     for (int l = 0; l < 32; ++l) {
-                        if constexpr (SB) {
+                        if constexpr (T == W_F16) {
+                            load_b_f32(rb[l], x.data(), k, n, 8 * nt + l / 4, u0 + i, l % 4);
+                        } else if constexpr (SB) {
                             load_b_staged<T, U>(rb[l], bstage, 8 * nt + l / 4, 8 * nt + 2 * (l % 4), i, l % 4);
                         } else {
                             load_b_q8<T>(rb[l], yq.data(), stride_q, n, 8 * nt + l / 4, 8 * nt + 2 * (l % 4), u0 + i, l % 4);
@@ -189,9 +192,13 @@ void run_staged(int m, int k, int n, const std::vector<char> & wbytes, const std
                                 afrag(ra[l], sub, a[l]);
                                 bfrag<T>(rb[l], sub, b[l]);
                             }
-                            mma_s8_emulated(a, b, c);
-                            for (int l = 0; l < 32; ++l) {
-                                epilogue(ra[l], rb[l], sub, c[l], acc[mt][l]);
+                            if constexpr (T == W_F16) {
+                                mma_f16_emulated(a, b, acc[mt]);
+                            } else {
+                                mma_s8_emulated(a, b, c);
+                                for (int l = 0; l < 32; ++l) {
+                                    epilogue(ra[l], rb[l], sub, c[l], acc[mt][l]);
+                                }
                             }
                         }
                     }
@@ -312,12 +319,17 @@ int main(int argc, char ** argv) {
     std::vector<float> x((size_t) n * k);
     memcpy(x.data(), xb.data(), xb.size());
     std::vector<float> y, dq;
-    if (argc == 10 && type == "f16") {
-        fprintf(stderr, "the staged path (MT) is for q4_0 / q8_0 / q4_K only\n");
+    if (argc == 10 && type == "f16" && sb) {
+        fprintf(stderr, "f16 has no staged activations (MT 1 or 2, not 1b / 2b)\n");
         return 2;
     }
     if (type == "f16") {
         run<W_F16>(m, k, n, w, x, y, dq);
+        if (mt_staged == 1) {
+            run_staged<W_F16, 1, false>(m, k, n, w, x, y);
+        } else if (mt_staged == 2) {
+            run_staged<W_F16, 2, false>(m, k, n, w, x, y);
+        }
     } else if (type == "q4_0") {
         run<W_Q4_0>(m, k, n, w, x, y, dq); // also the plain dequantization (dq) for the staged run
         if (mt_staged == 1) {

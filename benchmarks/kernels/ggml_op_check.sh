@@ -7,6 +7,9 @@
 #   bash benchmarks/kernels/ggml_op_check.sh staged  # q4_0 / q8_0 with GGML_CUDA_SBMM=1: eval of the staged
 #                                                    # path, perf staged vs register path vs MMVQ/MMQ -> $OUT
 # The build stays in /tmp/lcw-sbmm while the machine is warm (h200.md: files outside the checkout persist).
+# With our CUDA wheel installed (benchmarks/build_cuda_wheel.sh builds it with PYLLAMA_SPEC_OP_TESTS=ON, so
+# pyllama_spec/bin/test-backend-ops is in it) no build is needed: TBO=<that program> ... test|staged
+# (benchmarks/h200.sh ops does this).
 set -uo pipefail
 OUT="${OUT:-/tmp/sbmm_ops}"
 W=/tmp/lcw-sbmm
@@ -25,8 +28,10 @@ build)
     echo "build $(( $(date +%s) - s )) s"
     ;;
 test)
-    cd "$W/llama.cpp" || { echo "run 'build' first (on this warm machine)"; exit 1; }
-    TBO=b/bin/test-backend-ops
+    if [ -z "${TBO:-}" ]; then
+        cd "$W/llama.cpp" || { echo "run 'build' first (on this warm machine), or set TBO"; exit 1; }
+        TBO=b/bin/test-backend-ops
+    fi
     # correctness of every MUL_MAT case of the four types (our new 1..16-column cases among them), vs the CPU
     timeout 300 $TBO -o MUL_MAT -b CUDA0 -p 'type_a=(f16|q4_0|q8_0|q4_K),type_b=f32,' > "$OUT/eval_sbmm.txt" 2>&1
     echo "eval rc=$?: $(grep -cE '^ +MUL_MAT.*OK' "$OUT/eval_sbmm.txt") OK, $(grep -cE 'FAIL' "$OUT/eval_sbmm.txt") FAIL"
@@ -38,13 +43,16 @@ test)
     echo "## GGML_CUDA_SBMM=0 (today's dispatch)"; cat "$OUT/perf_default.txt"
     ;;
 staged)
-    cd "$W/llama.cpp" || { echo "run 'build' first (on this warm machine)"; exit 1; }
-    TBO=b/bin/test-backend-ops
-    # q4_0 / q8_0 take sbmm only with GGML_CUDA_SBMM=1: then the staged (cp.async) path, unless _STAGE=0
-    GGML_CUDA_SBMM=1 timeout 240 $TBO -o MUL_MAT -b CUDA0 -p 'type_a=(q4_0|q8_0),type_b=f32,' > "$OUT/eval_staged.txt" 2>&1
+    if [ -z "${TBO:-}" ]; then
+        cd "$W/llama.cpp" || { echo "run 'build' first (on this warm machine), or set TBO"; exit 1; }
+        TBO=b/bin/test-backend-ops
+    fi
+    # GGML_CUDA_SBMM=1: sbmm at every 2..16 columns for the quantized types, the staged (cp.async) path unless
+    # _STAGE=0; beside the register path and MMVQ/MMQ, for where the default's column range should start
+    GGML_CUDA_SBMM=1 timeout 240 $TBO -o MUL_MAT -b CUDA0 -p 'type_a=(q4_0|q8_0|q4_K),type_b=f32,' > "$OUT/eval_staged.txt" 2>&1
     echo "eval (staged) rc=$?: $(grep -cE '^ +MUL_MAT.*OK' "$OUT/eval_staged.txt") OK, $(grep -cE 'FAIL' "$OUT/eval_staged.txt") FAIL"
     grep FAIL "$OUT/eval_staged.txt" | head -10
-    P='type_a=(q4_0|q8_0),type_b=f32,m=4096,n=[0-9]+,k=14336,'
+    P='type_a=(q4_0|q8_0|q4_K),type_b=f32,m=4096,n=[0-9]+,k=14336,'
     GGML_CUDA_SBMM=1 timeout 100 $TBO perf -b CUDA0 -o MUL_MAT -p "$P" 2>&1 | grep -E "MUL_MAT" > "$OUT/perf_staged.txt"
     GGML_CUDA_SBMM=1 GGML_CUDA_SBMM_STAGE=0 timeout 100 $TBO perf -b CUDA0 -o MUL_MAT -p "$P" 2>&1 | grep -E "MUL_MAT" > "$OUT/perf_register.txt"
     GGML_CUDA_SBMM=0 timeout 100 $TBO perf -b CUDA0 -o MUL_MAT -p "$P" 2>&1 | grep -E "MUL_MAT" > "$OUT/perf_mmvq.txt"

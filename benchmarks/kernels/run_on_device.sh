@@ -74,7 +74,7 @@ TORCH_ARG=()
 if [ -s "$OUT/sbmm.json" ]; then
     # the main shape and the verdicts here (the call's output is cut at 12 000 characters); all in summary.md
     python3 summarize.py "$OUT/sbmm.json" "${TORCH_ARG[@]}" > "$OUT/summary.md" &&
-        awk '/^\*\*/ {print} /^## / {show = ($0 ~ /^## (load paths, )?m = 4096, k = 14336$/ || $0 ~ /^## issue 19 targets/)} show' "$OUT/summary.md"
+        awk '/^\*\*/ {print} /^## / {show = ($0 ~ /^## (load paths, |f16 activations, )?m = 4096, k = 14336$/ || $0 ~ /^## issue 19 targets/)} show' "$OUT/summary.md"
 else
     tail -30 "$OUT/sbmm.txt"
 fi

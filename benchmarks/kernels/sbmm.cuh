@@ -5,7 +5,8 @@
 // U units, so that together they stream one contiguous stretch of each row; their partial sums meet in
 // shared memory at the end. Each lane keeps U units of raw weight and activation data in registers before
 // the first mma of the chunk, so that U loads per row are in flight (bandwidth = bytes in flight / latency).
-// ST > 0 (q4_0 / q8_0 with U % 8 == 0, q4_K with U = 1 or 2): the staged path of sbmm_blocks.h instead -- each warp copies its
+// ST > 0 (q4_0 / q8_0 with U % 8 == 0, q4_K with U = 1 or 2, f16 with any U, its activations from global
+// memory as on the register path): the staged path of sbmm_blocks.h instead -- each warp copies its
 // chunk's weight stretch (U blocks of each of its 16*MT rows) into shared memory with 16-byte cp.async and
 // builds the same A fragments from there; ST = 2 double-buffers (chunk c + 1 is in flight while chunk c is
 // multiplied, Marlin's pipeline), ST = 1 loads, waits, multiplies. ST = 0 is the register path.
@@ -64,10 +65,12 @@ template <int T, int NT, int MT, int NW, int U, int ST, bool SB> struct sbmm_sme
 
 // W: row-major weights, row_bytes apart (ggml nb01); Y: block_q8_1 [ncols][stride_col_y] (int8 types) or
 // float [ncols][stride_col_y] (f16); dst: float, column c at dst + c * stride_col_dst (ggml nb1 / 4).
-template <int T, int NT, int MT, int NW, int U, int ST = 0, bool SB = false>
+// HB (f16 only): the activations are f16 ([ncols][stride_col_y] halves), not f32 -- half the bytes per column.
+template <int T, int NT, int MT, int NW, int U, int ST = 0, bool SB = false, bool HB = false>
 __global__ void __launch_bounds__(NW * 32) sbmm_kernel(
         const char * __restrict__ W, long long row_bytes, const void * __restrict__ Y, long long stride_col_y,
         float * __restrict__ dst, long long stride_col_dst, int m, int nunits, int ncols) {
+    static_assert(!HB || T == W_F16, "HB: f16 activations, for f16 weights");
     const int lane = threadIdx.x & 31;
     const int w = threadIdx.x >> 5;
     const int g = lane >> 2;
@@ -125,7 +128,9 @@ __global__ void __launch_bounds__(NW * 32) sbmm_kernel(
     auto load_b = [&](RawB<T> (&rb)[NT], int u) {
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt) {
-            if constexpr (T == W_F16) {
+            if constexpr (T == W_F16 && HB) {
+                load_b_f16(rb[nt], (const uint16_t *) Y, stride_col_y, ncols, 8 * nt + g, u, t);
+            } else if constexpr (T == W_F16) {
                 load_b_f32(rb[nt], (const float *) Y, stride_col_y, ncols, 8 * nt + g, u, t);
             } else {
                 load_b_q8<T>(rb[nt], (const block_q8_1 *) Y, stride_col_y, ncols, 8 * nt + g, 8 * nt + 2 * t, u, t);

@@ -298,7 +298,9 @@ SB_HD void afrag(const RawA<W_F16> & r, int s, int a[4]) {
 // In shared memory the stretch rows lie back to back (row rl at rl * SROW): piece p of a chunk is stretch
 // row p / P, piece p % P, at byte 16 * p (linear: conflict-free); the stretch rows of 144 / 272 bytes put
 // the 8 rows g of a lane-read instruction on banks 4g.. (conflict-free too). q4_K (144-byte blocks, always
-// 16-byte aligned, U = 1 or 2) takes the same path (harness configurations only, not yet in the dispatch).
+// 16-byte aligned, U = 1 or 2) takes the same path, and so does f16 (64-byte units: any U; the lanes' 16-byte
+// reads of one row cover 64 bytes, so the stretch rows are padded to an odd multiple of 64 bytes, putting rows
+// g and g + 1 of a quarter-warp's 128-byte phase on distinct banks).
 #ifdef __CUDA_ARCH__
 #define SB_UNROLL _Pragma("unroll")
 #else
@@ -315,12 +317,13 @@ SB_HD void afrag(const RawA<W_F16> & r, int s, int a[4]) {
 // are padded to 160 bytes (40 words: the 4 rows of a half-warp's 8-byte reads on distinct banks; 288 bytes,
 // U = 2, already are).
 template <int T, int U> struct stage_traits {
-    static_assert(T == W_Q4_0 || T == W_Q8_0 || T == W_Q4_K, "the staged path: q4_0, q8_0, q4_K");
-    static_assert(T == W_Q4_K ? (U == 1 || U == 2) : U % 8 == 0,
+    static_assert(T == W_Q4_0 || T == W_Q8_0 || T == W_Q4_K || T == W_F16, "the staged path: q4_0, q8_0, q4_K, f16");
+    static_assert(T == W_Q4_K ? (U == 1 || U == 2) : T == W_F16 ? U >= 1 : U % 8 == 0,
                   "a stretch of U blocks is a whole number of 16-byte pieces only for U % 8 == 0 (q4_0, q8_0)");
     static constexpr int srow = U * wtraits<T>::unit_bytes;               // bytes of one row's stretch
     static constexpr int pieces = srow / 16;                              // 16-byte pieces per stretch row
-    static constexpr int sstride = srow + (T == W_Q4_K && U == 1 ? 16 : 0); // shared-memory bytes per row
+    static constexpr int pad = T == W_Q4_K && U == 1 ? 16 : T == W_F16 && srow % 128 == 0 ? 64 : 0;
+    static constexpr int sstride = srow + pad;                            // shared-memory bytes per row
 };
 
 // piece p of a chunk -> (stretch row rl, piece j of that row); the piece of the row it is copied from is
@@ -440,6 +443,11 @@ SB_HD void load_a_staged(RawA<W_Q4_K> & r, const char * s0, const char * s1, int
             r.q[k][p][1] = (int) v[1];
         }
     }
+}
+SB_HD void load_a_staged(RawA<W_F16> & r, const char * s0, const char * s1, int i, int t) {
+    // as load_a: 8 contiguous halves (16 bytes) at k = 32i + 8t of the stretch of each row
+    ld_vec(s0 + 64 * i + 16 * t, r.h[0], 4);
+    ld_vec(s1 + 64 * i + 16 * t, r.h[1], 4);
 }
 SB_HD void load_a_staged(RawA<W_Q8_0> & r, const char * s0, const char * s1, int i, int t) {
     const int o = i * wtraits<W_Q8_0>::unit_bytes;
@@ -587,6 +595,22 @@ SB_HD void load_b_f32(RawB<W_F16> & r, const float * y, long long stride_col_y, 
         for (int i = 0; i < 4; ++i) {
             r.h[i] = pack_half2(p[2 * i], p[2 * i + 1]);
         }
+#endif
+    } else {
+        r.h[0] = r.h[1] = r.h[2] = r.h[3] = 0u;
+    }
+}
+
+// f16 activations (HB, harness only so far): the same 8 halves as load_b_f32 makes, read as one 16-byte load
+// from an f16 copy of the activations ([ncols][stride_col_y] halves; 16-byte aligned: stride % 8 == 0)
+SB_HD void load_b_f16(RawB<W_F16> & r, const uint16_t * y, long long stride_col_y, int ncols, int cB, int u, int t) {
+    if (cB < ncols) {
+        const uint16_t * p = y + cB * stride_col_y + 32 * u + 8 * t;
+#ifdef __CUDA_ARCH__
+        const uint4 v = *(const uint4 *) p;
+        r.h[0] = v.x; r.h[1] = v.y; r.h[2] = v.z; r.h[3] = v.w;
+#else
+        memcpy(r.h, p, 16);
 #endif
     } else {
         r.h[0] = r.h[1] = r.h[2] = r.h[3] = 0u;

@@ -6,27 +6,28 @@
 
 namespace sbmm {
 
-template <int T, int NT, int MT, int NW, int U, int ST, bool SB>
+template <int T, int NT, int MT, int NW, int U, int ST, bool SB, bool HB>
 void launch_sbmm(const char * W, long long row_bytes, const void * Y, long long stride_col_y, float * dst,
                  long long stride_col_dst, int m, int k, int ncols, int ksplit, cudaStream_t stream) {
     const int nunits = k / wtraits<T>::unit_k;
     const dim3 grid((m + 16 * MT - 1) / (16 * MT), ksplit, 1);
     constexpr int smem = sbmm_smem<T, NT, MT, NW, U, ST, SB>::dynamic;
+    constexpr auto kernel = sbmm_kernel<T, NT, MT, NW, U, ST, SB, HB>;
     if constexpr (smem > 48 * 1024) { // opt in to more than 48 KB of dynamic shared memory (once)
         static bool raised = false;
         if (!raised) {
-            cudaFuncSetAttribute(sbmm_kernel<T, NT, MT, NW, U, ST, SB>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+            cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
             raised = true;
         }
     }
-    sbmm_kernel<T, NT, MT, NW, U, ST, SB><<<grid, NW * 32, smem, stream>>>(W, row_bytes, Y, stride_col_y, dst, stride_col_dst, m, nunits, ncols);
+    kernel<<<grid, NW * 32, smem, stream>>>(W, row_bytes, Y, stride_col_y, dst, stride_col_dst, m, nunits, ncols);
 }
 
 // ST: 0 = the register load path, 1 / 2 = the staged path with 1 / 2 shared-memory buffers per warp;
-// SB: the activations staged too
-template <int T, int MT, int NW, int U, int ST = 0, bool SB = false> void add_config() {
-    registry().push_back({T, 1, MT, NW, U, ST, SB, &launch_sbmm<T, 1, MT, NW, U, ST, SB>});
-    registry().push_back({T, 2, MT, NW, U, ST, SB, &launch_sbmm<T, 2, MT, NW, U, ST, SB>});
+// SB: the activations staged too; HB: f16 activations (f16 weights only)
+template <int T, int MT, int NW, int U, int ST = 0, bool SB = false, bool HB = false> void add_config() {
+    registry().push_back({T, 1, MT, NW, U, ST, SB, HB, &launch_sbmm<T, 1, MT, NW, U, ST, SB, HB>});
+    registry().push_back({T, 2, MT, NW, U, ST, SB, HB, &launch_sbmm<T, 2, MT, NW, U, ST, SB, HB>});
 }
 
 } // namespace sbmm

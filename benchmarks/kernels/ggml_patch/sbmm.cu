@@ -17,7 +17,7 @@ struct sbmm_env {
     int mode     = -1; // -1: auto (Hopper, the measured types and column counts), 0: off, 1: all four types, cc >= 8.0
     int min_cols = -1; // -1: the per-type default below
     int max_cols = -1;
-    bool staged  = true; // q4_0 / q8_0: the staged (cp.async) weight loads; GGML_CUDA_SBMM_STAGE=0: the register path
+    bool staged  = true; // quantized types: the staged (cp.async) weight loads; GGML_CUDA_SBMM_STAGE=0: the register path
     sbmm_env() {
         if (const char * e = getenv("GGML_CUDA_SBMM")) {
             mode = atoi(e) > 0 ? 1 : 0;
@@ -54,41 +54,52 @@ int sbmm_type(ggml_type t) {
 // k=14336, n=8: 37.1 vs 48.5 us; a Qwen3-8B-shaped f16 decode of 8 rows 6.87 vs 8.33 ms). q4_K beats MMVQ from
 // 4 columns (n=8: 30.5 vs 46.8 us) and, with the 16-byte loads, MMQ at 9..16 in a whole decode (12 rows 7.22
 // vs 8.05 ms, 16 rows 7.80 vs 8.32 ms); MMVQ keeps 2..3 (2 rows 4.10 vs 4.63 ms). q4_0 and q8_0 lose to
-// MMVQ at every count (n=8: 38.6 vs 32.9, 57.8 vs 45.9 us), so they take sbmm only with GGML_CUDA_SBMM=1.
+// MMVQ at every count on the register path (n=8: 38.6 vs 32.9, 57.8 vs 45.9 us). The staged path (cp.async
+// weight stretches, q8_1 activations in shared memory) halves their time in the harness (H200, 2026-12-02,
+// m=4096 k=14336, kernel alone, weights from HBM: q4_0 n=8 21.3 vs 41.2 us, q8_0 28.9 vs 59.6 us; q4_K
+// 21.8 vs 23.3 us), which puts the crossing with MMVQ (q4_0 n=4 20.4, n=8 33.1; q8_0 28.0, 46.0 us) near 5
+// columns; GGML_CUDA_SBMM_MIN_COLS moves it for a measurement.
 struct sbmm_cols { int lo, hi; };
 sbmm_cols default_cols(int t) {
     switch (t) {
         case sbmm::W_F16:  return {2, 16};
         case sbmm::W_Q4_K: return {4, 16};
+        case sbmm::W_Q4_0: return {5, 16};
+        case sbmm::W_Q8_0: return {5, 16};
         default:           return {0, -1};
     }
 }
 
 // One configuration per (weight type, column tiles NT, load path): 16*MT rows per warp, NW warps per block
 // splitting k, U units in flight per lane, ST staging buffers per warp (0: the register path), SB: the
-// activations staged too. The register
+// activations staged too, KS: the largest split of k over the grid (launch() picks the split). The register
 // path's are the winners of benchmarks/kernels/run_on_device.sh on the H200 (2026-12-02, best or within 3 %
 // of the best on the Qwen3-8B shapes 4096x14336, 14336x4096, 4096x4096, 1024x4096 and the 151936x4096 head;
-// benchmarks/results/kernels/). The staged q4_0 / q8_0 ones (STAGED = true) are not measured yet: a first
-// choice (weights and activations staged, 54..75 KB of shared memory, which launch() opts in to), to be
-// replaced by the harness's winners (configurations *_st1, *_st2, *_st1b, *_st2b there).
+// benchmarks/results/kernels/). The staged ones are the harness's winners at m=4096 k=14336 (2026-12-02,
+// `run_on_device.sh quick`; benchmarks/results/kernels/sbmm-staged-quick.json): 54..75 KB of dynamic
+// shared memory, which launch() opts in to. KS = 2 where a split of 4 measured 5..10 % slower (q4_0 n=2..16,
+// q4_K n=16) than the split of 2.
 template <int T, int NT, bool STAGED = false> struct sbmm_config;
-template <> struct sbmm_config<sbmm::W_F16,  1> { static constexpr int MT = 1, NW = 8, U = 2, ST = 0; static constexpr bool SB = false; };
-template <> struct sbmm_config<sbmm::W_F16,  2> { static constexpr int MT = 2, NW = 4, U = 2, ST = 0; static constexpr bool SB = false; };
-template <> struct sbmm_config<sbmm::W_Q4_0, 1> { static constexpr int MT = 1, NW = 8, U = 4, ST = 0; static constexpr bool SB = false; };
-template <> struct sbmm_config<sbmm::W_Q4_0, 2> { static constexpr int MT = 2, NW = 4, U = 4, ST = 0; static constexpr bool SB = false; };
-template <> struct sbmm_config<sbmm::W_Q8_0, 1> { static constexpr int MT = 2, NW = 8, U = 2, ST = 0; static constexpr bool SB = false; };
-template <> struct sbmm_config<sbmm::W_Q8_0, 2> { static constexpr int MT = 2, NW = 8, U = 2, ST = 0; static constexpr bool SB = false; };
-template <> struct sbmm_config<sbmm::W_Q4_K, 1> { static constexpr int MT = 2, NW = 8, U = 1, ST = 0; static constexpr bool SB = false; };
-template <> struct sbmm_config<sbmm::W_Q4_K, 2> { static constexpr int MT = 2, NW = 8, U = 1, ST = 0; static constexpr bool SB = false; };
-template <> struct sbmm_config<sbmm::W_Q4_0, 1, true> { static constexpr int MT = 2, NW = 4, U = 8, ST = 2; static constexpr bool SB = true ; };
-template <> struct sbmm_config<sbmm::W_Q4_0, 2, true> { static constexpr int MT = 2, NW = 4, U = 8, ST = 2; static constexpr bool SB = true ; };
-template <> struct sbmm_config<sbmm::W_Q8_0, 1, true> { static constexpr int MT = 1, NW = 4, U = 8, ST = 2; static constexpr bool SB = true ; };
-template <> struct sbmm_config<sbmm::W_Q8_0, 2, true> { static constexpr int MT = 2, NW = 4, U = 8, ST = 1; static constexpr bool SB = true ; };
+template <> struct sbmm_config<sbmm::W_F16,  1> { static constexpr int MT = 1, NW = 8, U = 2, ST = 0, KS = 8; static constexpr bool SB = false; };
+template <> struct sbmm_config<sbmm::W_F16,  2> { static constexpr int MT = 2, NW = 4, U = 2, ST = 0, KS = 8; static constexpr bool SB = false; };
+template <> struct sbmm_config<sbmm::W_Q4_0, 1> { static constexpr int MT = 1, NW = 8, U = 4, ST = 0, KS = 8; static constexpr bool SB = false; };
+template <> struct sbmm_config<sbmm::W_Q4_0, 2> { static constexpr int MT = 2, NW = 4, U = 4, ST = 0, KS = 8; static constexpr bool SB = false; };
+template <> struct sbmm_config<sbmm::W_Q8_0, 1> { static constexpr int MT = 2, NW = 8, U = 2, ST = 0, KS = 8; static constexpr bool SB = false; };
+template <> struct sbmm_config<sbmm::W_Q8_0, 2> { static constexpr int MT = 2, NW = 8, U = 2, ST = 0, KS = 8; static constexpr bool SB = false; };
+template <> struct sbmm_config<sbmm::W_Q4_K, 1> { static constexpr int MT = 2, NW = 8, U = 1, ST = 0, KS = 8; static constexpr bool SB = false; };
+template <> struct sbmm_config<sbmm::W_Q4_K, 2> { static constexpr int MT = 2, NW = 8, U = 1, ST = 0, KS = 8; static constexpr bool SB = false; };
+template <> struct sbmm_config<sbmm::W_Q4_0, 1, true> { static constexpr int MT = 2, NW = 4, U = 8, ST = 2, KS = 2; static constexpr bool SB = true ; };
+template <> struct sbmm_config<sbmm::W_Q4_0, 2, true> { static constexpr int MT = 2, NW = 4, U = 8, ST = 2, KS = 2; static constexpr bool SB = true ; };
+template <> struct sbmm_config<sbmm::W_Q8_0, 1, true> { static constexpr int MT = 2, NW = 4, U = 8, ST = 1, KS = 8; static constexpr bool SB = true ; };
+template <> struct sbmm_config<sbmm::W_Q8_0, 2, true> { static constexpr int MT = 2, NW = 4, U = 8, ST = 1, KS = 8; static constexpr bool SB = true ; };
+template <> struct sbmm_config<sbmm::W_Q4_K, 1, true> { static constexpr int MT = 2, NW = 4, U = 2, ST = 2, KS = 8; static constexpr bool SB = true ; };
+template <> struct sbmm_config<sbmm::W_Q4_K, 2, true> { static constexpr int MT = 2, NW = 4, U = 1, ST = 2, KS = 2; static constexpr bool SB = true ; };
+// f16 keeps the register path: its staged loads (harness configurations *_st1 / *_st2) won only at 1..2
+// columns and lost 3..8 % at 3..16 (m=4096 k=14336, H200, 2026-12-02; benchmarks/results/kernels/).
 
 // whether type t runs the staged weight loads (which need 16-byte aligned weights and rows)
 bool staged_path(int t) {
-    return (t == sbmm::W_Q4_0 || t == sbmm::W_Q8_0) && env().staged;
+    return t != sbmm::W_F16 && env().staged;
 }
 
 template <int T, int NT, bool STAGED>
@@ -100,7 +111,7 @@ void launch(const char * W, int64_t row_bytes, const void * Y, int64_t stride_co
     const int nchunks = (nunits + C::U - 1) / C::U;
     // split k over the grid while it is short of ~2 blocks per SM and each warp keeps >= 2 chunks
     int ks = 1;
-    while (ks < 8 && (int64_t) gx * ks < 2 * nsm && nchunks / (C::NW * ks * 2) >= 2) {
+    while (ks < C::KS && (int64_t) gx * ks < 2 * nsm && nchunks / (C::NW * ks * 2) >= 2) {
         ks *= 2;
     }
     if (ks > 1) {
@@ -228,7 +239,7 @@ void ggml_cuda_mul_mat_sbmm(ggml_backend_cuda_context & ctx, const ggml_tensor *
             launch_path<sbmm::W_Q8_0>(W, nb01, src1_q8_1.get(), stride_col_y, dst_d, stride_col_dst, (int) ne01, (int) ne00, ncols, nsm, stream);
             break;
         case sbmm::W_Q4_K:
-            launch_nt<sbmm::W_Q4_K>(W, nb01, src1_q8_1.get(), stride_col_y, dst_d, stride_col_dst, (int) ne01, (int) ne00, ncols, nsm, stream);
+            launch_path<sbmm::W_Q4_K>(W, nb01, src1_q8_1.get(), stride_col_y, dst_d, stride_col_dst, (int) ne01, (int) ne00, ncols, nsm, stream);
             break;
         default:
             GGML_ABORT("sbmm: unsupported type");
