@@ -20,9 +20,10 @@
 #                                    # sbmm (default), without (GGML_CUDA_SBMM=0), at every row count (=1) and with
 #                                    # register loads (GGML_CUDA_SBMM_STAGE=0); B: step ÷ plain and ours vs
 #                                    # llama-speculative-simple with and without sbmm. Each packs $OUT/sbmm-A|B.tar.gz
-#   bash benchmarks/h200.sh ops      # issue 19, after install (our wheel, built with test-backend-ops): llama.cpp's op
-#                                    # tests of MUL_MAT (must pass) and its op benchmark with sbmm on / off / staged /
-#                                    # register loads (benchmarks/kernels/ggml_op_check.sh), packed as $OUT/ops.tar.gz
+#   bash benchmarks/h200.sh ops test   # issue 19, after install (our wheel, built with test-backend-ops): llama.cpp's
+#   bash benchmarks/h200.sh ops staged # op tests of MUL_MAT (must pass) and its op benchmark with sbmm on / off (test),
+#                                    # staged / register loads / MMVQ (staged) (benchmarks/kernels/ggml_op_check.sh),
+#                                    # packed as $OUT/ops-MODE.tar.gz; one mode per call (each ~4-5 min)
 #   bash benchmarks/h200.sh step-smol # carry .dev/smol.part02 after model0 + model1: SmolLM2 step cost, T>0, held-out
 #   bash benchmarks/h200.sh bakeoff  # carry .dev/smol.part02 after install + model0 + model1: the drafter bake-off
 #                                    # (benchmarks/bakeoff/README.md); plots re-rendered here with --from-json
@@ -40,7 +41,7 @@
 # then issue the calls back to back (the machine is given back 30 s after a call) and give_back when done.
 #
 # Settings through the environment: N_CHAT, N_CODE, MAX_TOKENS (data); TRAIN_SECONDS, CONFIGS (train);
-# KIND, CONFIGS_KIND, DATA, SEED, TRAIN_SECONDS (kind); NMAX, NTOK, RUNS, NGL, DRAFTERS, MIXED_TURNS, SWEEP_GGUF,
+# KIND, CONFIGS_KIND, DATA, SEED, TRAIN_SECONDS (kind); RETEST_TESTS_ONLY=1 (retest: pytest only); SBMM_DTYPES (sbmm); NMAX, NTOK, RUNS, NGL, DRAFTERS, MIXED_TURNS, SWEEP_GGUF,
 # DRY=1 (sweep: this checkout's source tree, for a check on the CPU machine).
 set -uo pipefail
 PHASE=${1:?phase: wheel0 | install | model0 | model1 | data | train | bench | retest | step-big | sbmm | ops | step-smol | bakeoff | sweep | render | kind}
@@ -210,6 +211,7 @@ retest)
   (cd pyllama_spec && tar -cf - $(find . -name "*.py" -o -path "./data/*" -type f)) | tar -xf - -C "$W/pkg/pyllama_spec"
   log "pytest"
   tests_against_the_wheel
+  [ "${RETEST_TESTS_ONLY:-0}" = 1 ] && exit 0  # (the suite alone, where device time is short)
   log "τ of the shipped drafter on 60 held-out prompts"
   (cd /tmp && timeout 200 python3 "$REPO/benchmarks/heldout_tau.py" "$REPO/benchmarks/data/smollm2-selfdistill-9170.jsonl.gz" \
       --n-prompts 60 --json "$OUT/heldout_tau_h200.json")
@@ -293,14 +295,14 @@ ops)
   TBO=$W/pkg/pyllama_spec/bin/test-backend-ops
   [ -x "$TBO" ] || { echo "no $TBO: the wheel was built without PYLLAMA_SPEC_OP_TESTS=ON (build_cuda_wheel.sh sets it)"; exit 1; }
   mkdir -p "$OUT/ops"
-  for mode in test staged; do
+  # both modes took > 9 min on 2026-12-02 (eval ~1 min each, 7 perf sweeps of 68 cases): one per call
+  for mode in ${2:-test staged}; do
     log "test-backend-ops: $mode"
     OUT=$OUT/ops TBO=$TBO bash benchmarks/kernels/ggml_op_check.sh $mode > "$OUT/ops/$mode.txt" 2>&1
     grep -E "^eval|FAIL" "$OUT/ops/$mode.txt" | head -12
   done
-  python3 benchmarks/kernels/op_perf_table.py "$OUT"/ops/perf_sbmm.txt "$OUT"/ops/perf_default.txt \
-      "$OUT"/ops/perf_staged.txt "$OUT"/ops/perf_register.txt "$OUT"/ops/perf_mmvq.txt | tee "$OUT/ops/table.md"
-  tar -czf "$OUT/ops.tar.gz" -C "$OUT" ops && rm -rf "$OUT/ops"
+  python3 benchmarks/kernels/op_perf_table.py $(ls "$OUT"/ops/perf_*.txt) | tee "$OUT/ops/table.md"
+  tar -czf "$OUT/ops-${2:-all}.tar.gz" -C "$OUT" ops && rm -rf "$OUT/ops"
   ;;
 step-smol)
   cat "$W/smol.part00" "$W/smol.part01" .dev/smol.part02 > "$GGUF" && sha256sum "$GGUF"

@@ -11,14 +11,14 @@ and compares:
 3. its matmul on random normal activations with the float64 reference: NMSE below 5e-4 (the error
    test-backend-ops allows for MUL_MAT), the q8_1 rounding of the activations being the only loss.
 
-q4_0, q8_0 and q4_K are checked four times more, through the staged load path (``staged1`` / ``staged2``: 16 / 32
-rows per warp, the kernel's ``stage_chunk`` copying 16-byte pieces into a staging buffer and ``load_a_staged``
-reading the fragments back, alignment asserted; ``staged1b`` / ``staged2b``: the activations staged too,
-``stage_b_chunk`` / ``load_b_staged``), and f16 twice more (``staged1`` / ``staged2``: 4 / 8 units per
-chunk, the second with padded stretch rows; its f32 activations are never staged); then a deliberate mutation (the emulator rebuilt with
-``SBMM_STAGE_INDEX_SKEW=1``, an off-by-one in the staging piece index) must fail every staged check it runs,
-and so must an off-by-one in the activations' piece index alone (``SBMM_STAGE_B_INDEX_SKEW=1``) in the
-``…b`` checks.
+q4_0, q8_0 and q4_K are checked four times more, through the staged load path (``staged1`` / ``staged2``:
+16 / 32 rows per warp, the kernel's ``stage_chunk`` copying 16-byte pieces into a staging buffer and
+``load_a_staged`` reading the fragments back, alignment asserted; ``staged1b`` / ``staged2b``: the
+activations staged too, ``stage_b_chunk`` / ``load_b_staged``), and f16 twice more (``staged1`` /
+``staged2``: 4 / 8 units per chunk, the second with padded stretch rows; its f32 activations are never
+staged); then a deliberate mutation (the emulator rebuilt with ``SBMM_STAGE_INDEX_SKEW=1``, an off-by-one
+in the staging piece index) must fail every staged check it runs, and so must an off-by-one in the
+activations' piece index alone (``SBMM_STAGE_B_INDEX_SKEW=1``) in the ``…b`` checks.
 
 usage: python benchmarks/kernels/check_layouts.py [--cxx g++]   (exit status 1 on any failure)
 """

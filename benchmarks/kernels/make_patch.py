@@ -43,19 +43,20 @@ multiplies each 16-row x 32-k weight block with all columns by one mma.sync (m16
 q8_1 activations MMVQ already makes, or m16n8k16 f16), splitting k over warps and, for few rows, blocks.
 
 Measured (H200, test-backend-ops perf -o MUL_MAT m=4096 k=14336, this build with GGML_CUDA_SBMM=0 as
-the reference, 2026-12-02): f16 2..8 columns 36.3..37.1 us vs MMF 46.5..48.5 (1.31x at 8), 9..16
-columns 41.8..42.9 vs 50.7..51.5; q4_K 4..8 columns 24.7..30.5 vs MMVQ 27.1..46.8 (1.53x at 8). The
-q4_0 / q8_0 kernels lose to MMVQ at every column count (8 columns: 38.6 vs 32.9, 57.8 vs 45.9 us), so
-by default on Hopper sbmm takes f16 at 2..16 columns and q4_K at 4..16 only (a Qwen3-8B-shaped decode
-of 8 rows: f16 6.87 vs 8.33 ms, Q4_K 5.51 vs 8.65 ms; 16 rows of Q4_K 7.80 vs 8.32 ms against MMQ).
-q4_K reads each block's header and its quants with 16- and 8-byte loads. test-backend-ops eval of
-MUL_MAT for the four types (the new 1..16-column cases among them): 529/529 OK on CUDA0.
-q4_0 / q8_0 (taken only with GGML_CUDA_SBMM=1) copy each warp's stretch of 8 blocks per row into shared
-memory with 16-byte cp.async and build the same fragments from there (Marlin's load path; not yet
-measured on the H200; weights with a base or row stride that is not 16-byte aligned are left to MMVQ/MMQ).
+the reference, 2026-12-02): at 8 columns f16 37.4 vs MMF 48.6 us, q4_0 17.7 vs MMVQ 33.1, q4_K 18.0 vs
+46.8, q8_0 27.9 vs 46.0; at 16 columns 42.8 / 23.0 / 28.4 / 35.2 vs 51.5 / 31.7 / 34.5 / 44.6. The
+quantized types copy each warp's stretch of each row (8 q4_0 / q8_0 blocks, 1..2 q4_K blocks) and the
+chunk's q8_1 activations into shared memory with 16-byte cp.async and build their fragments from there
+(Marlin's load path; 16-bit loads from global memory ran at 0.7..1.1 TB/s). Whole Qwen3-8B-shaped decodes
+of 8 / 16 rows, ms (1 row: 3.2 / 3.6 / 5.0): Q4_0 5.04 / 6.19 vs 6.72 / 8.23, Q4_K 5.27 / 7.07 vs 8.77 /
+8.34, f16 6.87 / 8.31 vs 8.33 / 9.12. Default on Hopper: f16 at 2..16 columns, q4_K at 4..16 (the
+register loads at 4..8, where whole decodes ran them as fast), q4_0 / q8_0 at 5..16; the rest stays with
+MMVQ/MMQ/MMF, and so do weights whose base or row stride is not 16-byte aligned. test-backend-ops eval
+of MUL_MAT for the four types (the new 1..16-column cases among them): 529/529 OK, and 276/276 for the
+quantized types with GGML_CUDA_SBMM=1.
 Environment: GGML_CUDA_SBMM=0 off, =1 all four types at 2..16 columns on any NVIDIA cc >= 8.0;
 GGML_CUDA_SBMM_MIN_COLS / _MAX_COLS override the column range of every type; GGML_CUDA_SBMM_STAGE=0
-gives q4_0 / q8_0 the register load path (16-bit loads from global memory) instead.
+gives the quantized types the register load path everywhere, =1 the staged path everywhere.
 
 """
 

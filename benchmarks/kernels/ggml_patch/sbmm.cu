@@ -17,7 +17,8 @@ struct sbmm_env {
     int mode     = -1; // -1: auto (Hopper, the measured types and column counts), 0: off, 1: all four types, cc >= 8.0
     int min_cols = -1; // -1: the per-type default below
     int max_cols = -1;
-    bool staged  = true; // quantized types: the staged (cp.async) weight loads; GGML_CUDA_SBMM_STAGE=0: the register path
+    int staged   = -1; // quantized types' weight loads: -1 auto (staged_path), GGML_CUDA_SBMM_STAGE=0 the register
+                       // path everywhere, =1 the staged (cp.async) path everywhere
     sbmm_env() {
         if (const char * e = getenv("GGML_CUDA_SBMM")) {
             mode = atoi(e) > 0 ? 1 : 0;
@@ -29,7 +30,7 @@ struct sbmm_env {
             max_cols = std::min(16, atoi(e));
         }
         if (const char * e = getenv("GGML_CUDA_SBMM_STAGE")) {
-            staged = atoi(e) != 0;
+            staged = atoi(e) != 0 ? 1 : 0;
         }
     }
 };
@@ -55,10 +56,10 @@ int sbmm_type(ggml_type t) {
 // 4 columns (n=8: 30.5 vs 46.8 us) and, with the 16-byte loads, MMQ at 9..16 in a whole decode (12 rows 7.22
 // vs 8.05 ms, 16 rows 7.80 vs 8.32 ms); MMVQ keeps 2..3 (2 rows 4.10 vs 4.63 ms). q4_0 and q8_0 lose to
 // MMVQ at every count on the register path (n=8: 38.6 vs 32.9, 57.8 vs 45.9 us). The staged path (cp.async
-// weight stretches, q8_1 activations in shared memory) halves their time in the harness (H200, 2026-12-02,
-// m=4096 k=14336, kernel alone, weights from HBM: q4_0 n=8 21.3 vs 41.2 us, q8_0 28.9 vs 59.6 us; q4_K
-// 21.8 vs 23.3 us), which puts the crossing with MMVQ (q4_0 n=4 20.4, n=8 33.1; q8_0 28.0, 46.0 us) near 5
-// columns; GGML_CUDA_SBMM_MIN_COLS moves it for a measurement.
+// weight stretches, q8_1 activations in shared memory) halves their time: test-backend-ops perf, n=8, q4_0
+// 17.7 vs 33.1 us (MMVQ), q8_0 27.9 vs 46.0 us (H200, 2026-12-02, section 13.1); in whole Qwen3-8B-shaped Q4_0
+// decodes MMVQ still wins at 2..3 rows (3 rows 4.03 vs 4.32 ms) and ties at 4, so they take sbmm from 5;
+// GGML_CUDA_SBMM_MIN_COLS moves the crossing for a measurement.
 struct sbmm_cols { int lo, hi; };
 sbmm_cols default_cols(int t) {
     switch (t) {
@@ -97,9 +98,16 @@ template <> struct sbmm_config<sbmm::W_Q4_K, 2, true> { static constexpr int MT 
 // f16 keeps the register path: its staged loads (harness configurations *_st1 / *_st2) won only at 1..2
 // columns and lost 3..8 % at 3..16 (m=4096 k=14336, H200, 2026-12-02; benchmarks/results/kernels/).
 
-// whether type t runs the staged weight loads (which need 16-byte aligned weights and rows)
-bool staged_path(int t) {
-    return t != sbmm::W_F16 && env().staged;
+// whether type t at ncols columns runs the staged weight loads (which need 16-byte aligned weights and rows).
+// q4_K keeps the register path at 2..8 columns: in whole Qwen3-8B-shaped Q4_K decodes (H200, 2026-12-02,
+// RESULTS.md section 13.1) it was as fast or faster there (4 rows 4.54 vs 4.92 ms, 8 rows 5.27 vs 5.29), and
+// the staged path faster at 9..16 (12 rows 6.70 vs 7.23, 16 rows 7.23 vs 7.71) -- although in
+// test-backend-ops, whose 33 MB of weights stay in the L2, staged won from 5 columns on.
+bool staged_path(int t, int64_t ncols) {
+    if (t == sbmm::W_F16 || env().staged == 0) {
+        return false;
+    }
+    return env().staged == 1 || t != sbmm::W_Q4_K || ncols > 8;
 }
 
 template <int T, int NT, bool STAGED>
@@ -147,7 +155,7 @@ void launch_nt(const char * W, int64_t row_bytes, const void * Y, int64_t stride
 template <int T>
 void launch_path(const char * W, int64_t row_bytes, const void * Y, int64_t stride_col_y, float * dst, int64_t stride_col_dst,
                  int m, int k, int ncols, int nsm, cudaStream_t stream) {
-    if (staged_path(T)) {
+    if (staged_path(T, ncols)) {
         launch_nt<T, true>(W, row_bytes, Y, stride_col_y, dst, stride_col_dst, m, k, ncols, nsm, stream);
     } else {
         launch_nt<T, false>(W, row_bytes, Y, stride_col_y, dst, stride_col_dst, m, k, ncols, nsm, stream);
@@ -189,7 +197,7 @@ bool ggml_cuda_should_use_sbmm(const ggml_tensor * src0, const ggml_tensor * src
     if (t == sbmm::W_Q4_K && ((uintptr_t) src0->data % 16 != 0 || src0->nb[1] % 16 != 0)) {
         return false; // the q4_K loader reads each block's 16-byte header with one 16-byte load
     }
-    if (staged_path(t) && ((uintptr_t) src0->data % 16 != 0 || src0->nb[1] % 16 != 0)) {
+    if (staged_path(t, ncols) && ((uintptr_t) src0->data % 16 != 0 || src0->nb[1] % 16 != 0)) {
         return false; // the staged path copies each row's stretch of 8 blocks as 16-byte pieces (cp.async)
     }
     // (staged activations, SB: the q8_1 buffer is a pool allocation, >= 128-byte aligned, with columns of a
