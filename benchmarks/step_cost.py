@@ -41,7 +41,7 @@ from pyllama_spec.speculative.timing import StageTimer
 
 ENV_KNOBS = ("GGML_CUDA_MMVF_MAX_COLS", "GGML_CUDA_DISABLE_MMF", "GGML_CUDA_MMVQ_MAX_COLS", "GGML_CUDA_DISABLE_GRAPHS",
              "GGML_CUDA_FORCE_MMQ", "GGML_CUDA_FORCE_CUBLAS", "GGML_CUDA_SBMM", "GGML_CUDA_SBMM_MIN_COLS",
-             "GGML_CUDA_SBMM_MAX_COLS", "GGML_CUDA_SBMM_STAGE")
+             "GGML_CUDA_SBMM_MAX_COLS", "GGML_CUDA_SBMM_STAGE", "GGML_CUDA_SBMM_F16_HALF")
 
 
 def _ms(fn, reps: int, warmup: int = 5) -> float:

@@ -26,18 +26,19 @@ def test_kernel_block_decoding_matches_gguf_py():
     # every weight type, both shapes and the column counts that cross the 8-column tile were checked, the
     # quantized types also through the staged (shared-memory) load paths: weights with 16 / 32 rows per warp
     # (staged1, staged2), and weights + activations (staged1b, staged2b); f16 through the staged weight loads
-    # only (its f32 activations are never staged)
+    # (its f32 activations are never staged), and with f16 activations on both paths (registersh, staged*h)
     ok = [ln for ln in lines if ln.startswith("ok ")]
-    assert len(ok) == 180 and {ln.split()[1] for ln in ok} == {"f16", "q4_0", "q8_0", "q4_K"}
+    assert len(ok) == 210 and {ln.split()[1] for ln in ok} == {"f16", "q4_0", "q8_0", "q4_K"}
     staged = [ln for ln in ok if ln.split()[2].startswith("staged")]
-    assert len(staged) == 140 and {ln.split()[1] for ln in staged} == {"f16", "q4_0", "q8_0", "q4_K"}
-    assert {ln.split()[2] for ln in staged} == {"staged1", "staged2", "staged1b", "staged2b"}
-    assert {ln.split()[2] for ln in staged if ln.split()[1] == "f16"} == {"staged1", "staged2"}
+    assert len(staged) == 160 and {ln.split()[1] for ln in staged} == {"f16", "q4_0", "q8_0", "q4_K"}
+    assert {ln.split()[2] for ln in staged} == {"staged1", "staged2", "staged1b", "staged2b", "staged1h", "staged2h"}
+    assert {ln.split()[2] for ln in ok if ln.split()[1] == "f16"} == {
+        "registers", "registersh", "staged1", "staged2", "staged1h", "staged2h"}
     # an off-by-one in the staging piece index (of everything / of the activations only) is caught by every
     # staged check it runs
     caught = [ln for ln in lines if ln.startswith("caught staging-index mutation")]
     caught_b = [ln for ln in lines if ln.startswith("caught activation-staging-index mutation")]
-    assert len(caught) == 14 and len(caught_b) == 6 and not any(ln.startswith("MISSED") for ln in lines)
+    assert len(caught) == 16 and len(caught_b) == 6 and not any(ln.startswith("MISSED") for ln in lines)
 
 
 def test_listed_patch_is_what_the_kernel_sources_make():

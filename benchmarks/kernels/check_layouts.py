@@ -14,11 +14,13 @@ and compares:
 q4_0, q8_0 and q4_K are checked four times more, through the staged load path (``staged1`` / ``staged2``:
 16 / 32 rows per warp, the kernel's ``stage_chunk`` copying 16-byte pieces into a staging buffer and
 ``load_a_staged`` reading the fragments back, alignment asserted; ``staged1b`` / ``staged2b``: the
-activations staged too, ``stage_b_chunk`` / ``load_b_staged``), and f16 twice more (``staged1`` /
-``staged2``: 4 / 8 units per chunk, the second with padded stretch rows; its f32 activations are never
-staged); then a deliberate mutation (the emulator rebuilt with ``SBMM_STAGE_INDEX_SKEW=1``, an off-by-one
-in the staging piece index) must fail every staged check it runs, and so must an off-by-one in the
-activations' piece index alone (``SBMM_STAGE_B_INDEX_SKEW=1``) in the ``…b`` checks.
+activations staged too, ``stage_b_chunk`` / ``load_b_staged``), and f16 five times more: ``staged1`` /
+``staged2`` (4 / 8 units per chunk, the second with padded stretch rows; its f32 activations are never
+staged) and with its activations as f16 (``load_b_f16``, the kernel's HB) on the register path
+(``registersh``) and both staged paths (``staged1h`` / ``staged2h``); then a deliberate mutation (the
+emulator rebuilt with ``SBMM_STAGE_INDEX_SKEW=1``, an off-by-one in the staging piece index) must fail
+every staged check it runs, and so must an off-by-one in the activations' piece index alone
+(``SBMM_STAGE_B_INDEX_SKEW=1``) in the ``…b`` checks.
 
 usage: python benchmarks/kernels/check_layouts.py [--cxx g++]   (exit status 1 on any failure)
 """
@@ -120,7 +122,7 @@ def check_one(exe: Path, wtype: str, mt: str, w: np.ndarray, wref: np.ndarray, n
     refr = xr.astype(np.float64) @ wref.T
     nmse = float(((yr - refr) ** 2).sum() / (refr**2).sum())
     ok = dq_err < 1e-6 and ex_err < 2e-6 and nmse < 5e-4
-    path = f"staged{mt}" if mt else "registers"
+    path = f"staged{mt}" if mt and mt != "h" else "registers" + mt
     return ok, (f"{wtype:5s} {path:9s} m={w.shape[0]:3d} k={k:4d} n={n:2d}  dequant vs gguf {dq_err:.1e}  "
                 f"exact-x matmul {ex_err:.1e}  random-x NMSE {nmse:.1e}")
 
@@ -146,7 +148,7 @@ def main() -> int:
             for m, k in ((40, 768), (16, 256)):
                 w = random_weights(wtype, m, k, rng)
                 wref = dequant_ref(wtype, w, k)
-                for mt in ("", "1", "2", "1b", "2b") if wtype != "f16" else ("", "1", "2"):
+                for mt in ("", "1", "2", "1b", "2b") if wtype != "f16" else ("", "1", "2", "h", "1h", "2h"):
                     for n in (1, 3, 8, 9, 16):
                         ok, line = check_one(exe, wtype, mt, w, wref, n, rng, tmp)
                         failures += not ok
@@ -156,7 +158,7 @@ def main() -> int:
         for wtype in ("q4_0", "q8_0", "q4_K", "f16"):
             w = random_weights(wtype, 40, 768, rng)
             wref = dequant_ref(wtype, w, 768)
-            for mt in ("1", "2", "1b", "2b") if wtype != "f16" else ("1", "2"):
+            for mt in ("1", "2", "1b", "2b") if wtype != "f16" else ("1", "2", "1h", "2h"):
                 ok, line = check_one(mut, wtype, mt, w, wref, 8, rng, tmp)
                 failures += ok
                 print(f"{'MISSED' if ok else 'caught'} staging-index mutation: {line}")

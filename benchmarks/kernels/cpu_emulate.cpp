@@ -11,11 +11,14 @@
 // (pre-filled with garbage, so a piece no lane copies shows), with its alignment checks, then each lane
 // builds its RawA with load_a_staged from there -- the kernel's index arithmetic, run on the CPU. With
 // MT suffixed b (1b, 2b): the activations staged too (stage_b_chunk / load_b_staged, SB in the kernel).
+// f16 with MT h, 1h or 2h: the activations as f16 (load_b_f16, HB in the kernel), on the register or the
+// staged weight path.
 //
 // usage: cpu_emulate TYPE M K N weights.bin x.bin y_out.bin dequant_out.bin [MT]
 //   TYPE: f16 | q4_0 | q8_0 | q4_K; weights: M rows in ggml's layout; x: float32 [N][K];
 //   y_out: float32 [N][M]; dequant_out: float32 [M][K] (dequant_unit of every unit);
-//   MT: 1 or 2 (or 1b / 2b), the staged path with 16*MT rows per warp (q4_0 / q8_0 / q4_K).
+//   MT: 1 or 2 (or 1b / 2b), the staged path with 16*MT rows per warp (q4_0 / q8_0 / q4_K / f16);
+//       h, 1h, 2h: f16 activations (f16 only).
 #include "sbmm_blocks.h"
 
 #include <algorithm>
@@ -82,6 +85,15 @@ std::vector<block_q8_1> quantize_q8_1(const std::vector<float> & x, int n, int k
     return y;
 }
 
+// the activations as f16 (what the HB kernels read; the same rounding as load_b_f32's pack_half2)
+std::vector<uint16_t> to_half(const std::vector<float> & x) {
+    std::vector<uint16_t> h(x.size());
+    for (size_t i = 0; i < x.size(); ++i) {
+        h[i] = float_to_half(x[i]);
+    }
+    return h;
+}
+
 // the PTX fragment tables (see sbmm_blocks.h); g = lane / 4, t = lane % 4
 void mma_s8_emulated(const int a[32][4], const int b[32][2], int c[32][4]) {
     int8_t A[16][32], B[32][8];
@@ -137,7 +149,9 @@ void mma_f16_emulated(const int a[32][4], const int b[32][2], float d[32][4]) {
 
 // The staged path: the same result layout as run(), the weights read through the staging buffer.
 template <int T, int MT, bool SB>
-void run_staged(int m, int k, int n, const std::vector<char> & wbytes, const std::vector<float> & x, std::vector<float> & y) {
+void run_staged(int m, int k, int n, const std::vector<char> & wbytes, const std::vector<float> & x, std::vector<float> & y,
+                bool hb = false) {
+    const std::vector<uint16_t> xh = to_half(x);
     constexpr int U = T == W_Q4_K ? MT : T == W_F16 ? 4 * MT : 8; // f16: 4 units (MT 1: no pad) or 8 (padded)
     constexpr int SROW = stage_traits<T, U>::sstride;
     static_assert(T != W_F16 || !SB, "f16 has no staged activations (they are f32)");
@@ -173,7 +187,11 @@ void run_staged(int m, int k, int n, const std::vector<char> & wbytes, const std
                     static RawB<T> rb[32];
                     for (int l = 0; l < 32; ++l) {
                         if constexpr (T == W_F16) {
-                            load_b_f32(rb[l], x.data(), k, n, 8 * nt + l / 4, u0 + i, l % 4);
+                            if (hb) {
+                                load_b_f16(rb[l], xh.data(), k, n, 8 * nt + l / 4, u0 + i, l % 4);
+                            } else {
+                                load_b_f32(rb[l], x.data(), k, n, 8 * nt + l / 4, u0 + i, l % 4);
+                            }
                         } else if constexpr (SB) {
                             load_b_staged<T, U>(rb[l], bstage, 8 * nt + l / 4, 8 * nt + 2 * (l % 4), i, l % 4);
                         } else {
@@ -221,8 +239,9 @@ void run_staged(int m, int k, int n, const std::vector<char> & wbytes, const std
 
 template <int T>
 void run(int m, int k, int n, const std::vector<char> & wbytes, const std::vector<float> & x, std::vector<float> & y,
-         std::vector<float> & dq) {
+         std::vector<float> & dq, bool hb = false) {
     constexpr int UK = wtraits<T>::unit_k;
+    const std::vector<uint16_t> xh = to_half(x);
     const long long row_bytes = (long long) (k / UK) * wtraits<T>::unit_bytes;
     if ((long long) wbytes.size() != row_bytes * m) {
         fprintf(stderr, "weights: %zu bytes, expected %lld\n", wbytes.size(), row_bytes * m);
@@ -255,7 +274,11 @@ void run(int m, int k, int n, const std::vector<char> & wbytes, const std::vecto
                     const int r0 = std::min(tile * 16 + g, m - 1), r1 = std::min(tile * 16 + g + 8, m - 1);
                     load_a(ra[l], wbytes.data() + r0 * row_bytes, wbytes.data() + r1 * row_bytes, u, t);
                     if constexpr (T == W_F16) {
-                        load_b_f32(rb[l], x.data(), k, n, 8 * nt + g, u, t);
+                        if (hb) {
+                            load_b_f16(rb[l], xh.data(), k, n, 8 * nt + g, u, t);
+                        } else {
+                            load_b_f32(rb[l], x.data(), k, n, 8 * nt + g, u, t);
+                        }
                     } else {
                         load_b_q8<T>(rb[l], yq.data(), stride_q, n, 8 * nt + g, 8 * nt + 2 * t, u, t);
                     }
@@ -297,14 +320,20 @@ int main(int argc, char ** argv) {
         fprintf(stderr, "usage: %s TYPE M K N weights.bin x.bin y_out.bin dequant_out.bin [MT]\n", argv[0]);
         return 2;
     }
-    const std::string staged = argc == 10 ? argv[9] : "";
+    const std::string arg = argc == 10 ? argv[9] : "";
+    const bool hb = !arg.empty() && arg.back() == 'h'; // f16 activations (f16 only)
+    const std::string staged = hb ? arg.substr(0, arg.size() - 1) : arg;
     const int mt_staged = staged.empty() ? 0 : atoi(staged.c_str());
     const bool sb = staged.size() == 2 && staged[1] == 'b';
-    if (argc == 10 && ((mt_staged != 1 && mt_staged != 2) || staged.size() != (sb ? 2u : 1u))) {
-        fprintf(stderr, "MT (the staged path) must be 1, 2, 1b or 2b\n");
+    if (!staged.empty() && ((mt_staged != 1 && mt_staged != 2) || staged.size() != (sb ? 2u : 1u))) {
+        fprintf(stderr, "MT (the staged path) must be 1, 2, 1b or 2b (f16 also h, 1h, 2h)\n");
         return 2;
     }
     const std::string type = argv[1];
+    if (hb && (type != "f16" || sb)) {
+        fprintf(stderr, "h (f16 activations) is for f16 weights, without b\n");
+        return 2;
+    }
     const int m = atoi(argv[2]), k = atoi(argv[3]), n = atoi(argv[4]);
     if (m <= 0 || k <= 0 || n <= 0 || n > 16 || k % 256 != 0) {
         fprintf(stderr, "need M > 0, K a multiple of 256, 1 <= N <= 16\n");
@@ -324,11 +353,11 @@ int main(int argc, char ** argv) {
         return 2;
     }
     if (type == "f16") {
-        run<W_F16>(m, k, n, w, x, y, dq);
+        run<W_F16>(m, k, n, w, x, y, dq, hb);
         if (mt_staged == 1) {
-            run_staged<W_F16, 1, false>(m, k, n, w, x, y);
+            run_staged<W_F16, 1, false>(m, k, n, w, x, y, hb);
         } else if (mt_staged == 2) {
-            run_staged<W_F16, 2, false>(m, k, n, w, x, y);
+            run_staged<W_F16, 2, false>(m, k, n, w, x, y, hb);
         }
     } else if (type == "q4_0") {
         run<W_Q4_0>(m, k, n, w, x, y, dq); // also the plain dequantization (dq) for the staged run

@@ -4,6 +4,7 @@
 # dispatch of today). Two calls, because the build alone takes ~5 min (266 s for test-backend-ops):
 #   bash benchmarks/kernels/ggml_op_check.sh build   # untar, configure, ninja test-backend-ops
 #   bash benchmarks/kernels/ggml_op_check.sh test    # eval (must pass) + perf, sbmm on and off -> $OUT
+#   bash benchmarks/kernels/ggml_op_check.sh f16half # f16 with GGML_CUDA_SBMM_F16_HALF=1: eval + perf vs the default
 #   bash benchmarks/kernels/ggml_op_check.sh staged  # q4_0 / q8_0 with GGML_CUDA_SBMM=1: eval of the staged
 #                                                    # path, perf staged vs register path vs MMVQ/MMQ -> $OUT
 # The build stays in /tmp/lcw-sbmm while the machine is warm (h200.md: files outside the checkout persist).
@@ -60,6 +61,19 @@ staged)
     echo "## sbmm, register loads (GGML_CUDA_SBMM=1 GGML_CUDA_SBMM_STAGE=0)"; cat "$OUT/perf_register.txt"
     echo "## MMVQ/MMQ (GGML_CUDA_SBMM=0)"; cat "$OUT/perf_mmvq.txt"
     ;;
+f16half)
+    if [ -z "${TBO:-}" ]; then
+        cd "$W/llama.cpp" || { echo "run 'build' first (on this warm machine), or set TBO"; exit 1; }
+        TBO=b/bin/test-backend-ops
+    fi
+    # f16 with its activations converted to f16 and the weights staged (GGML_CUDA_SBMM_F16_HALF=1) vs today's sbmm
+    GGML_CUDA_SBMM_F16_HALF=1 timeout 200 $TBO -o MUL_MAT -b CUDA0 -p 'type_a=f16,type_b=f32,' > "$OUT/eval_f16half.txt" 2>&1
+    echo "eval (f16 half) rc=$?: $(grep -cE '^ +MUL_MAT.*OK' "$OUT/eval_f16half.txt") OK, $(grep -cE 'FAIL' "$OUT/eval_f16half.txt") FAIL"
+    grep FAIL "$OUT/eval_f16half.txt" | head -10
+    P='type_a=f16,type_b=f32,m=4096,n=[0-9]+,k=14336,'
+    GGML_CUDA_SBMM_F16_HALF=1 timeout 100 $TBO perf -b CUDA0 -o MUL_MAT -p "$P" 2>&1 | grep -E "MUL_MAT" > "$OUT/perf_f16half.txt"
+    timeout 100 $TBO perf -b CUDA0 -o MUL_MAT -p "$P" 2>&1 | grep -E "MUL_MAT" > "$OUT/perf_f16.txt"
+    ;;
 *)
-    echo "usage: bash benchmarks/kernels/ggml_op_check.sh build|test|staged"; exit 2 ;;
+    echo "usage: bash benchmarks/kernels/ggml_op_check.sh build|test|staged|f16half"; exit 2 ;;
 esac

@@ -7,6 +7,7 @@
 // The activations are quantized to q8_1 by ggml's own quantize_row_q8_1_cuda, exactly as for MMVQ.
 #include "sbmm.cuh"
 #include "quantize.cuh"
+#include "convert.cuh"
 #include "sbmm-kernel.cuh"
 
 #include <cstdlib>
@@ -19,6 +20,8 @@ struct sbmm_env {
     int max_cols = -1;
     int staged   = -1; // quantized types' weight loads: -1 auto (staged_path), GGML_CUDA_SBMM_STAGE=0 the register
                        // path everywhere, =1 the staged (cp.async) path everywhere
+    bool f16_half = false; // f16: GGML_CUDA_SBMM_F16_HALF=1 converts the activations to f16 and runs the staged
+                           // loads (config <W_F16, NT, true>); default: f32 activations, register loads
     sbmm_env() {
         if (const char * e = getenv("GGML_CUDA_SBMM")) {
             mode = atoi(e) > 0 ? 1 : 0;
@@ -28,6 +31,9 @@ struct sbmm_env {
         }
         if (const char * e = getenv("GGML_CUDA_SBMM_MAX_COLS")) {
             max_cols = std::min(16, atoi(e));
+        }
+        if (const char * e = getenv("GGML_CUDA_SBMM_F16_HALF")) {
+            f16_half = atoi(e) != 0;
         }
         if (const char * e = getenv("GGML_CUDA_SBMM_STAGE")) {
             staged = atoi(e) != 0 ? 1 : 0;
@@ -81,22 +87,29 @@ sbmm_cols default_cols(int t) {
 // shared memory, which launch() opts in to. KS = 2 where a split of 4 measured 5..10 % slower (q4_0 n=2..16,
 // q4_K n=16) than the split of 2.
 template <int T, int NT, bool STAGED = false> struct sbmm_config;
-template <> struct sbmm_config<sbmm::W_F16,  1> { static constexpr int MT = 1, NW = 8, U = 2, ST = 0, KS = 8; static constexpr bool SB = false; };
-template <> struct sbmm_config<sbmm::W_F16,  2> { static constexpr int MT = 2, NW = 4, U = 2, ST = 0, KS = 8; static constexpr bool SB = false; };
-template <> struct sbmm_config<sbmm::W_Q4_0, 1> { static constexpr int MT = 1, NW = 8, U = 4, ST = 0, KS = 8; static constexpr bool SB = false; };
-template <> struct sbmm_config<sbmm::W_Q4_0, 2> { static constexpr int MT = 2, NW = 4, U = 4, ST = 0, KS = 8; static constexpr bool SB = false; };
-template <> struct sbmm_config<sbmm::W_Q8_0, 1> { static constexpr int MT = 2, NW = 8, U = 2, ST = 0, KS = 8; static constexpr bool SB = false; };
-template <> struct sbmm_config<sbmm::W_Q8_0, 2> { static constexpr int MT = 2, NW = 8, U = 2, ST = 0, KS = 8; static constexpr bool SB = false; };
-template <> struct sbmm_config<sbmm::W_Q4_K, 1> { static constexpr int MT = 2, NW = 8, U = 1, ST = 0, KS = 8; static constexpr bool SB = false; };
-template <> struct sbmm_config<sbmm::W_Q4_K, 2> { static constexpr int MT = 2, NW = 8, U = 1, ST = 0, KS = 8; static constexpr bool SB = false; };
-template <> struct sbmm_config<sbmm::W_Q4_0, 1, true> { static constexpr int MT = 2, NW = 4, U = 8, ST = 2, KS = 2; static constexpr bool SB = true ; };
-template <> struct sbmm_config<sbmm::W_Q4_0, 2, true> { static constexpr int MT = 2, NW = 4, U = 8, ST = 2, KS = 2; static constexpr bool SB = true ; };
-template <> struct sbmm_config<sbmm::W_Q8_0, 1, true> { static constexpr int MT = 2, NW = 4, U = 8, ST = 1, KS = 8; static constexpr bool SB = true ; };
-template <> struct sbmm_config<sbmm::W_Q8_0, 2, true> { static constexpr int MT = 2, NW = 4, U = 8, ST = 1, KS = 8; static constexpr bool SB = true ; };
-template <> struct sbmm_config<sbmm::W_Q4_K, 1, true> { static constexpr int MT = 2, NW = 4, U = 2, ST = 2, KS = 8; static constexpr bool SB = true ; };
-template <> struct sbmm_config<sbmm::W_Q4_K, 2, true> { static constexpr int MT = 2, NW = 4, U = 1, ST = 2, KS = 2; static constexpr bool SB = true ; };
-// f16 keeps the register path: its staged loads (harness configurations *_st1 / *_st2) won only at 1..2
-// columns and lost 3..8 % at 3..16 (m=4096 k=14336, H200, 2026-12-02; benchmarks/results/kernels/).
+template <> struct sbmm_config<sbmm::W_F16,  1> { static constexpr int MT = 1, NW = 8, U = 2, ST = 0, KS = 8, FILL = 2; static constexpr bool SB = false, HB = false; };
+template <> struct sbmm_config<sbmm::W_F16,  2> { static constexpr int MT = 2, NW = 4, U = 2, ST = 0, KS = 8, FILL = 2; static constexpr bool SB = false, HB = false; };
+template <> struct sbmm_config<sbmm::W_Q4_0, 1> { static constexpr int MT = 1, NW = 8, U = 4, ST = 0, KS = 8, FILL = 2; static constexpr bool SB = false, HB = false; };
+template <> struct sbmm_config<sbmm::W_Q4_0, 2> { static constexpr int MT = 2, NW = 4, U = 4, ST = 0, KS = 8, FILL = 2; static constexpr bool SB = false, HB = false; };
+template <> struct sbmm_config<sbmm::W_Q8_0, 1> { static constexpr int MT = 2, NW = 8, U = 2, ST = 0, KS = 8, FILL = 2; static constexpr bool SB = false, HB = false; };
+template <> struct sbmm_config<sbmm::W_Q8_0, 2> { static constexpr int MT = 2, NW = 8, U = 2, ST = 0, KS = 8, FILL = 2; static constexpr bool SB = false, HB = false; };
+template <> struct sbmm_config<sbmm::W_Q4_K, 1> { static constexpr int MT = 2, NW = 8, U = 1, ST = 0, KS = 8, FILL = 2; static constexpr bool SB = false, HB = false; };
+template <> struct sbmm_config<sbmm::W_Q4_K, 2> { static constexpr int MT = 2, NW = 8, U = 1, ST = 0, KS = 8, FILL = 2; static constexpr bool SB = false, HB = false; };
+template <> struct sbmm_config<sbmm::W_Q4_0, 1, true> { static constexpr int MT = 2, NW = 4, U = 8, ST = 2, KS = 2, FILL = 2; static constexpr bool SB = true , HB = false; };
+template <> struct sbmm_config<sbmm::W_Q4_0, 2, true> { static constexpr int MT = 2, NW = 4, U = 8, ST = 2, KS = 2, FILL = 2; static constexpr bool SB = true , HB = false; };
+template <> struct sbmm_config<sbmm::W_Q8_0, 1, true> { static constexpr int MT = 2, NW = 4, U = 8, ST = 1, KS = 8, FILL = 2; static constexpr bool SB = true , HB = false; };
+template <> struct sbmm_config<sbmm::W_Q8_0, 2, true> { static constexpr int MT = 2, NW = 4, U = 8, ST = 1, KS = 8, FILL = 2; static constexpr bool SB = true , HB = false; };
+template <> struct sbmm_config<sbmm::W_Q4_K, 1, true> { static constexpr int MT = 2, NW = 4, U = 2, ST = 2, KS = 8, FILL = 2; static constexpr bool SB = true , HB = false; };
+template <> struct sbmm_config<sbmm::W_Q4_K, 2, true> { static constexpr int MT = 2, NW = 4, U = 1, ST = 2, KS = 2, FILL = 2; static constexpr bool SB = true , HB = false; };
+// f16 with f32 activations keeps the register path: its staged loads (harness configurations *_st1 / *_st2)
+// won only at 1..2 columns and lost 3..8 % at 3..16 (m=4096 k=14336, H200, 2026-12-02). With the activations
+// converted to f16 first (HB; GGML_CUDA_SBMM_F16_HALF=1, not yet the default: measured in the harness only)
+// the staged loads win: 33.5 / 35.7 us at n = 8 / 16 (3.5 TB/s) against 41.2 / 47.6 with f32 activations and
+// cuBLAS GemmEx's 37.0 / 34.1 (harness sbmm_mt1_nw8_u4_st2_h, k not split at 4096 rows: a split of 2 took
+// 36.9 us; benchmarks/results/kernels/sbmm-f16-activations.json). FILL = 1: split k only while the grid has
+// fewer blocks than SMs.
+template <> struct sbmm_config<sbmm::W_F16,  1, true> { static constexpr int MT = 1, NW = 8, U = 4, ST = 2, KS = 8, FILL = 1; static constexpr bool SB = false, HB = true; };
+template <> struct sbmm_config<sbmm::W_F16,  2, true> { static constexpr int MT = 1, NW = 8, U = 4, ST = 2, KS = 8, FILL = 1; static constexpr bool SB = false, HB = true; };
 
 // whether type t at ncols columns runs the staged weight loads (which need 16-byte aligned weights and rows).
 // q4_K keeps the register path at 2..8 columns: in whole Qwen3-8B-shaped Q4_K decodes (H200, 2026-12-02,
@@ -119,7 +132,7 @@ void launch(const char * W, int64_t row_bytes, const void * Y, int64_t stride_co
     const int nchunks = (nunits + C::U - 1) / C::U;
     // split k over the grid while it is short of ~2 blocks per SM and each warp keeps >= 2 chunks
     int ks = 1;
-    while (ks < C::KS && (int64_t) gx * ks < 2 * nsm && nchunks / (C::NW * ks * 2) >= 2) {
+    while (ks < C::KS && (int64_t) gx * ks < C::FILL * nsm && nchunks / (C::NW * ks * 2) >= 2) {
         ks *= 2;
     }
     if (ks > 1) {
@@ -128,16 +141,16 @@ void launch(const char * W, int64_t row_bytes, const void * Y, int64_t stride_co
     const dim3 grid(gx, ks, 1);
     // the staged path keeps its buffers in dynamic shared memory; above 48 KB a kernel must opt in (once per device)
     constexpr int smem = sbmm::sbmm_smem<T, NT, C::MT, C::NW, C::U, C::ST, C::SB>::dynamic;
+    constexpr auto kernel = sbmm::sbmm_kernel<T, NT, C::MT, C::NW, C::U, C::ST, C::SB, C::HB>;
     if constexpr (smem > 48 * 1024) {
         static bool raised[GGML_CUDA_MAX_DEVICES] = {};
         const int id = ggml_cuda_get_device();
         if (!raised[id]) {
-            CUDA_CHECK(cudaFuncSetAttribute(sbmm::sbmm_kernel<T, NT, C::MT, C::NW, C::U, C::ST, C::SB>,
-                                            cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+            CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
             raised[id] = true;
         }
     }
-    sbmm::sbmm_kernel<T, NT, C::MT, C::NW, C::U, C::ST, C::SB><<<grid, C::NW * 32, smem, stream>>>(
+    kernel<<<grid, C::NW * 32, smem, stream>>>(
         W, row_bytes, Y, stride_col_y, dst, stride_col_dst, m, nunits, ncols);
     CUDA_CHECK(cudaGetLastError());
 }
@@ -197,6 +210,9 @@ bool ggml_cuda_should_use_sbmm(const ggml_tensor * src0, const ggml_tensor * src
     if (t == sbmm::W_Q4_K && ((uintptr_t) src0->data % 16 != 0 || src0->nb[1] % 16 != 0)) {
         return false; // the q4_K loader reads each block's 16-byte header with one 16-byte load
     }
+    if (t == sbmm::W_F16 && env().f16_half && ((uintptr_t) src0->data % 16 != 0 || src0->nb[1] % 16 != 0)) {
+        return false; // the f16-activation path stages the weights with cp.async too
+    }
     if (staged_path(t, ncols) && ((uintptr_t) src0->data % 16 != 0 || src0->nb[1] % 16 != 0)) {
         return false; // the staged path copies each row's stretch of 8 blocks as 16-byte pieces (cp.async)
     }
@@ -223,8 +239,16 @@ void ggml_cuda_mul_mat_sbmm(ggml_backend_cuda_context & ctx, const ggml_tensor *
     const int64_t stride_col_dst = nb1 / sizeof(float);
 
     if (t == sbmm::W_F16) {
-        launch_nt<sbmm::W_F16>(W, nb01, src1->data, nb11 / sizeof(float), dst_d, stride_col_dst, (int) ne01, (int) ne00,
-                               ncols, nsm, stream);
+        if (env().f16_half && ggml_is_contiguous(src1)) {
+            // the activations as f16, [ncols][ne10] halves (16-byte aligned: a pool buffer, ne10 % 256 == 0)
+            ggml_cuda_pool_alloc<half> src1_f16(ctx.pool(), ne10 * ne11);
+            ggml_get_to_fp16_cuda(GGML_TYPE_F32)(src1->data, src1_f16.get(), ne10 * ne11, stream);
+            launch_nt<sbmm::W_F16, true>(W, nb01, src1_f16.get(), ne10, dst_d, stride_col_dst, (int) ne01, (int) ne00,
+                                         ncols, nsm, stream);
+        } else {
+            launch_nt<sbmm::W_F16>(W, nb01, src1->data, nb11 / sizeof(float), dst_d, stride_col_dst, (int) ne01,
+                                   (int) ne00, ncols, nsm, stream);
+        }
         return;
     }
 
