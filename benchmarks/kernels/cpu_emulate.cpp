@@ -151,7 +151,7 @@ void mma_f16_emulated(const int a[32][4], const int b[32][2], float d[32][4]) {
 template <int T, int MT, bool SB>
 void run_staged(int m, int k, int n, const std::vector<char> & wbytes, const std::vector<float> & x, std::vector<float> & y,
                 bool hb = false) {
-    const std::vector<uint16_t> xh = to_half(x);
+    const std::vector<uint16_t> xh = hb ? to_half(x) : std::vector<uint16_t>();
     constexpr int U = T == W_Q4_K ? MT : T == W_F16 ? 4 * MT : 8; // f16: 4 units (MT 1: no pad) or 8 (padded)
     constexpr int SROW = stage_traits<T, U>::sstride;
     static_assert(T != W_F16 || !SB, "f16 has no staged activations (they are f32)");
@@ -241,7 +241,7 @@ template <int T>
 void run(int m, int k, int n, const std::vector<char> & wbytes, const std::vector<float> & x, std::vector<float> & y,
          std::vector<float> & dq, bool hb = false) {
     constexpr int UK = wtraits<T>::unit_k;
-    const std::vector<uint16_t> xh = to_half(x);
+    const std::vector<uint16_t> xh = hb ? to_half(x) : std::vector<uint16_t>();
     const long long row_bytes = (long long) (k / UK) * wtraits<T>::unit_bytes;
     if ((long long) wbytes.size() != row_bytes * m) {
         fprintf(stderr, "weights: %zu bytes, expected %lld\n", wbytes.size(), row_bytes * m);

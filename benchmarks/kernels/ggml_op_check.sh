@@ -16,6 +16,23 @@ OUT="${OUT:-/tmp/sbmm_ops}"
 W=/tmp/lcw-sbmm
 mkdir -p "$OUT"
 TARBALL="$PWD/.dev/kernels/llama.cpp-sbmm.tar.xz"
+# the program: $TBO (the wheel's), else the one 'build' made on this warm machine
+tbo() {
+    if [ -z "${TBO:-}" ]; then
+        cd "$W/llama.cpp" || { echo "run 'build' first (on this warm machine), or set TBO"; exit 1; }
+        TBO=b/bin/test-backend-ops
+    fi
+}
+# evaluate NAME SECONDS 'TYPES': the MUL_MAT op tests of those weight types -> $OUT/eval_NAME.txt, a summary line
+evaluate() {
+    timeout "$2" $TBO -o MUL_MAT -b CUDA0 -p "type_a=($3),type_b=f32," > "$OUT/eval_$1.txt" 2>&1
+    echo "eval ($1) rc=$?: $(grep -cE '^ +MUL_MAT.*OK' "$OUT/eval_$1.txt") OK, $(grep -cE 'FAIL' "$OUT/eval_$1.txt") FAIL"
+    grep FAIL "$OUT/eval_$1.txt" | head -10
+}
+# perf NAME SECONDS: the op benchmark of the cases matching $P -> $OUT/perf_NAME.txt
+perf() {
+    timeout "$2" $TBO perf -b CUDA0 -o MUL_MAT -p "$P" 2>&1 | grep -E "MUL_MAT" > "$OUT/perf_$1.txt"
+}
 case "${1:-}" in
 build)
     [ -f "$TARBALL" ] || { echo "carry .dev/kernels (benchmarks/kernels/pack_tree.sh makes it)"; exit 1; }
@@ -29,50 +46,33 @@ build)
     echo "build $(( $(date +%s) - s )) s"
     ;;
 test)
-    if [ -z "${TBO:-}" ]; then
-        cd "$W/llama.cpp" || { echo "run 'build' first (on this warm machine), or set TBO"; exit 1; }
-        TBO=b/bin/test-backend-ops
-    fi
+    tbo
     # correctness of every MUL_MAT case of the four types (our new 1..16-column cases among them), vs the CPU
-    timeout 300 $TBO -o MUL_MAT -b CUDA0 -p 'type_a=(f16|q4_0|q8_0|q4_K),type_b=f32,' > "$OUT/eval_sbmm.txt" 2>&1
-    echo "eval rc=$?: $(grep -cE '^ +MUL_MAT.*OK' "$OUT/eval_sbmm.txt") OK, $(grep -cE 'FAIL' "$OUT/eval_sbmm.txt") FAIL"
-    grep FAIL "$OUT/eval_sbmm.txt" | head -10
+    evaluate sbmm 300 'f16|q4_0|q8_0|q4_K'
     P='type_a=(f16|q4_0|q4_K|q8_0),type_b=f32,m=4096,n=[0-9]+,k=14336,'
-    timeout 150 $TBO perf -b CUDA0 -o MUL_MAT -p "$P" 2>&1 | grep -E "MUL_MAT" > "$OUT/perf_sbmm.txt"
-    GGML_CUDA_SBMM=0 timeout 150 $TBO perf -b CUDA0 -o MUL_MAT -p "$P" 2>&1 | grep -E "MUL_MAT" > "$OUT/perf_default.txt"
+    perf sbmm 150; GGML_CUDA_SBMM=0 perf default 150
     echo "## sbmm (patch 0008)"; cat "$OUT/perf_sbmm.txt"
     echo "## GGML_CUDA_SBMM=0 (today's dispatch)"; cat "$OUT/perf_default.txt"
     ;;
 staged)
-    if [ -z "${TBO:-}" ]; then
-        cd "$W/llama.cpp" || { echo "run 'build' first (on this warm machine), or set TBO"; exit 1; }
-        TBO=b/bin/test-backend-ops
-    fi
+    tbo
     # GGML_CUDA_SBMM=1: sbmm at every 2..16 columns for the quantized types, the staged (cp.async) path unless
     # _STAGE=0; beside the register path and MMVQ/MMQ, for where the default's column range should start
-    GGML_CUDA_SBMM=1 timeout 240 $TBO -o MUL_MAT -b CUDA0 -p 'type_a=(q4_0|q8_0|q4_K),type_b=f32,' > "$OUT/eval_staged.txt" 2>&1
-    echo "eval (staged) rc=$?: $(grep -cE '^ +MUL_MAT.*OK' "$OUT/eval_staged.txt") OK, $(grep -cE 'FAIL' "$OUT/eval_staged.txt") FAIL"
-    grep FAIL "$OUT/eval_staged.txt" | head -10
+    GGML_CUDA_SBMM=1 evaluate staged 240 'q4_0|q8_0|q4_K'
     P='type_a=(q4_0|q8_0|q4_K),type_b=f32,m=4096,n=[0-9]+,k=14336,'
-    GGML_CUDA_SBMM=1 timeout 100 $TBO perf -b CUDA0 -o MUL_MAT -p "$P" 2>&1 | grep -E "MUL_MAT" > "$OUT/perf_staged.txt"
-    GGML_CUDA_SBMM=1 GGML_CUDA_SBMM_STAGE=0 timeout 100 $TBO perf -b CUDA0 -o MUL_MAT -p "$P" 2>&1 | grep -E "MUL_MAT" > "$OUT/perf_register.txt"
-    GGML_CUDA_SBMM=0 timeout 100 $TBO perf -b CUDA0 -o MUL_MAT -p "$P" 2>&1 | grep -E "MUL_MAT" > "$OUT/perf_mmvq.txt"
+    GGML_CUDA_SBMM=1 perf staged 100
+    GGML_CUDA_SBMM=1 GGML_CUDA_SBMM_STAGE=0 perf register 100
+    GGML_CUDA_SBMM=0 perf mmvq 100
     echo "## sbmm, staged loads (GGML_CUDA_SBMM=1)"; cat "$OUT/perf_staged.txt"
     echo "## sbmm, register loads (GGML_CUDA_SBMM=1 GGML_CUDA_SBMM_STAGE=0)"; cat "$OUT/perf_register.txt"
     echo "## MMVQ/MMQ (GGML_CUDA_SBMM=0)"; cat "$OUT/perf_mmvq.txt"
     ;;
 f16half)
-    if [ -z "${TBO:-}" ]; then
-        cd "$W/llama.cpp" || { echo "run 'build' first (on this warm machine), or set TBO"; exit 1; }
-        TBO=b/bin/test-backend-ops
-    fi
+    tbo
     # f16 with its activations converted to f16 and the weights staged (GGML_CUDA_SBMM_F16_HALF=1) vs today's sbmm
-    GGML_CUDA_SBMM_F16_HALF=1 timeout 200 $TBO -o MUL_MAT -b CUDA0 -p 'type_a=f16,type_b=f32,' > "$OUT/eval_f16half.txt" 2>&1
-    echo "eval (f16 half) rc=$?: $(grep -cE '^ +MUL_MAT.*OK' "$OUT/eval_f16half.txt") OK, $(grep -cE 'FAIL' "$OUT/eval_f16half.txt") FAIL"
-    grep FAIL "$OUT/eval_f16half.txt" | head -10
+    GGML_CUDA_SBMM_F16_HALF=1 evaluate f16half 200 'f16'
     P='type_a=f16,type_b=f32,m=4096,n=[0-9]+,k=14336,'
-    GGML_CUDA_SBMM_F16_HALF=1 timeout 100 $TBO perf -b CUDA0 -o MUL_MAT -p "$P" 2>&1 | grep -E "MUL_MAT" > "$OUT/perf_f16half.txt"
-    timeout 100 $TBO perf -b CUDA0 -o MUL_MAT -p "$P" 2>&1 | grep -E "MUL_MAT" > "$OUT/perf_f16.txt"
+    GGML_CUDA_SBMM_F16_HALF=1 perf f16half 100; perf f16 100
     ;;
 *)
     echo "usage: bash benchmarks/kernels/ggml_op_check.sh build|test|staged|f16half"; exit 2 ;;

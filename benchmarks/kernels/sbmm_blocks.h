@@ -601,7 +601,7 @@ SB_HD void load_b_f32(RawB<W_F16> & r, const float * y, long long stride_col_y, 
     }
 }
 
-// f16 activations (HB, harness only so far): the same 8 halves as load_b_f32 makes, read as one 16-byte load
+// f16 activations (HB; in the ggml patch behind GGML_CUDA_SBMM_F16_HALF=1): the same 8 halves as load_b_f32 makes, read as one 16-byte load
 // from an f16 copy of the activations ([ncols][stride_col_y] halves; 16-byte aligned: stride % 8 == 0)
 SB_HD void load_b_f16(RawB<W_F16> & r, const uint16_t * y, long long stride_col_y, int ncols, int cB, int u, int t) {
     if (cB < ncols) {

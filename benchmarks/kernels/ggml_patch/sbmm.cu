@@ -115,9 +115,13 @@ template <> struct sbmm_config<sbmm::W_F16,  2, true> { static constexpr int MT 
 // q4_K keeps the register path at 2..8 columns: in whole Qwen3-8B-shaped Q4_K decodes (H200, 2026-12-02,
 // RESULTS.md section 13.1) it was as fast or faster there (4 rows 4.54 vs 4.92 ms, 8 rows 5.27 vs 5.29), and
 // the staged path faster at 9..16 (12 rows 6.70 vs 7.23, 16 rows 7.23 vs 7.71) -- although in
-// test-backend-ops, whose 33 MB of weights stay in the L2, staged won from 5 columns on.
+// test-backend-ops, whose 33 MB of weights stay in the L2, staged won from 5 columns on. f16 stages its
+// weights only with its activations converted to f16 (GGML_CUDA_SBMM_F16_HALF=1).
 bool staged_path(int t, int64_t ncols) {
-    if (t == sbmm::W_F16 || env().staged == 0) {
+    if (t == sbmm::W_F16) {
+        return env().f16_half;
+    }
+    if (env().staged == 0) {
         return false;
     }
     return env().staged == 1 || t != sbmm::W_Q4_K || ncols > 8;
@@ -210,11 +214,8 @@ bool ggml_cuda_should_use_sbmm(const ggml_tensor * src0, const ggml_tensor * src
     if (t == sbmm::W_Q4_K && ((uintptr_t) src0->data % 16 != 0 || src0->nb[1] % 16 != 0)) {
         return false; // the q4_K loader reads each block's 16-byte header with one 16-byte load
     }
-    if (t == sbmm::W_F16 && env().f16_half && ((uintptr_t) src0->data % 16 != 0 || src0->nb[1] % 16 != 0)) {
-        return false; // the f16-activation path stages the weights with cp.async too
-    }
     if (staged_path(t, ncols) && ((uintptr_t) src0->data % 16 != 0 || src0->nb[1] % 16 != 0)) {
-        return false; // the staged path copies each row's stretch of 8 blocks as 16-byte pieces (cp.async)
+        return false; // the staged path copies each row's stretch of U units as 16-byte pieces (cp.async)
     }
     // (staged activations, SB: the q8_1 buffer is a pool allocation, >= 128-byte aligned, with columns of a
     // multiple of 512 values = 576 bytes: 16-byte aligned whatever src1 is)
@@ -239,7 +240,7 @@ void ggml_cuda_mul_mat_sbmm(ggml_backend_cuda_context & ctx, const ggml_tensor *
     const int64_t stride_col_dst = nb1 / sizeof(float);
 
     if (t == sbmm::W_F16) {
-        if (env().f16_half && ggml_is_contiguous(src1)) {
+        if (staged_path(t, ncols) && ggml_is_contiguous(src1)) {
             // the activations as f16, [ncols][ne10] halves (16-byte aligned: a pool buffer, ne10 % 256 == 0)
             ggml_cuda_pool_alloc<half> src1_f16(ctx.pool(), ne10 * ne11);
             ggml_get_to_fp16_cuda(GGML_TYPE_F32)(src1->data, src1_f16.get(), ne10 * ne11, stream);
