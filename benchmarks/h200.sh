@@ -24,7 +24,7 @@
 #   bash benchmarks/h200.sh ops staged # op tests of MUL_MAT (must pass) and its op benchmark with sbmm on / off (test),
 #                                    # staged / register loads / MMVQ (staged) (benchmarks/kernels/ggml_op_check.sh),
 #                                    # packed as $OUT/ops-MODE.tar.gz; one mode per call (each ~4-5 min);
-#                                    # `ops f16half`: f16 with GGML_CUDA_SBMM_F16_HALF=1 beside the default (~2 min)
+#                                    # `ops f16half`: f16 (f16 activations, default) beside GGML_CUDA_SBMM_F16_HALF=0 (~2 min)
 #   bash benchmarks/h200.sh step-smol # carry .dev/smol.part02 after model0 + model1: SmolLM2 step cost, T>0, held-out
 #   bash benchmarks/h200.sh bakeoff  # carry .dev/smol.part02 after install + model0 + model1: the drafter bake-off
 #                                    # (benchmarks/bakeoff/README.md); plots re-rendered here with --from-json
@@ -267,7 +267,7 @@ sbmm)
       # quantized: also sbmm at every 2..16 rows (=1) and the register loads instead of the staged ones (f16:
       # =1 takes the same 2..16 columns as the default, and it has no staged path)
       [ $dt != f16 ] && ENVS="$ENVS GGML_CUDA_SBMM=1 GGML_CUDA_SBMM_STAGE=0"
-      [ $dt = f16 ] && ENVS="$ENVS GGML_CUDA_SBMM_F16_HALF=1"  # f16 activations + staged weights (not yet default)
+      [ $dt = f16 ] && ENVS="$ENVS GGML_CUDA_SBMM_F16_HALF=0"  # f16: the first version (f32 activations, register loads)
       for env in $ENVS; do
         log "verify, $dt, $env"
         (cd /tmp && env $env timeout 150 python3 "$REPO/benchmarks/step_cost.py" --target $T --drafter $D \

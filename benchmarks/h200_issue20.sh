@@ -20,6 +20,7 @@
 #   call 5: bash benchmarks/h200_issue20.sh tau     loop τ of each on held-out prompts; HumanEval[:40] of the best
 #   (calls within 30 s of each other: the machine and /tmp/w stay; ≈ 7.5 + 0.5 + 8.5 + 8.5 + 3.5 min)
 #   more data in any later call (same prompts, next shard): SHARD=1/8 bash benchmarks/h200_issue20.sh regen
+#   engines: the two regen engines' answer tok/s side by side (carry .dev/smol.part02, .dev/i20 with prompts.jsonl.gz)
 #   (carry .dev/i20 holding prompts.jsonl.gz and answers/ of earlier calls to start a fresh machine from them)
 #
 # Budget: transformers generate was measured at 13.6 k tok/s (batch 1024), so a 5-min shard gives ≈ 2–4 M
@@ -31,7 +32,7 @@
 # TRAIN_EXTRA (e.g. "--device cpu --target-dtype float32"), ENGINE (hf).
 # Results go to $OUT (≤ 8 files of ≤ 16 MiB): the prompt set, answer chunks, manifests, reports, drafters.
 set -uo pipefail
-PHASE=${1:?phase: data | regen | train | tau}
+PHASE=${1:?phase: data | regen | train | tau | engines}
 REPO=$(pwd)
 W=${W:-/tmp/w}
 I=$W/i20
@@ -125,6 +126,23 @@ PY
     [ -f "$I/run/$c/drafter-q8_0.gguf" ] && cp "$I/run/$c/drafter-q8_0.gguf" "$OUT/drafter_$c-q8_0.gguf"
   done
   ls -la "$OUT"
+  ;;
+engines)
+  # answer throughput of the two regen engines on the same prompts, side by side in one call: transformers
+  # `generate` (static batches: a batch runs until its longest answer ends) against our llama.cpp batched path
+  # (continuous batching: a stream that ends takes the next prompt). ENGINES, ENGINE_SECONDS (60), ENGINE_SHARD (0/1)
+  smol
+  [ -s "$I/prompts.jsonl.gz" ] || { echo "no prompt set: carry .dev/i20/prompts.jsonl.gz"; exit 2; }
+  for e in ${ENGINES:-llama hf}; do
+    rm -rf "$I/engine_$e"
+    log "regen engine $e, ${ENGINE_SECONDS:-60} s, batch ${BATCH:-1024}"
+    (cd /tmp && timeout $(( ${ENGINE_SECONDS:-60} + 150 )) python3 -m pyllama_spec.train.regen "$GGUF" "$I/prompts.jsonl.gz" \
+        "$I/engine_$e" --shard "${ENGINE_SHARD:-0/1}" --engine "$e" --batch ${BATCH:-1024} --max-tokens ${MAX_TOKENS:-512} \
+        --sampled 0.25 --temperature 0.7 --seed "$SEED" --max-seconds ${ENGINE_SECONDS:-60}) > "$I/engine_$e.log" 2>&1
+    grep -v "Loading weights\|de-quantizing" "$I/engine_$e.log" | tr '\r' '\n' | grep "turn\|rror" | tail -3
+    python3 -c "import json,glob; m=json.load(open(glob.glob('$I/engine_$e/manifest-*.json')[0]))[-1]; print('$e', {k: m[k] for k in ('n_answers', 'n_answer_tokens', 'seconds', 'answer_tok_s')})" \
+      | tee -a "$OUT/engines.txt"
+  done
   ;;
 tau)
   # τ through our loop (llama.cpp CUDA, T = 0, n_max = block − 1 and 7) on held-out prompts of the new set

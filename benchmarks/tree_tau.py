@@ -2,11 +2,13 @@
 self-distillation file (the 10 % of its templated prompts held out of the shipped drafter's training), T = 0.
 
     python benchmarks/tree_tau.py [DATA.jsonl.gz] [--budgets 4,8,16,32] [--n-prompts 30]
-        [--max-tokens 128] [--n-max 7] [-ngl 99] [-t THREADS] [--json out.json]
+        [--max-tokens 128] [--n-max 7] [-ngl 99] [-t THREADS] [--sync-stages] [--json out.json]
 
 For every prompt: plain decoding, the chain (n_max) and each tree budget (depth n_max) run one after
 the other on one Generator (``tree`` = the largest budget, so every run uses the same target
-context), so ratios are measured side by side even on a loaded machine. Defaults: SmolLM2-135M-Instruct,
+context), so ratios are measured side by side even on a loaded machine. Every stage's ms per step is
+recorded; with ``--sync-stages`` each stage waits for its GPU work, so the split is true on a GPU (and
+the tok/s a little lower); without it GPU time lands in whichever stage reads first. Defaults: SmolLM2-135M-Instruct,
 its shipped DFlash drafter, ``benchmarks/data/smollm2-selfdistill-9170.jsonl.gz``.
 """
 from __future__ import annotations
@@ -34,6 +36,7 @@ def main() -> None:
     ap.add_argument("--n-max", type=int, default=7)
     ap.add_argument("-ngl", "--n-gpu-layers", type=int, default=99)
     ap.add_argument("-t", "--threads", type=int, default=None, help="CPU threads (default: all cores)")
+    ap.add_argument("--sync-stages", action="store_true", help="wait for the GPU at every stage boundary")
     ap.add_argument("--json")
     a = ap.parse_args()
     budgets = [int(b) for b in a.budgets.split(",") if b]
@@ -43,7 +46,7 @@ def main() -> None:
     gen = ps.Generator(target, drafters={"dflash": drafter}, n_ctx=4096, n_gpu_layers=a.n_gpu_layers,
                        tree=max(budgets), n_threads=a.threads)
     runs = {"plain": None, "chain": 0, **{f"tree{b}": b for b in budgets}}
-    acc = {name: {"stats": ps.SpecStats(n_max=a.n_max), "s": 0.0, "n": 0, "same": True, "verify_ms": 0.0}
+    acc = {name: {"stats": ps.SpecStats(n_max=a.n_max), "s": 0.0, "n": 0, "same": True, "stages": {}}
            for name in runs}
     t0 = time.time()
     for i, s in enumerate(held):
@@ -51,16 +54,17 @@ def main() -> None:
         ref = None
         for name, budget in runs.items():
             if budget is None:
-                r = gen.generate(prompt_tokens=toks, max_tokens=a.max_tokens, sync_stages=False)
+                r = gen.generate(prompt_tokens=toks, max_tokens=a.max_tokens, sync_stages=a.sync_stages)
                 ref = r.tokens
             else:
-                spec = ps.SpecConfig(drafter="dflash", n_max=a.n_max, tree=budget, sync_stages=False)
+                spec = ps.SpecConfig(drafter="dflash", n_max=a.n_max, tree=budget, sync_stages=a.sync_stages)
                 r = gen.generate(prompt_tokens=toks, max_tokens=a.max_tokens, spec=spec)
                 acc[name]["stats"].merge(r.stats)
             acc[name]["s"] += r.generation_seconds
             acc[name]["n"] += r.n_generated
             acc[name]["same"] &= r.tokens == ref
-            acc[name]["verify_ms"] += 1e3 * r.timings.get("verify", {}).get("seconds", 0.0)
+            for stage, t in r.timings.items():
+                acc[name]["stages"][stage] = acc[name]["stages"].get(stage, 0.0) + 1e3 * t.get("seconds", 0.0)
         taus = " ".join(f"{k} {v['stats'].mean_accepted_length:.2f}" for k, v in acc.items() if k != "plain")
         print(f"[{i + 1}/{len(held)}] τ so far: {taus}", flush=True)
     gen.close()
@@ -73,14 +77,18 @@ def main() -> None:
                "identical_to_plain": bool(v["same"])}
         if name != "plain":
             row.update(tau=st.mean_accepted_length, tau_vs_chain=st.mean_accepted_length / chain_tau,
-                       n_steps=st.n_steps, verify_ms_per_step=v["verify_ms"] / max(1, st.n_steps),
+                       n_steps=st.n_steps, verify_ms_per_step=v["stages"].get("verify", 0.0) / max(1, st.n_steps),
+                       stage_ms_per_step={k: ms / max(1, st.n_steps) for k, ms in sorted(v["stages"].items())},
                        accepted_per_position=st.accepted_per_position)
         out["runs"][name] = row
         print(f"{name:8s} {row['tok_s']:7.1f} tok/s (×{row['speedup_vs_plain']:.2f} plain)"
               + (f"  τ {row['tau']:.3f} (×{row['tau_vs_chain']:.2f} chain), verify {row['verify_ms_per_step']:.2f} "
                  f"ms/step" if name != "plain" else "") + f"  identical: {row['identical_to_plain']}")
+        if name != "plain":
+            print("         ms/step: " + "  ".join(f"{k} {ms:.2f}" for k, ms in row["stage_ms_per_step"].items()))
     out.update(date=time.strftime("%Y-%m-%d"), system=ps.system_info(), devices=ps.devices(), target=target,
-               drafter=drafter, n_gpu_layers=a.n_gpu_layers, n_threads=a.threads, seconds=time.time() - t0,
+               drafter=drafter, n_gpu_layers=a.n_gpu_layers, n_threads=a.threads, sync_stages=a.sync_stages,
+               seconds=time.time() - t0,
                budgets=budgets)
     if a.json:
         with open(a.json, "w") as f:

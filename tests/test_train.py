@@ -160,6 +160,23 @@ def test_batched_self_distillation_equals_generator(tiny):
     gen.close()
 
 
+def test_batched_answers_drawn_in_the_graph_equal_the_host_argmax(tiny):
+    """Greedy answers drawn by the backend sampler on every stream (the default at T = 0: no logits
+    to the host) are the host argmax's, token for token; a sampled prompt refuses that path."""
+    from pyllama_spec.train import data
+
+    gen = ps.Generator(tiny["target"], n_ctx=512)
+    prompts = [gen.tokenize_prompt(messages=p) for k, p in data.prompt_items(6, 0)]
+    runs = [{i: a for i, a, _ in data.answer_batched(gen.model, prompts, max_tokens=12, n_parallel=3, n_batch=256,
+                                                     progress=False, backend_sampling=b)} for b in (False, True)]
+    assert sorted(runs[0]) == list(range(len(prompts)))
+    assert runs[1] == runs[0]  # same ubatches, same kernels: identical on every backend
+    with pytest.raises(ps.InvalidArgumentError, match="backend_sampling needs every temperature 0"):
+        next(data.answer_batched(gen.model, prompts, max_tokens=4, temperatures=[0.7] * len(prompts),
+                                 progress=False, backend_sampling=True))
+    gen.close()
+
+
 def test_data_generation_resumes_after_a_killed_run(tiny, tmp_path):
     from pyllama_spec.train import data
 

@@ -4,7 +4,7 @@
 # dispatch of today). Two calls, because the build alone takes ~5 min (266 s for test-backend-ops):
 #   bash benchmarks/kernels/ggml_op_check.sh build   # untar, configure, ninja test-backend-ops
 #   bash benchmarks/kernels/ggml_op_check.sh test    # eval (must pass) + perf, sbmm on and off -> $OUT
-#   bash benchmarks/kernels/ggml_op_check.sh f16half # f16 with GGML_CUDA_SBMM_F16_HALF=1: eval + perf vs the default
+#   bash benchmarks/kernels/ggml_op_check.sh f16half # f16 (f16 activations, the default) vs GGML_CUDA_SBMM_F16_HALF=0: eval + perf
 #   bash benchmarks/kernels/ggml_op_check.sh staged  # q4_0 / q8_0 with GGML_CUDA_SBMM=1: eval of the staged
 #                                                    # path, perf staged vs register path vs MMVQ/MMQ -> $OUT
 # The build stays in /tmp/lcw-sbmm while the machine is warm (h200.md: files outside the checkout persist).
@@ -69,10 +69,12 @@ staged)
     ;;
 f16half)
     tbo
-    # f16 with its activations converted to f16 and the weights staged (GGML_CUDA_SBMM_F16_HALF=1) vs today's sbmm
-    GGML_CUDA_SBMM_F16_HALF=1 evaluate f16half 200 'f16'
+    # f16 with its activations converted to f16 and the weights staged (the default since 2026-12-02) vs the
+    # first version's f32 activations and register loads (GGML_CUDA_SBMM_F16_HALF=0); both evaluated
+    evaluate f16half 200 'f16'
+    GGML_CUDA_SBMM_F16_HALF=0 evaluate f16f32 200 'f16'
     P='type_a=f16,type_b=f32,m=4096,n=[0-9]+,k=14336,'
-    GGML_CUDA_SBMM_F16_HALF=1 perf f16half 100; perf f16 100
+    perf f16half 100; GGML_CUDA_SBMM_F16_HALF=0 perf f16 100
     ;;
 *)
     echo "usage: bash benchmarks/kernels/ggml_op_check.sh build|test|staged|f16half"; exit 2 ;;

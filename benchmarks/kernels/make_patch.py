@@ -43,9 +43,10 @@ multiplies each 16-row x 32-k weight block with all columns by one mma.sync (m16
 q8_1 activations MMVQ already makes, or m16n8k16 f16), splitting k over warps and, for few rows, blocks.
 
 Measured (H200, test-backend-ops perf -o MUL_MAT m=4096 k=14336, this build with GGML_CUDA_SBMM=0 as
-the reference, 2026-12-02): at 8 columns f16 37.4 vs MMF 48.6 us, q4_0 17.7 vs MMVQ 33.1, q4_K 18.0 vs
-46.8, q8_0 27.9 vs 46.0; at 16 columns 42.8 / 23.0 / 28.4 / 35.2 vs 51.5 / 31.7 / 34.5 / 44.6. The
-quantized types copy each warp's stretch of each row (8 q4_0 / q8_0 blocks, 1..2 q4_K blocks) and the
+the reference, 2026-12-02): at 8 columns f16 37.4 (f32 activations; 32.2 with f16 activations, below) vs
+MMF 48.6 us, q4_0 17.7 vs MMVQ 33.1, q4_K 18.0 vs 46.8, q8_0 27.9 vs 46.0; at 16 columns 42.8 / 23.0 /
+28.4 / 35.2 vs 51.5 / 31.7 / 34.5 / 44.6. The quantized types copy each warp's stretch of each row
+(8 q4_0 / q8_0 blocks, 1..2 q4_K blocks) and the
 chunk's q8_1 activations into shared memory with 16-byte cp.async and build their fragments from there
 (Marlin's load path; 16-bit loads from global memory ran at 0.7..1.1 TB/s). Whole Qwen3-8B-shaped decodes
 of 8 / 16 rows, ms (1 row: 3.2 / 3.6 / 5.0): Q4_0 5.04 / 6.19 vs 6.72 / 8.23, Q4_K 5.27 / 7.07 vs 8.77 /
@@ -57,8 +58,9 @@ quantized types with GGML_CUDA_SBMM=1.
 Environment: GGML_CUDA_SBMM=0 off, =1 all four types at 2..16 columns on any NVIDIA cc >= 8.0;
 GGML_CUDA_SBMM_MIN_COLS / _MAX_COLS override the column range of every type; GGML_CUDA_SBMM_STAGE=0
 gives the quantized types the register load path everywhere, =1 the staged path everywhere;
-GGML_CUDA_SBMM_F16_HALF=1 converts f16 matmuls' activations to f16 and stages their weights (33.5 us at
-8 columns in the standalone harness against 41.2 with f32 activations; not yet measured in ggml).
+f16 matmuls convert their activations to f16 (ggml_get_to_fp16_cuda) and stage their weights: 32.2 / 35.0 us
+at 8 / 16 columns against 36.8 / 42.8 with f32 activations and register loads (test-backend-ops perf, H200,
+2026-12-02, conversion included); GGML_CUDA_SBMM_F16_HALF=0 returns to the latter.
 
 """
 

@@ -247,7 +247,8 @@ def sample_rows(logits: np.ndarray, temperatures: Sequence[float], rngs: Sequenc
 def answer_batched(model: Model, prompts: Sequence[Sequence[int]], *, max_tokens: int, n_parallel: int = 64,
                    n_batch: int = 2048, progress: bool = True, temperatures: Sequence[float] | None = None,
                    seed: int = 0, seeds: Sequence[int] | None = None, min_p: float = 0.0,
-                   n_threads: int | None = None) -> Generator[tuple[int, list[int], bool], None, None]:
+                   n_threads: int | None = None,
+                   backend_sampling: bool | None = None) -> Generator[tuple[int, list[int], bool], None, None]:
     """Answers to many prompts at once: one KV-cache stream per prompt, every step one
     ``llama_decode`` that feeds the last token of each running answer and the prompts of newly
     started ones. Yields ``(index, answer_tokens, ended_by_eog)`` in completion order;
@@ -258,9 +259,15 @@ def answer_batched(model: Model, prompts: Sequence[Sequence[int]], *, max_tokens
             :func:`sample_rows` (``min_p``) with ``numpy.random.default_rng([seed, index])``, or
             ``default_rng(seeds[index])``, so a prompt's draws are fixed whatever the batch.
         n_threads: CPU threads of llama.cpp (default: its own; 1 is often faster on a busy CPU).
+        backend_sampling: draw greedy answers inside the decode graph (a greedy backend sampler on
+            every stream, :meth:`Context.set_sampler`): only one token per row crosses to the host
+            instead of the ``(rows, n_vocab)`` logits, and no host argmax runs. Default (None): on
+            when every temperature is 0. It needs all temperatures 0 (sampled rows keep the host
+            draw, whose per-prompt generator the backend's per-stream seed cannot reproduce).
 
     Raises:
-        InvalidArgumentError: a prompt longer than ``n_batch`` tokens; ``temperatures`` of another length.
+        InvalidArgumentError: a prompt longer than ``n_batch`` tokens; ``temperatures`` of another length;
+            ``backend_sampling=True`` with a temperature above 0.
     """
     import pyllama_spec as ps
 
@@ -274,10 +281,23 @@ def answer_batched(model: Model, prompts: Sequence[Sequence[int]], *, max_tokens
     longest = max(len(p) for p in prompts)
     if longest > n_batch:
         raise InvalidArgumentError(f"a prompt of {longest} tokens exceeds n_batch={n_batch}; shorten it")
+    greedy_only = all(t <= 0 for t in temps)
+    if backend_sampling is None:
+        backend_sampling = greedy_only
+    elif backend_sampling and not greedy_only:
+        raise InvalidArgumentError("backend_sampling needs every temperature 0: answer sampled prompts in a "
+                                   "separate call with backend_sampling=False")
     n_parallel = max(1, min(n_parallel, len(prompts)))
     per_seq = -(-(longest + max_tokens + 1) // 256) * 256  # llama.cpp pads n_ctx to 256: keep it divisible
     ctx = ps.Context(model, n_ctx=n_parallel * per_seq, n_batch=n_batch, n_ubatch=min(n_batch, 512),
                      n_seq_max=n_parallel, n_threads=n_threads, n_threads_batch=n_threads)
+    if backend_sampling:
+        # why: with 256 streams of a 49 152-token vocabulary the host's copy and argmax of the logits
+        # (50 MB a step) cost more than the decode itself on a GPU (RESULTS.md 15.1)
+        from ..sampler import SamplerChain
+
+        for k in range(n_parallel):
+            ctx.set_sampler(SamplerChain(), k)
     vocab = model.vocab
     queue = deque(range(len(prompts)))
     slots: list[_Stream | None] = [None] * n_parallel  # per KV-cache stream
@@ -319,7 +339,10 @@ def answer_batched(model: Model, prompts: Sequence[Sequence[int]], *, max_tokens
                                          np.random.default_rng([seed, i] if seeds is None else seeds[i]))
                 owners.append((k, new))
             ctx.decode(toks, np.asarray(pos), seq_id=np.asarray(seq), logits=np.asarray(flags))
-            if any(temps[st.index] > 0 for _, st in owners):
+            nxt: Sequence[int] | np.ndarray
+            if backend_sampling:
+                nxt = ctx.sampled_tokens()
+            elif any(temps[st.index] > 0 for _, st in owners):
                 nxt = sample_rows(ctx.logits(), [temps[st.index] for _, st in owners], [st.rng for _, st in owners],
                                   min_p=min_p)
             else:

@@ -243,11 +243,17 @@ def regenerate(target: str | os.PathLike, prompts_path: str | os.PathLike, out_d
 
             answers = {}
             assert lm is not None
-            for i, ans, _ in answer_batched(lm, toks, max_tokens=max_tokens, n_parallel=min(batch, 256),
-                                            temperatures=temps, seeds=seeds, progress=progress):
-                answers[i] = ans
-                if time.time() > deadline:
-                    break
+            # greedy and sampled prompts in separate runs, as the hf engine does: the greedy run draws in
+            # the decode graph (no logits to the host), the sampled one on the host with each prompt's seed
+            for group in ([i for i, t in enumerate(temps) if t <= 0], [i for i, t in enumerate(temps) if t > 0]):
+                if not group or time.time() > deadline:
+                    continue
+                for j, ans, _ in answer_batched(lm, [toks[i] for i in group], max_tokens=max_tokens,
+                                                n_parallel=min(batch, 256), temperatures=[temps[i] for i in group],
+                                                seeds=[seeds[i] for i in group], progress=progress):
+                    answers[group[j]] = ans
+                    if time.time() > deadline:
+                        break
         complete &= len(answers) == len(todo)
         for i, (r, key, raw) in enumerate(todo):
             a = answers.get(i)

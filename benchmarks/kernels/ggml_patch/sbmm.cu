@@ -20,8 +20,8 @@ struct sbmm_env {
     int max_cols = -1;
     int staged   = -1; // quantized types' weight loads: -1 auto (staged_path), GGML_CUDA_SBMM_STAGE=0 the register
                        // path everywhere, =1 the staged (cp.async) path everywhere
-    bool f16_half = false; // f16: GGML_CUDA_SBMM_F16_HALF=1 converts the activations to f16 and runs the staged
-                           // loads (config <W_F16, NT, true>); default: f32 activations, register loads
+    bool f16_half = true;  // f16: the activations converted to f16, staged weight loads (config <W_F16, NT, true>);
+                           // GGML_CUDA_SBMM_F16_HALF=0: f32 activations, register loads (the first version)
     sbmm_env() {
         if (const char * e = getenv("GGML_CUDA_SBMM")) {
             mode = atoi(e) > 0 ? 1 : 0;
@@ -103,11 +103,12 @@ template <> struct sbmm_config<sbmm::W_Q4_K, 1, true> { static constexpr int MT 
 template <> struct sbmm_config<sbmm::W_Q4_K, 2, true> { static constexpr int MT = 2, NW = 4, U = 1, ST = 2, KS = 2, FILL = 2; static constexpr bool SB = true , HB = false; };
 // f16 with f32 activations keeps the register path: its staged loads (harness configurations *_st1 / *_st2)
 // won only at 1..2 columns and lost 3..8 % at 3..16 (m=4096 k=14336, H200, 2026-12-02). With the activations
-// converted to f16 first (HB; GGML_CUDA_SBMM_F16_HALF=1, not yet the default: measured in the harness only)
-// the staged loads win: 33.5 / 35.7 us at n = 8 / 16 (3.5 TB/s) against 41.2 / 47.6 with f32 activations and
-// cuBLAS GemmEx's 37.0 / 34.1 (harness sbmm_mt1_nw8_u4_st2_h, k not split at 4096 rows: a split of 2 took
-// 36.9 us; benchmarks/results/kernels/sbmm-f16-activations.json). FILL = 1: split k only while the grid has
-// fewer blocks than SMs.
+// converted to f16 first (HB, the default since 2026-12-02; GGML_CUDA_SBMM_F16_HALF=0 turns it off) the staged
+// loads win: 33.5 / 35.7 us at n = 8 / 16 (3.5 TB/s) against 41.2 / 47.6 with f32 activations and cuBLAS
+// GemmEx's 37.0 / 34.1 (harness sbmm_mt1_nw8_u4_st2_h, k not split at 4096 rows: a split of 2 took 36.9 us;
+// benchmarks/results/kernels/sbmm-f16-activations.json); in ggml, conversion included, 32.2 / 35.0 us against
+// 36.8 / 42.8 with f32 activations (test-backend-ops perf, H200, RESULTS.md 13.2). FILL = 1: split k only
+// while the grid has fewer blocks than SMs.
 template <> struct sbmm_config<sbmm::W_F16,  1, true> { static constexpr int MT = 1, NW = 8, U = 4, ST = 2, KS = 8, FILL = 1; static constexpr bool SB = false, HB = true; };
 template <> struct sbmm_config<sbmm::W_F16,  2, true> { static constexpr int MT = 1, NW = 8, U = 4, ST = 2, KS = 8, FILL = 1; static constexpr bool SB = false, HB = true; };
 
@@ -116,7 +117,7 @@ template <> struct sbmm_config<sbmm::W_F16,  2, true> { static constexpr int MT 
 // RESULTS.md section 13.1) it was as fast or faster there (4 rows 4.54 vs 4.92 ms, 8 rows 5.27 vs 5.29), and
 // the staged path faster at 9..16 (12 rows 6.70 vs 7.23, 16 rows 7.23 vs 7.71) -- although in
 // test-backend-ops, whose 33 MB of weights stay in the L2, staged won from 5 columns on. f16 stages its
-// weights only with its activations converted to f16 (GGML_CUDA_SBMM_F16_HALF=1).
+// weights only with its activations converted to f16 (the default; GGML_CUDA_SBMM_F16_HALF=0: neither).
 bool staged_path(int t, int64_t ncols) {
     if (t == sbmm::W_F16) {
         return env().f16_half;
