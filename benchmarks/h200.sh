@@ -284,6 +284,12 @@ sbmm)
         (cd /tmp && env $env timeout 150 python3 "$REPO/benchmarks/step_cost.py" --target $T --drafter $D \
             --label "qwen3-8b-$dt $env" --sections loop --n-max 3 7 15 --runs 1 --max-tokens 96 \
             --json "$OUT/sbmm/loop_${dt}_${env}.json") 2>&1 | grep "loop\|#\|plain\|n_max"
+        # T = 0 with the verify rows drawn by llama.cpp's greedy backend sampler (patch 0007: one argmax and one
+        # copy per sequence) instead of the host argmax over 8 x 151 936 logits, "auto"'s choice at T = 0, which
+        # cost ~75 us a row in the accept stage (RESULTS.md 13.2)
+        [ "$env" = GGML_CUDA_SBMM_DEFAULT=1 ] && (cd /tmp && env $env timeout 150 python3 "$REPO/benchmarks/step_cost.py" \
+            --target $T --drafter $D --label "qwen3-8b-$dt $env backend-sampling" --sections loop --n-max 3 7 15 --runs 1 \
+            --max-tokens 96 --backend-sampling on --json "$OUT/sbmm/loop_${dt}_${env}_bs-on.json") 2>&1 | grep "loop\|#\|plain\|n_max"
       done
       log "ours vs llama-speculative-simple, f16 pair, n_max 7, $env"
       T=$B/target-qwen3-8b-f16.gguf; D=$B/dflash-qwen3-8b-f16.gguf

@@ -130,15 +130,18 @@ PY
 engines)
   # answer throughput of the two regen engines on the same prompts, side by side in one call: transformers
   # `generate` (static batches: a batch runs until its longest answer ends) against our llama.cpp batched path
-  # (continuous batching: a stream that ends takes the next prompt). ENGINES, ENGINE_SECONDS (60), ENGINE_SHARD (0/1)
+  # (continuous batching: a stream that ends takes the next prompt). Each answers the same first ENGINE_PROMPTS
+  # (768) prompts to the end (a deadline would drop the answers in flight and bias the count), within
+  # ENGINE_SECONDS (200) of generation. ENGINES (llama hf), ENGINE_SHARD (0/1)
   smol
   [ -s "$I/prompts.jsonl.gz" ] || { echo "no prompt set: carry .dev/i20/prompts.jsonl.gz"; exit 2; }
   for e in ${ENGINES:-llama hf}; do
     rm -rf "$I/engine_$e"
-    log "regen engine $e, ${ENGINE_SECONDS:-60} s, batch ${BATCH:-1024}"
-    (cd /tmp && timeout $(( ${ENGINE_SECONDS:-60} + 150 )) python3 -m pyllama_spec.train.regen "$GGUF" "$I/prompts.jsonl.gz" \
+    log "regen engine $e, ${ENGINE_PROMPTS:-768} prompts, batch ${BATCH:-1024}"
+    (cd /tmp && timeout $(( ${ENGINE_SECONDS:-200} + 100 )) python3 -m pyllama_spec.train.regen "$GGUF" "$I/prompts.jsonl.gz" \
         "$I/engine_$e" --shard "${ENGINE_SHARD:-0/1}" --engine "$e" --batch ${BATCH:-1024} --max-tokens ${MAX_TOKENS:-512} \
-        --sampled 0.25 --temperature 0.7 --seed "$SEED" --max-seconds ${ENGINE_SECONDS:-60}) > "$I/engine_$e.log" 2>&1
+        --sampled 0.25 --temperature 0.7 --seed "$SEED" --max-seconds ${ENGINE_SECONDS:-200} --limit ${ENGINE_PROMPTS:-768}) \
+        > "$I/engine_$e.log" 2>&1
     grep -v "Loading weights\|de-quantizing" "$I/engine_$e.log" | tr '\r' '\n' | grep "turn\|rror" | tail -3
     python3 -c "import json,glob; m=json.load(open(glob.glob('$I/engine_$e/manifest-*.json')[0]))[-1]; print('$e', {k: m[k] for k in ('n_answers', 'n_answer_tokens', 'seconds', 'answer_tok_s')})" \
       | tee -a "$OUT/engines.txt"
