@@ -2,7 +2,7 @@
 self-distillation file (the 10 % of its templated prompts held out of the shipped drafter's training), T = 0.
 
     python benchmarks/tree_tau.py [DATA.jsonl.gz] [--budgets 4,8,16,32] [--n-prompts 30]
-        [--max-tokens 128] [--n-max 7] [-ngl 99] [-t THREADS] [--sync-stages] [--json out.json]
+        [--max-tokens 128] [--n-max 7] [-ngl 99] [-t THREADS] [--sync-stages] [--split heldout|all] [--json out.json]
 
 For every prompt: plain decoding, the chain (n_max) and each tree budget (depth n_max) run one after
 the other on one Generator (``tree`` = the largest budget, so every run uses the same target
@@ -37,12 +37,14 @@ def main() -> None:
     ap.add_argument("-ngl", "--n-gpu-layers", type=int, default=99)
     ap.add_argument("-t", "--threads", type=int, default=None, help="CPU threads (default: all cores)")
     ap.add_argument("--sync-stages", action="store_true", help="wait for the GPU at every stage boundary")
+    ap.add_argument("--split", choices=["heldout", "all"], default="heldout",
+                    help="all: every prompt of DATA (a set the drafter was not trained on, e.g. issue 20's natural prompts)")
     ap.add_argument("--json")
     a = ap.parse_args()
     budgets = [int(b) for b in a.budgets.split(",") if b]
     target = a.target or str(smollm2_path())
     drafter = a.drafter or str(smollm2_dflash_path())
-    held = [s for s in load_sequences(a.data) if s["split"] == "heldout"][:a.n_prompts]
+    held = [s for s in load_sequences(a.data) if a.split == "all" or s["split"] == "heldout"][:a.n_prompts]
     gen = ps.Generator(target, drafters={"dflash": drafter}, n_ctx=4096, n_gpu_layers=a.n_gpu_layers,
                        tree=max(budgets), n_threads=a.threads)
     runs = {"plain": None, "chain": 0, **{f"tree{b}": b for b in budgets}}
@@ -88,6 +90,7 @@ def main() -> None:
             print("         ms/step: " + "  ".join(f"{k} {ms:.2f}" for k, ms in row["stage_ms_per_step"].items()))
     out.update(date=time.strftime("%Y-%m-%d"), system=ps.system_info(), devices=ps.devices(), target=target,
                drafter=drafter, n_gpu_layers=a.n_gpu_layers, n_threads=a.threads, sync_stages=a.sync_stages,
+               data=os.path.relpath(a.data) if a.data else None, split=a.split,
                seconds=time.time() - t0,
                budgets=budgets)
     if a.json:
