@@ -19,7 +19,8 @@
 #   bash benchmarks/h200.sh sbmm B   # Q4_K and Q4_0 pairs (SBMM_DTYPES) written there; A: verify of 1..16 rows with
 #                                    # sbmm (default), without (GGML_CUDA_SBMM=0), at every row count (=1) and with
 #                                    # register loads (GGML_CUDA_SBMM_STAGE=0); B: step ÷ plain and ours vs
-#                                    # llama-speculative-simple with and without sbmm. Each packs $OUT/sbmm-A|B.tar.gz
+#                                    # llama-speculative-simple with and without sbmm; P: kernel tables of verify
+#                                    # batches of 1 / 8 / 16 rows (torch.profiler). Each packs $OUT/sbmm-A|B|P.tar.gz
 #   bash benchmarks/h200.sh ops test   # issue 19, after install (our wheel, built with test-backend-ops): llama.cpp's
 #   bash benchmarks/h200.sh ops staged # op tests of MUL_MAT (must pass) and its op benchmark with sbmm on / off (test),
 #                                    # staged / register loads / MMVQ (staged) (benchmarks/kernels/ggml_op_check.sh),
@@ -251,7 +252,7 @@ step-big)
 sbmm)
   # Issue 19 stage 2 (patch 0008 in the installed wheel). Part A writes the pairs (f16 ~17 GB, Q4_K ~6 GB; kept in
   # /tmp/w/big while the machine stays warm) and measures verify batches; part B the loop on the same pairs.
-  PART=${2:?part: A | B}
+  PART=${2:?part: A | B | P}
   B=$W/big; mkdir -p "$B" "$OUT/sbmm"
   (cd pyllama_spec && tar -cf - $(find . -name "*.py")) | tar -xf - -C "$W/pkg/pyllama_spec"
   DTS=${SBMM_DTYPES:-f16 q4_K q4_0}
@@ -260,7 +261,16 @@ sbmm)
     log "write the Qwen3-8B-shaped $dt pair"
     (cd /tmp && python3 -m pyllama_spec.fixtures big "$B" --dtype $dt) || exit 1
   done
-  if [ "$PART" = A ]; then
+  if [ "$PART" = P ]; then
+    # where a verify's excess over a decode goes once the weight matmuls are near flat: GPU kernel tables
+    # (torch.profiler) of verify batches with the default dispatch
+    for dt in $DTS; do
+      T=$B/target-qwen3-8b-$dt.gguf; D=$B/dflash-qwen3-8b-$dt.gguf
+      log "verify kernels, $dt"
+      (cd /tmp && timeout 200 python3 "$REPO/benchmarks/step_cost.py" --target $T --drafter $D --label "qwen3-8b-$dt" \
+          --sections verify --rows 1 8 16 --n-max 7 --reps 20 --profile --json "$OUT/sbmm/profile_${dt}.json") 2>&1 | head -80
+    done
+  elif [ "$PART" = A ]; then
     for dt in $DTS; do
       T=$B/target-qwen3-8b-$dt.gguf; D=$B/dflash-qwen3-8b-$dt.gguf
       ENVS="GGML_CUDA_SBMM_DEFAULT=1 GGML_CUDA_SBMM=0"
