@@ -20,7 +20,7 @@
 #   call 5: bash benchmarks/h200_issue20.sh tau     loop τ of each on held-out prompts; HumanEval[:40] of the best
 #   (calls within 30 s of each other: the machine and /tmp/w stay; ≈ 7.5 + 0.5 + 8.5 + 8.5 + 3.5 min)
 #   more data in any later call (same prompts, next shard): SHARD=1/8 bash benchmarks/h200_issue20.sh regen
-#   engines: the two regen engines' answer tok/s side by side (carry .dev/smol.part02, .dev/i20 with prompts.jsonl.gz)
+#   engines: the regen engines' answer tok/s side by side (carry .dev/smol.part02, .dev/i20 with prompts.jsonl.gz)
 #   (carry .dev/i20 holding prompts.jsonl.gz and answers/ of earlier calls to start a fresh machine from them)
 #
 # Budget: transformers generate was measured at 13.6 k tok/s (batch 1024), so a 5-min shard gives ≈ 2–4 M
@@ -128,14 +128,16 @@ PY
   ls -la "$OUT"
   ;;
 engines)
-  # answer throughput of the two regen engines on the same prompts, side by side in one call: transformers
-  # `generate` (static batches: a batch runs until its longest answer ends) against our llama.cpp batched path
+  # answer throughput of the regen engines on the same prompts, side by side in one call: transformers
+  # `generate` (static batches: a batch runs until its longest answer ends), its `generate_batch` (hf-cb:
+  # continuous batching, paged KV) and our llama.cpp batched path
   # (continuous batching: a stream that ends takes the next prompt). Each answers the same first ENGINE_PROMPTS
   # (768) prompts to the end (a deadline would drop the answers in flight and bias the count), within
-  # ENGINE_SECONDS (200) of generation. ENGINES (llama hf), ENGINE_SHARD (0/1)
+  # ENGINE_SECONDS (200) of generation. ENGINES (llama hf-cb; hf, measured on 2026-12-02 at 0.7-1 k tok/s, would
+  # push the call past 10 min), ENGINE_SHARD (0/1)
   smol
   [ -s "$I/prompts.jsonl.gz" ] || { echo "no prompt set: carry .dev/i20/prompts.jsonl.gz"; exit 2; }
-  for e in ${ENGINES:-llama hf}; do
+  for e in ${ENGINES:-llama hf-cb}; do
     rm -rf "$I/engine_$e"
     log "regen engine $e, ${ENGINE_PROMPTS:-768} prompts, batch ${BATCH:-1024}"
     (cd /tmp && timeout $(( ${ENGINE_SECONDS:-200} + 100 )) python3 -m pyllama_spec.train.regen "$GGUF" "$I/prompts.jsonl.gz" \

@@ -38,7 +38,7 @@ def main() -> None:
     ap.add_argument("-t", "--threads", type=int, default=None, help="CPU threads (default: all cores)")
     ap.add_argument("--sync-stages", action="store_true", help="wait for the GPU at every stage boundary")
     ap.add_argument("--split", choices=["heldout", "all"], default="heldout",
-                    help="all: every prompt of DATA (a set the drafter was not trained on, e.g. issue 20's natural prompts)")
+                    help="all: every prompt of DATA (a set the drafter was not trained on: issue 20's natural prompts)")
     ap.add_argument("--json")
     a = ap.parse_args()
     budgets = [int(b) for b in a.budgets.split(",") if b]

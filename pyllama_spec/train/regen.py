@@ -3,18 +3,22 @@
 Each prompt is answered by the target itself, mostly greedily; a share ``--sampled`` (by a hash
 of the prompt's id and ``--seed``) at ``--temperature`` (default 0.7). Two-turn conversations
 are answered turn by turn: the first answer goes into the chat history of the second turn, and
-both turns give a training sequence. Two engines:
+both turns give a training sequence. Three engines:
 
 * ``hf`` — transformers ``generate`` at large batch on the GPU (the target loaded from its GGUF,
-  :func:`.online.load_hf_target`); prompts sorted by length, left-padded;
-* ``llama`` — our batched llama.cpp path (:func:`.data.answer_batched`), the target's own kernels.
+  :func:`.online.load_hf_target`); prompts sorted by length, left-padded; a batch runs until its
+  longest answer ends;
+* ``hf-cb`` — transformers ``generate_batch`` (continuous batching, paged KV cache: a finished
+  answer's slot takes the next prompt at once), ``--batch`` prompts per call;
+* ``llama`` — our batched llama.cpp path (:func:`.data.answer_batched`, continuous batching too),
+  the target's own kernels; greedy rows drawn in the decode graph.
 
 Tokens are always those of llama.cpp's tokenizer and chat template (a vocab-only load), so the
 sequences are exactly what the drafter sees at inference.
 
 Reproducible: shard ``i/n`` is every prompt whose index in the file is ≡ i (mod n); a prompt's
-temperature and seed depend on its id and ``--seed`` alone (``hf``: a sampled batch is seeded by
-its first prompt's seed, so its draws also depend on the batch, which the sorted shard fixes).
+temperature and seed depend on its id and ``--seed`` alone (``hf`` / ``hf-cb``: a sampled batch is
+seeded by its first prompt's seed, so its draws also depend on the batch, which the shard fixes).
 ``--max-seconds`` (counted after the target is loaded) stops starting new batches (a call of the GPU
 tool must end within 10 min);
 running the same command again resumes, answering only what the shard's files lack.
@@ -25,7 +29,7 @@ Output: ``OUT_DIR/answers-s{i}of{n}-{k:02d}.jsonl.gz``, each at most ``--chunk-m
 ``temperature``, ``seed``; and ``manifest-s{i}of{n}.json`` (command, counts, tokens, seconds).
 
     python -m pyllama_spec.train.regen TARGET.gguf PROMPTS.jsonl[.gz] OUT_DIR --shard 0/4 \\
-        [--engine hf|llama] [--max-tokens 512] [--sampled 0.25] [--temperature 0.7] [--batch 512] \\
+        [--engine hf|hf-cb|llama] [--max-tokens 512] [--sampled 0.25] [--temperature 0.7] [--batch 512] \\
         [--seed 0] [--max-seconds 480]
 """
 from __future__ import annotations
@@ -44,6 +48,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InvalidArgumentError
+
+ENGINES = ("hf", "hf-cb", "llama")
 
 
 def prompt_seed(pid: str, seed: int) -> int:
@@ -159,6 +165,42 @@ def _hf_answers(model: Any, prompts: list[list[int]], temps: list[float], seeds:
     return out
 
 
+def _hf_cb_answers(model: Any, prompts: list[list[int]], temps: list[float], seeds: list[int], *, max_tokens: int,
+                   batch: int, eog: list[int], pad: int, deadline: float) -> dict[int, list[int]]:
+    """Answers of transformers ``generate_batch`` (continuous batching): ``{index: answer_tokens}``,
+    greedy and sampled prompts in separate calls of at most ``batch`` prompts; stops starting calls
+    after ``deadline``. Cut after the first end-of-generation token, as :func:`_hf_answers`."""
+    import torch
+    from transformers.generation import GenerationConfig
+
+    out: dict[int, list[int]] = {}
+    eog_set = set(eog)
+    for sampled in (False, True):
+        idx = [i for i in range(len(prompts)) if (temps[i] > 0) == sampled]
+        for s in range(0, len(idx), batch):
+            if time.time() > deadline:
+                return out
+            part = idx[s:s + batch]
+            kw: dict[str, Any] = {"do_sample": False}
+            if sampled:
+                torch.manual_seed(seeds[part[0]])
+                kw = {"do_sample": True, "temperature": temps[part[0]], "top_k": 0, "top_p": 1.0}
+            cfg = GenerationConfig(max_new_tokens=max_tokens, eos_token_id=eog, pad_token_id=pad, **kw)
+            res = model.generate_batch(inputs=[prompts[i] for i in part], generation_config=cfg)
+            # results come in input order, but a failed request is left out: match them by prompt
+            by_prompt: dict[tuple[int, ...], list[int]] = {}
+            for i in part:
+                by_prompt.setdefault(tuple(prompts[i]), []).append(i)
+            for r in res.values():
+                if r.error is not None or not by_prompt.get(tuple(r.prompt_ids)):
+                    continue
+                i = by_prompt[tuple(r.prompt_ids)].pop(0)
+                a = list(r.generated_tokens)
+                cut = next((j for j, t in enumerate(a) if t in eog_set), None)
+                out[i] = a[:cut + 1] if cut is not None else a
+    return out
+
+
 def regenerate(target: str | os.PathLike, prompts_path: str | os.PathLike, out_dir: str | os.PathLike, *,
                shard: tuple[int, int] = (0, 1), engine: str = "hf", max_tokens: int = 512,
                max_prompt_tokens: int = 1024, sampled: float = 0.25, temperature: float = 0.7, seed: int = 0,
@@ -178,8 +220,8 @@ def regenerate(target: str | os.PathLike, prompts_path: str | os.PathLike, out_d
     from ..generator import tokenize_chat
     from .prompts import read_prompts
 
-    if engine not in ("hf", "llama"):
-        raise InvalidArgumentError(f"engine must be 'hf' or 'llama', got {engine!r}")
+    if engine not in ENGINES:
+        raise InvalidArgumentError(f"engine must be one of {', '.join(ENGINES)}, got {engine!r}")
     if not 0 <= sampled <= 1 or temperature <= 0:
         raise InvalidArgumentError(f"need 0 ≤ sampled ≤ 1 and temperature > 0, got {sampled}, {temperature}")
     t0 = time.time()
@@ -194,7 +236,7 @@ def regenerate(target: str | os.PathLike, prompts_path: str | os.PathLike, out_d
     eog = [t for t in range(vocab.n_tokens) if vocab.is_eog(t)]
     hf_model = None
     lm = None
-    if engine == "hf":
+    if engine in ("hf", "hf-cb"):
         import torch
 
         from .online import load_hf_target
@@ -236,8 +278,9 @@ def regenerate(target: str | os.PathLike, prompts_path: str | os.PathLike, out_d
         if not todo:
             continue
         if hf_model is not None:
-            answers = _hf_answers(hf_model, toks, temps, seeds, max_tokens=max_tokens, batch=batch, eog=eog,
-                                  pad=vocab.pad if vocab.pad is not None else eog[0], deadline=deadline)
+            answer_fn = _hf_cb_answers if engine == "hf-cb" else _hf_answers
+            answers = answer_fn(hf_model, toks, temps, seeds, max_tokens=max_tokens, batch=batch, eog=eog,
+                                pad=vocab.pad if vocab.pad is not None else eog[0], deadline=deadline)
         else:
             from .data import answer_batched
 
@@ -279,7 +322,7 @@ def regenerate(target: str | os.PathLike, prompts_path: str | os.PathLike, out_d
         lm.close()
     secs = time.time() - t0
     man = {"command": command if command is not None else shlex.join([sys.executable, *sys.argv]),
-           "shard": f"{i_shard}/{n_shard}", "engine": engine, "dtype": dtype if engine == "hf" else None,
+           "shard": f"{i_shard}/{n_shard}", "engine": engine, "dtype": dtype if engine != "llama" else None,
            "seed": seed, "sampled": sampled, "temperature": temperature, "max_tokens": max_tokens,
            "n_prompts": len(recs), "n_answers": n_ans, "n_answer_tokens": n_tok, "n_sampled": n_samp,
            "seconds": secs, "answer_tok_s": n_tok / secs if secs else None,
@@ -298,7 +341,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("prompts", help="a prompt set of pyllama_spec.train.prompts (.jsonl or .jsonl.gz)")
     ap.add_argument("out_dir")
     ap.add_argument("--shard", default="0/1", help="i/n: the prompts with index ≡ i (mod n)")
-    ap.add_argument("--engine", default="hf", choices=["hf", "llama"])
+    ap.add_argument("--engine", default="hf", choices=list(ENGINES))
     ap.add_argument("--max-tokens", type=int, default=512, help="longest answer")
     ap.add_argument("--max-prompt-tokens", type=int, default=1024, help="longer prompts keep their end (chats)")
     ap.add_argument("--sampled", type=float, default=0.25, help="share of prompts answered at --temperature")
