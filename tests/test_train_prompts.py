@@ -7,6 +7,8 @@ import gzip
 import itertools
 import json
 import random
+import time
+from collections import Counter
 
 import numpy as np
 import pytest
@@ -41,6 +43,60 @@ def test_normalise_hash_and_near_duplicates():
     assert not idx.add(long.replace("returns", "gives back"))
     assert idx.add("Explain the difference between TCP and UDP to a beginner.")
     assert len(idx) == 2
+    assert idx.offer(long + "!") == "exact" and idx.offer("How do magnets work, in simple words?") is None
+
+
+def _slow_dedupe(texts, threshold=0.6):
+    """The definition: every text against every one kept before it."""
+    hashes, kept, out = set(), [], []
+    for t in texts:
+        s = P.shingles(t)
+        if P.text_hash(t) in hashes:
+            out.append("exact")
+        elif any(P.jaccard(s, k) >= threshold for k in kept):
+            out.append("near")
+        else:
+            out.append(None)
+            hashes.add(P.text_hash(t))
+            kept.append(s)
+    return out
+
+
+def _code_request(rng):
+    def word():
+        return "".join(rng.choices("abcdefghijklmnopqrstuvwxyz", k=rng.randint(3, 8)))
+
+    name, a, b, c = (word() for _ in range(4))
+    lines = (f"    {word()} = {a} * {rng.randrange(1000)} + {b}.{word()}({c})" for _ in range(rng.randint(3, 8)))
+    body = "\n".join(lines)
+    return f"Explain what this code does:\n\n```python\ndef {name}({a}, {b}, {c}):\n{body}\n    return {c}\n```"
+
+
+def test_near_dup_index_decides_as_all_pairs():
+    rng = random.Random(0)
+    texts = [P.seed_request(rng)[1] for _ in range(400)] + [_code_request(rng) for _ in range(150)]
+    for t in rng.sample(texts, 150):  # one word changed, dropped or added: near, or not, by the numbers
+        words = t.split(" ")
+        i = rng.randrange(len(words))
+        words[i:i + 1] = rng.choice([[], ["really"], [words[i], "now"], ["something"]])
+        texts.append(" ".join(words))
+    texts += [t.upper() for t in texts[:20]]
+    rng.shuffle(texts)
+    idx = P.NearDupIndex()
+    got = [idx.offer(t) for t in texts]
+    assert got == _slow_dedupe(texts)
+    assert 200 < got.count(None) < 600 and got.count("near") > 100 and got.count("exact") > 20
+
+
+def test_near_dup_index_is_not_quadratic():
+    # code requests share their ask and fence: a bucket per shingle value held all of them
+    rng = random.Random(1)
+    texts = [_code_request(rng) for _ in range(1500)]
+    idx = P.NearDupIndex()
+    assert all(idx.offer(t) is None for t in texts)
+    pairs = len(texts) * (len(texts) - 1) // 2
+    assert idx.n_candidates < 0.1 * pairs and idx.n_compared < len(texts)
+    assert idx.offer(texts[7].replace("Explain what", "Explain to me what")) == "near"
 
 
 def test_contamination_refuses_the_evaluation_sets():
@@ -57,6 +113,51 @@ def test_contamination_refuses_the_evaluation_sets():
     assert c.check(" ".join(words))  # one word changed
     assert c.check("How do I write a haiku about my cat?") is None
     assert c.check("Explain what a closure is in JavaScript, with an example.") is None
+
+
+def _slow_contamination(refs, jaccard=0.5, containment=0.6):
+    """The first version's check, a loop over every reference: the definition."""
+    norms, sets = [P.normalise(r) for r in refs], [P.shingles(r) for r in refs]
+    index = {}
+    for j, s in enumerate(sets):
+        for v in s:
+            index.setdefault(v, []).append(j)
+
+    def check(text):
+        t, s = P.normalise(text), P.shingles(text)
+        for r in norms:
+            if r and (t == r or r in t or (len(t) >= 40 and t in r)):
+                return f"contains or equals evaluation text {r[:40]!r}"
+        shared = Counter()
+        for v in s:
+            for j in index.get(v, ()):
+                shared[j] += 1
+        for j, n in shared.most_common(3):
+            ref = sets[j]
+            if n / (len(s) + len(ref) - n) >= jaccard:
+                return f"near-duplicate of evaluation text {norms[j][:40]!r}"
+            if (len(ref) >= 40 and n / len(ref) >= containment) or (len(s) >= 40 and n / len(s) >= containment):
+                return f"overlaps evaluation text {norms[j][:40]!r}"
+        return None
+    return check
+
+
+def test_contamination_matches_the_loop_over_references():
+    refs = P.evaluation_texts(humaneval=False) + ["abc", "Hi", "hello", CODE]
+    rng = random.Random(0)
+    texts = ["", "ab", "x abc y", "hi there", "say hello", CODE.replace("lo", "low"), CODE[:200]]
+    for r in refs:
+        a = rng.randrange(len(r))
+        b = rng.randrange(a, len(r) + 1)
+        words = r.split()
+        words[rng.randrange(len(words))] = "banana"
+        texts += [r, f"Hi! {r} Thanks.", r[a:b], " ".join(words), r[: len(r) // 2], r.upper()[:60]]
+    texts += [P.seed_request(rng)[1] for _ in range(200)]
+    fast, slow = P.Contamination(refs), _slow_contamination(refs)
+    got = [fast.check(t) for t in texts]
+    assert got == [slow(t) for t in texts]
+    assert sum(g is not None for g in got) > len(refs) * 3
+    assert P.Contamination([]).check("anything at all") is None
 
 
 def test_contamination_refuses_humaneval():
@@ -109,9 +210,11 @@ def test_user_turn_prefix_chatml():
 
 def test_local_requests_and_bug_mutation(tmp_path):
     (tmp_path / "m.py").write_text(CODE)
+    (tmp_path / "empty.py").write_text("X = 1\n")
+    assert list(P.local_requests(random.Random(0), [tmp_path / "empty.py"])) == []  # ends, not loops
     bug = P._mutated(CODE.split("\n\n\n")[0])
     assert bug is not None and "x <= lo" in bug and '"""' not in bug
-    recs = list(itertools.islice(P.local_requests(random.Random(0), [tmp_path / "m.py"]), 40))
+    recs = list(itertools.islice(P.local_requests(random.Random(0), [tmp_path / "m.py", tmp_path / "empty.py"]), 40))
     assert {"explain-code", "raw-code", "find-bug"} <= {t for t, _ in recs}
     for _task, r in recs:
         assert ("turns" in r) != ("prompt" in r)
@@ -125,7 +228,11 @@ def test_build_is_deterministic_clean_and_mixed(tmp_path):
     recs, st = P.build(None, 60, seed=3, **kw)
     again, _ = P.build(None, 60, seed=3, **kw)
     assert recs == again
-    assert st["per_source"]["seed"] == 24 and st["per_source"]["followup"] == 18
+    # two distinct functions cannot give 18 + 6 local requests: it stops there, and follow-ups
+    # take their share (6 of 24) of what it gave
+    dry = st["dry"]["local"]
+    assert list(st["dry"]) == ["local"] and dry["got"] < dry["quota"] == 24 and dry["offered"] == 20 * 24 + 100
+    assert st["per_source"]["seed"] == 24 and st["per_source"]["followup"] == 12 + round(6 * dry["got"] / 24)
     assert all(len(r["turns"]) == 2 for r in recs if r["source"] == "followup")
     ids = [r["id"] for r in recs]
     assert len(set(ids)) == len(ids)
@@ -136,6 +243,31 @@ def test_build_is_deterministic_clean_and_mixed(tmp_path):
     path = tmp_path / "p.jsonl.gz"
     assert P.write_prompts(path, recs) == len(recs)
     assert P.read_prompts(path) == recs
+
+
+def test_sources_run_dry_and_stop(tmp_path):
+    (tmp_path / "m.py").write_text(CODE)
+    t0 = time.perf_counter()
+    recs, st = P.build(None, 3000, mix={"seed": 0.5, "local": 0.5}, humaneval=False, roots=[tmp_path], patience=200,
+                       progress=False)
+    assert time.perf_counter() - t0 < 20  # not 50 candidates per prompt wanted through the filters (minutes)
+    assert set(st["dry"]) == {"seed", "local"} and len(recs) == st["n"] < 1500
+    for src, d in st["dry"].items():
+        assert d["why"] == "200 refused in a row" and d["got"] == st["per_source"][src] < d["quota"] == 1500
+    assert 500 < st["dry"]["seed"]["got"] and st["dry"]["local"]["got"] < 20
+
+
+def test_prompt_set_refuses_a_repeat_as_before():
+    ps = P.PromptSet(None)
+    rec = {"turns": ["How do I make a sourdough starter at home?"]}
+    assert ps.offer("seed", "howto", dict(rec)) and not ps.offer("seed", "howto", dict(rec))
+    assert not ps.offer("seed", "howto", {"turns": ["hi"]}) and not ps.offer("seed", "howto", {"turns": ["hi"]})
+    assert not ps.offer("seed", "howto", {"turns": ["How do I make a sourdough starter at home, please?"]})
+    assert ps.rejected == {"duplicate-exact": 1, "short": 2, "duplicate-near": 1} and len(ps.records) == 1
+    # the same text as a plain prompt is another record, with its own test (≥ 40 characters)
+    assert ps.offer("seed", "explain", {"turns": ["Explain how a bloom filter works."]})
+    assert not ps.offer("local", "raw-code", {"prompt": "Explain how a bloom filter works."})
+    assert ps.rejected["short"] == 3
 
 
 def test_parse_mix():

@@ -31,8 +31,9 @@ from __future__ import annotations
 
 import argparse
 import ast
+import contextlib
+import gc
 import hashlib
-import itertools
 import json
 import os
 import random
@@ -43,9 +44,11 @@ import time
 import unicodedata
 import zlib
 from collections import Counter
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from ..errors import InvalidArgumentError
 
@@ -62,79 +65,180 @@ def normalise(text: str) -> str:
     return " ".join(re.findall(r"[^\W_]+", t))
 
 
+def _hash_norm(t: str) -> str:
+    return hashlib.sha256(t.encode()).hexdigest()[:16]
+
+
 def text_hash(text: str) -> str:
     """16 hex digits of sha256 of :func:`normalise` (exact duplicates up to case and punctuation)."""
-    return hashlib.sha256(normalise(text).encode()).hexdigest()[:16]
+    return _hash_norm(normalise(text))
 
 
-def shingles(text: str, n: int = 5) -> set[int]:
-    """Character ``n``-grams of the normalised text, as crc32 values (deterministic across runs,
-    unlike ``hash``); a text shorter than ``n`` is one shingle."""
-    t = normalise(text)
+def _shingles_norm(t: str, n: int = 5) -> set[int]:
     if len(t) <= n:
         return {zlib.crc32(t.encode())}
     return {zlib.crc32(t[i:i + n].encode()) for i in range(len(t) - n + 1)}
 
 
+def shingles(text: str, n: int = 5) -> set[int]:
+    """Character ``n``-grams of the normalised text, as crc32 values (deterministic across runs,
+    unlike ``hash``); a text shorter than ``n`` is one shingle."""
+    return _shingles_norm(normalise(text), n)
+
+
 def jaccard(a: set[int], b: set[int]) -> float:
-    return len(a & b) / len(a | b) if a or b else 1.0
+    if not (a or b):
+        return 1.0
+    i = len(a & b)
+    return i / (len(a) + len(b) - i)
+
+
+def _split_of_hash(h: str, held_out: float) -> str:
+    return "heldout" if int(h[:8], 16) / 0xFFFFFFFF < held_out else "train"
 
 
 def split_of(text: str, held_out: float = 0.05) -> str:
     """``"heldout"`` for a fixed share of prompts, by the hash of the normalised text (so a
     near-identical rewording of a held-out prompt, which dedupe removes, cannot land in train)."""
-    h = int(text_hash(text)[:8], 16) / 0xFFFFFFFF
-    return "heldout" if h < held_out else "train"
+    return _split_of_hash(text_hash(text), held_out)
+
+
+def _odd_constants(n: int, tag: str) -> np.ndarray:
+    """``n`` odd 64-bit constants from sha256 (not a numpy generator: its streams may change
+    between numpy versions, and the dedupe decisions must not)."""
+    return np.array([int.from_bytes(hashlib.sha256(f"{tag}{i}".encode()).digest()[:8], "little") | 1
+                     for i in range(n)], dtype=np.uint64)
 
 
 class NearDupIndex:
     """Exact and near-duplicate detection over a growing set of texts.
 
-    Exact: :func:`text_hash`. Near: Jaccard similarity of :func:`shingles` ≥ ``threshold``;
-    candidates are the texts that share one of the ``k`` smallest shingle values (a bottom-k
-    sketch, Broder 1997: two sets of Jaccard J share their minimum with probability J, so a pair
-    at J ≥ 0.6 is missed with probability < 0.4^k), then compared exactly.
+    Exact: :func:`text_hash`. Near: Jaccard similarity of :func:`shingles` ≥ ``threshold``, computed
+    exactly for the candidates of a MinHash LSH (Broder 1997; Indyk & Motwani 1998): ``bands`` ×
+    ``rows`` minimum hashes per text, and texts equal on all of one band's rows share its bucket. A
+    pair at Jaccard J becomes a candidate with probability 1 - (1 - J^rows)^bands: at the defaults
+    (40 × 3) one at J = 0.6 is missed with probability 6e-5 (0.7: 5e-8), one at 0.2 is a candidate
+    with 0.28, at 0.05 with 0.005. Candidates of another size class (J ≥ t needs a size ratio ≥ t)
+    or whose signatures agree on fewer rows than a pair at the threshold would, less 6 standard
+    deviations, are dropped before the exact count.
+
+    Not buckets of single shingle values (a bottom-k sketch, the first version): a common shingle
+    with a small value (``pytho`` of every code block) is in the sketch of nearly every text that
+    has it, so its bucket held most of the index and every lookup compared the text with all of
+    them: quadratic, 5000 code requests took four minutes. A band matches only when ``rows``
+    independent minima agree, which unrelated texts rarely do, however common their shingles.
+    Shingles are kept as sorted arrays (4 bytes each, not a set's 60).
     """
 
-    def __init__(self, threshold: float = 0.6, k: int = 8) -> None:
+    def __init__(self, threshold: float = 0.6, *, bands: int = 40, rows: int = 3) -> None:
         if not 0 < threshold <= 1:
             raise InvalidArgumentError(f"threshold must be in (0, 1], got {threshold}")
-        self.threshold, self.k = threshold, k
+        if bands < 1 or rows < 1:
+            raise InvalidArgumentError(f"bands and rows must be ≥ 1, got {bands} × {rows}")
+        self.threshold, self.bands, self.rows = threshold, bands, rows
+        k = bands * rows
+        # h_i(x) = a_i x + b_i mod 2^64 (multiply-add, ordered by its high bits): one row per hash
+        self._a, self._b = _odd_constants(k, "a")[:, None], _odd_constants(k, "b")[:, None]
+        # a band's rows folded into one 64-bit key, distinct per band: one dict for all of them
+        self._fold, self._band = _odd_constants(rows, "f"), _odd_constants(bands, "d")
+        self._min_agree = max(0, int(k * threshold - 6 * (k * threshold * (1 - threshold)) ** 0.5))
         self._hashes: set[str] = set()
-        self._sets: list[set[int]] = []
-        self._buckets: dict[int, list[int]] = {}
+        self._sets: list[np.ndarray] = []
+        self._sizes = np.zeros(1024, dtype=np.int64)
+        self._sigs = np.zeros((1024, k), dtype=np.uint32)
+        # band key → the one text with it, or a list when several share it (most keys are one
+        # text's: an int costs no list)
+        self._buckets: dict[int, int | list[int]] = {}
+        #: texts that shared a band with a looked-up one, and those then compared exactly (Jaccard
+        #: computed), so far: what the LSH saves (diagnostics, tests)
+        self.n_candidates = self.n_compared = 0
 
     def __len__(self) -> int:
         return len(self._sets)
 
-    def _sketch(self, s: set[int]) -> list[int]:
-        return sorted(s)[:self.k]
+    def _signature(self, x: np.ndarray) -> np.ndarray:
+        h = self._a * x  # (k, |x|), wrapping mod 2^64
+        h += self._b
+        return (h.min(axis=1) >> np.uint64(32)).astype(np.uint32)
+
+    def _keys(self, sig: np.ndarray) -> list[int]:
+        folded = (sig.reshape(self.bands, self.rows).astype(np.uint64) * self._fold).sum(axis=1, dtype=np.uint64)
+        return (folded + self._band).tolist()
+
+    def _probe(self, norm: str, s: set[int] | None = None) -> tuple[str | None, str, np.ndarray | None,
+                                                                    np.ndarray | None, list[int]]:
+        """(``"exact"`` / ``"near"`` / None, hash, sorted shingles, signature, band keys) of a
+        normalised text."""
+        h = _hash_norm(norm)
+        if h in self._hashes:
+            return "exact", h, None, None, []
+        s = _shingles_norm(norm) if s is None else s
+        x = np.fromiter(s, dtype=np.uint64, count=len(s))
+        sig = self._signature(x)
+        keys = self._keys(sig)
+        x.sort()
+        cand: set[int] = set()
+        for v in map(self._buckets.get, keys):
+            if v is not None:
+                if isinstance(v, int):
+                    cand.add(v)
+                else:
+                    cand.update(v)
+        if cand:
+            self.n_candidates += len(cand)
+            t, m = self.threshold, len(x)
+            j = np.fromiter(cand, dtype=np.int64, count=len(cand))
+            j.sort()
+            size = self._sizes[j]
+            j = j[(size >= m * t - 1e-9) & (size <= m / t + 1e-9)]
+            j = j[(self._sigs[j] == sig).sum(axis=1) >= self._min_agree]
+            xs = x.astype(np.uint32)
+            for i in j.tolist():
+                self.n_compared += 1
+                r = self._sets[i]
+                both = int(np.count_nonzero(r[np.minimum(np.searchsorted(r, xs), len(r) - 1)] == xs))
+                if both / (m + len(r) - both) >= t:  # jaccard(), on sorted arrays
+                    return "near", h, x, sig, keys
+        return None, h, x, sig, keys
+
+    def _insert(self, h: str, x: np.ndarray, sig: np.ndarray, keys: list[int]) -> None:
+        j = len(self._sets)
+        if j == len(self._sizes):  # grow by doubling: appends stay amortised O(1)
+            self._sizes = np.concatenate([self._sizes, np.zeros_like(self._sizes)])
+            self._sigs = np.concatenate([self._sigs, np.zeros_like(self._sigs)])
+        self._hashes.add(h)
+        self._sets.append(x.astype(np.uint32))
+        self._sizes[j] = len(x)
+        self._sigs[j] = sig
+        b = self._buckets
+        for key in keys:
+            v = b.get(key)
+            if v is None:
+                b[key] = j
+            elif isinstance(v, int):
+                b[key] = [v, j]
+            else:
+                v.append(j)
+
+    def _offer_norm(self, norm: str, s: set[int] | None = None) -> str | None:
+        dup, h, x, sig, keys = self._probe(norm, s)
+        if dup is None:
+            assert x is not None and sig is not None
+            self._insert(h, x, sig, keys)
+        return dup
 
     def find(self, text: str) -> str | None:
         """``"exact"`` or ``"near"`` when ``text`` duplicates an added one, else None."""
-        if text_hash(text) in self._hashes:
-            return "exact"
-        s = shingles(text)
-        seen: set[int] = set()
-        for v in self._sketch(s):
-            for j in self._buckets.get(v, ()):
-                if j not in seen:
-                    seen.add(j)
-                    if jaccard(s, self._sets[j]) >= self.threshold:
-                        return "near"
-        return None
+        return self._probe(normalise(text))[0]
+
+    def offer(self, text: str) -> str | None:
+        """Add ``text`` unless it duplicates one already added: None when added, else
+        ``"exact"`` / ``"near"`` (one lookup, where :meth:`find` then :meth:`add` make two)."""
+        return self._offer_norm(normalise(text))
 
     def add(self, text: str) -> bool:
         """Add ``text`` unless it duplicates one already added; returns whether it was added."""
-        if self.find(text) is not None:
-            return False
-        s = shingles(text)
-        self._hashes.add(text_hash(text))
-        j = len(self._sets)
-        self._sets.append(s)
-        for v in self._sketch(s):
-            self._buckets.setdefault(v, []).append(j)
-        return True
+        return self.offer(text) is None
 
 
 # ---------------------------------------------------------------------------------- contamination
@@ -170,29 +274,64 @@ class Contamination:
     def __init__(self, references: Sequence[str], *, jaccard: float = 0.5, containment: float = 0.6) -> None:
         self.jaccard, self.containment = jaccard, containment
         self._norm = [normalise(r) for r in references]
-        self._sets = [shingles(r) for r in references]
-        self._index: dict[int, list[int]] = {}
+        self._sets = [_shingles_norm(r) for r in self._norm]
+        # a reference of 1 to 4 characters is one shingle that is no 5-gram of a longer text
+        self._short = [j for j, r in enumerate(self._norm) if 0 < len(r) < 5]
+        index: dict[int, list[int]] = {}
         for j, s in enumerate(self._sets):
             for v in s:
-                self._index.setdefault(v, []).append(j)
+                index.setdefault(v, []).append(j)
+        # the postings as arrays (sorted shingle values, where each one's references start, the
+        # references): a text's shared-shingle counts are then a few vectorised steps, where a
+        # Python loop over its shingles and their postings took 0.5 ms for a code request
+        vals = sorted(index)
+        self._vals = np.array(vals, dtype=np.int64)
+        self._start = np.concatenate([[0], np.cumsum([len(index[v]) for v in vals], dtype=np.int64)]).astype(np.int64)
+        self._post = np.array([j for v in vals for j in index[v]], dtype=np.int64)
+        self._sizes = np.array([len(s) for s in self._sets], dtype=np.int64)
 
     def check(self, text: str) -> str | None:
         """A reason (naming the overlapping reference's start) or None when ``text`` is clean."""
         t = normalise(text)
-        for r in self._norm:
+        return self._check_norm(t, _shingles_norm(t))
+
+    def _check_norm(self, t: str, s: set[int]) -> str | None:
+        n_ref = len(self._sets)
+        if not n_ref:
+            return None
+        x = np.fromiter(s, dtype=np.int64, count=len(s))
+        pos = np.minimum(np.searchsorted(self._vals, x), len(self._vals) - 1)
+        pos = pos[self._vals[pos] == x]
+        lo, n = self._start[pos], self._start[pos + 1] - self._start[pos]
+        # every reference of every shared shingle, in the order of the text's shingles
+        refs = self._post[np.repeat(lo - np.cumsum(n) + n, n) + np.arange(int(n.sum()))]
+        shared = np.bincount(refs, minlength=n_ref)
+        # a reference inside the text has all its shingles there (and the text inside one, all of
+        # the text's): only those are compared as strings, in reference order, not all of them
+        whole = shared == self._sizes
+        if len(t) >= 40:
+            whole |= shared == len(s)
+        for j in sorted(set(np.flatnonzero(whole).tolist()) | set(self._short)):
+            r = self._norm[j]
             if r and (t == r or r in t or (len(t) >= 40 and t in r)):
                 return f"contains or equals evaluation text {r[:40]!r}"
-        s = shingles(text)
-        shared: Counter[int] = Counter()
-        for v in s:
-            for j in self._index.get(v, ()):
-                shared[j] += 1
-        for j, n in shared.most_common(3):
-            ref = self._sets[j]
-            if n / (len(s) + len(ref) - n) >= self.jaccard:
+        # none of the tests below can pass for any reference (the usual case): done (with a little
+        # slack, as the float tests below are the exact ones)
+        sizes, m, c = self._sizes, len(s), self.containment
+        maybe = shared * (1 + self.jaccard) >= self.jaccard * (m + sizes) - 1e-9
+        maybe |= (sizes >= 40) & (shared >= c * sizes - 1e-9)
+        if not (maybe.any() or (m >= 40 and shared.max() >= c * m - 1e-9)):
+            return None
+        # the three references sharing most shingles, ties to the one met first (as a Counter's
+        # most_common would rank them)
+        met = np.flatnonzero(shared)
+        first = np.full(n_ref, len(refs), dtype=np.int64)
+        np.minimum.at(first, refs, np.arange(len(refs)))
+        for j in met[np.lexsort((first[met], -shared[met]))][:3].tolist():
+            ref, k = self._sets[j], int(shared[j])
+            if k / (len(s) + len(ref) - k) >= self.jaccard:
                 return f"near-duplicate of evaluation text {self._norm[j][:40]!r}"
-            c = self.containment
-            if (len(ref) >= 40 and n / len(ref) >= c) or (len(s) >= 40 and n / len(s) >= c):
+            if (len(ref) >= 40 and k / len(ref) >= c) or (len(s) >= 40 and k / len(s) >= c):
                 return f"overlaps evaluation text {self._norm[j][:40]!r}"
         return None
 
@@ -204,6 +343,7 @@ _REFUSAL = re.compile(r"^\W*(i'?m sorry|i am sorry|sorry,|i cannot|i can'?t help
 _ANSWERISH = re.compile(r"^\W*(sure[,!.]|certainly|of course|here is|here's|here are|absolutely|great question|"
                         r"thank you for|you're welcome|hello! how can i|hi! how can i|how can i (help|assist) you)",
                         re.I)
+_ASCII_LETTER = re.compile(r"[A-Za-z]")
 _LEAK = ("<|", "|>", "<s>", "</s>", "[INST]", "[/INST]", "\nassistant\n", "\nuser\n", "### Response", "### Instruction")
 _STOPWORDS = {"the", "a", "an", "to", "of", "in", "and", "is", "how", "what", "i", "you", "for", "my", "can", "it",
               "this", "that", "with", "do", "write", "me", "please", "on", "are", "be", "why", "which", "from", "if",
@@ -228,9 +368,13 @@ def filter_reason(text: str, *, min_chars: int = 12, max_chars: int = 3000) -> s
         return "refusal"
     if _ANSWERISH.search(t):
         return "answer-like"
-    letters = [c for c in t if c.isalpha()]
-    if not letters or sum(c.isascii() for c in letters) / len(letters) < 0.95:
-        return "non-english"
+    if t.isascii():  # then a letter is [A-Za-z], and all of them are ASCII
+        if not _ASCII_LETTER.search(t):
+            return "non-english"
+    else:
+        letters = [c for c in t if c.isalpha()]
+        if not letters or sum(c.isascii() for c in letters) / len(letters) < 0.95:
+            return "non-english"
     words = re.findall(r"[a-z']+", t.lower())
     common = sum(w in _STOPWORDS for w in words)
     if not common or (len(words) >= 6 and common < 0.15 * len(words)):
@@ -447,51 +591,83 @@ class _Mutate(ast.NodeTransformer):
         return self.generic_visit(node)
 
 
-def _pick_function(path: Path, rng: random.Random) -> tuple[str, str | None] | None:
-    """``(source, docstring)`` of one function of a file drawn by ``rng``, or ``("", docstring)``
-    of a long module or class docstring; None for a file without either."""
+@contextlib.contextmanager
+def _gc_paused() -> Iterator[None]:
+    """No cyclic garbage collection inside: :func:`ast.parse` allocates a node per token, and
+    the collections that sets off walk them again and again (and the rest of the heap: the
+    dedupe index), a third of a parse. An AST holds no reference cycles (reference counting frees
+    it); free it inside, or the count of live allocations it leaves sets off a collection at once."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
+def _file_items(path: Path, max_lines: int) -> list[tuple[str, str]]:
+    """What a file offers the ``local`` source: ``("code", source)`` of every function of 3 to
+    ``max_lines`` lines (dedented, decorators included) and ``("doc", docstring)`` of every longer
+    or shorter function whose docstring has ≥ 200 characters and of every module or class whose
+    docstring has ≥ 300; empty for a file that does not parse."""
     try:
         src = path.read_text(encoding="utf-8")
+    except (UnicodeDecodeError, OSError, ValueError):
+        return []
+    with _gc_paused():
+        return _source_items(src, max_lines)
+
+
+def _source_items(src: str, max_lines: int) -> list[tuple[str, str]]:
+    try:
         tree = ast.parse(src)
-    except (SyntaxError, UnicodeDecodeError, OSError, ValueError, RecursionError, MemoryError):
-        return None
-    nodes = [nd for nd in ast.walk(tree) if isinstance(nd, (ast.FunctionDef, ast.AsyncFunctionDef))
-             or (isinstance(nd, (ast.Module, ast.ClassDef)) and len(ast.get_docstring(nd) or "") >= 300)]
-    if not nodes:
-        return None
-    nd = rng.choice(nodes)
-    if isinstance(nd, (ast.FunctionDef, ast.AsyncFunctionDef)):
-        # the segment from the line numbers (ast.get_source_segment re-splits the file each call)
-        lines = src.splitlines()
-        start = min([nd.lineno] + [d.lineno for d in nd.decorator_list]) - 1
-        seg = lines[start:nd.end_lineno or start + 1]
-        indent = len(seg[0]) - len(seg[0].lstrip()) if seg else 0
-        return "\n".join(ln[indent:] for ln in seg), ast.get_docstring(nd)
-    return "", ast.get_docstring(nd)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return []
+    lines = src.splitlines()
+    out: list[tuple[str, str]] = []
+    todo: list[ast.AST] = [tree]
+    while todo:  # statements only: a definition is never inside an expression
+        nd = todo.pop()
+        for field in ("body", "orelse", "finalbody", "handlers", "cases"):
+            todo.extend(reversed(getattr(nd, field, None) or ()))
+        if isinstance(nd, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            # the segment from the line numbers (ast.get_source_segment re-splits the file each call)
+            start = min([nd.lineno] + [d.lineno for d in nd.decorator_list]) - 1
+            seg = lines[start:nd.end_lineno or start + 1]
+            if 3 <= len(seg) <= max_lines:
+                indent = len(seg[0]) - len(seg[0].lstrip())
+                out.append(("code", "\n".join(ln[indent:] for ln in seg)))
+                continue
+            doc, least = ast.get_docstring(nd), 200
+        elif isinstance(nd, (ast.Module, ast.ClassDef)):
+            doc, least = ast.get_docstring(nd), 300
+        else:
+            continue
+        if doc and len(doc) >= least:
+            out.append(("doc", doc[:1500]))
+    return out
 
 
-def _strip_docstring(fn_src: str) -> str | None:
+def _mutated(fn_src: str) -> str | None:
+    """The function with its docstring dropped and one bug (:class:`_Mutate`), or None when
+    it does not parse or has nothing to mutate (one parse and one unparse: they are most of a
+    find-the-bug request's cost)."""
+    with _gc_paused():
+        return _mutate_source(fn_src)
+
+
+def _mutate_source(fn_src: str) -> str | None:
     try:
         tree = ast.parse(fn_src)
         fn = tree.body[0]
         if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) and ast.get_docstring(fn) is not None:
             fn.body = fn.body[1:] or [ast.Pass()]
-        return ast.unparse(tree)
+        m = _Mutate()
+        tree = m.visit(tree)
+        return ast.unparse(tree) if m.done else None
     except (SyntaxError, IndexError, ValueError, RecursionError):
         return None
-
-
-def _mutated(fn_src: str) -> str | None:
-    src = _strip_docstring(fn_src)
-    if src is None:
-        return None
-    try:
-        tree = ast.parse(src)
-    except SyntaxError:
-        return None
-    m = _Mutate()
-    tree = m.visit(tree)
-    return ast.unparse(tree) if m.done else None
 
 
 EXPLAIN_CODE = ["Explain what this code does:", "What does this function do? Walk me through it.",
@@ -513,18 +689,28 @@ DOC_ASKS = ["Summarise this documentation in two sentences:", "Explain this in p
 
 def local_requests(rng: random.Random, files: Sequence[Path], *, max_lines: int = 40) -> Iterator[tuple[str, Record]]:
     """Endless requests built from ``files`` (in a shuffled order, cycling): ``(task, record)``
-    with ``turns`` (chat) or ``prompt`` (plain-text continuation of code)."""
+    with ``turns`` (chat) or ``prompt`` (plain-text continuation of code); it ends only when no
+    file has a function or docstring to use.
+
+    A visit takes every usable function and docstring of the file, in a shuffled order, each with
+    its own request: parsing is the cost (≈ 0.2 µs a byte, 3 ms for the average installed module),
+    so one function per visit (the first version) spent 7 ms a request, 150 s on 20 000; fewer
+    files are read now, and the shuffled file order still mixes their packages.
+    """
     order = list(files)
-    if not order:
-        return
-    while True:
+    while order:
         rng.shuffle(order)
+        empty = set()
         for f in order:
-            got = _pick_function(f, rng)
-            if got is None:
+            items = _file_items(f, max_lines)
+            if not items:
+                empty.add(f)
                 continue
-            src, doc = got
-            if src and 3 <= src.count("\n") + 1 <= max_lines:
+            rng.shuffle(items)
+            for kind, src in items:
+                if kind == "doc":
+                    yield "doc", {"turns": [f"{rng.choice(DOC_ASKS)}\n\n{src}"]}
+                    continue
                 code = f"```python\n{src}\n```"
                 k = rng.random()
                 if k < 0.25:
@@ -545,9 +731,8 @@ def local_requests(rng: random.Random, files: Sequence[Path], *, max_lines: int 
                 else:  # plain text continuation, no template: what a code-completion user sends
                     lines = src.splitlines()
                     yield "raw-code", {"prompt": "\n".join(lines[:max(2, len(lines) // 2)]) + "\n"}
-            elif doc and len(doc) >= 200:
-                text = doc[:1500]
-                yield "doc", {"turns": [f"{rng.choice(DOC_ASKS)}\n\n{text}"]}
+        if empty:  # read once: a file without a usable function stays without one
+            order = [f for f in order if f not in empty]
 
 
 # ------------------------------------------------------------------------------------------ magpie
@@ -574,7 +759,7 @@ def user_turn_prefix(chat_template: str, system: str | None = None, *, bos: str 
 def magpie_requests(target: str | os.PathLike, n: int, *, seed: int = 0, temperature: float = 1.0, min_p: float = 0.02,
                     max_tokens: int = 200, n_parallel: int = 64, n_gpu_layers: int = -1,
                     systems: Sequence[str | None] = SYSTEMS, n_threads: int | None = None, engine: str = "llama",
-                    deadline: float | None = None, progress: bool = True) -> Iterator[tuple[str, str]]:
+                    deadline: float | None = None, progress: bool = True) -> Generator[tuple[str, str], None, None]:
     """``n`` raw user turns written by the target (Magpie): ``(task, text)``, task ``magpie`` or
     ``magpie-sys<i>`` for a steering system prompt. Turns that hit ``max_tokens`` before the
     end-of-turn token are dropped (cut off); filtering and dedupe are the caller's.
@@ -682,7 +867,12 @@ def parse_mix(spec: str) -> dict[str, float]:
 
 class PromptSet:
     """Accepts records one by one through the filters, dedupe and the contamination check, and
-    counts what it refused (``rejected[reason]``)."""
+    counts what it refused (``rejected[reason]``).
+
+    A record offered again is refused for the reason it was the first time (or as an exact
+    duplicate, once accepted) without being checked again: every test depends on its texts alone,
+    and the index only grows. The seed lists repeat themselves by the thousand once they run dry.
+    """
 
     def __init__(self, contamination: Contamination | None, *, held_out: float = 0.05,
                  dedupe_threshold: float = 0.6) -> None:
@@ -690,37 +880,47 @@ class PromptSet:
         self.index = NearDupIndex(dedupe_threshold)
         self.records: list[Record] = []
         self.rejected: Counter[str] = Counter()
+        self._seen: dict[bytes, str] = {}  # digest of an offered record's texts → why it is refused now
 
     def offer(self, source: str, task: str, rec: Record) -> bool:
         texts = rec.get("turns") or [rec["prompt"]]
-        first = texts[0]
+        key = hashlib.blake2b(json.dumps(texts).encode(), digest_size=16,
+                              person=b"turns" if "turns" in rec else b"prompt").digest()
+        why = self._seen.get(key)
+        if why is None:
+            why = self._refusal(texts, "turns" in rec)
+            self._seen[key] = why or "duplicate-exact"
+            if why is None:
+                out = {"id": text_hash("\n".join(texts)), "source": source, "task": task,
+                       "split": _split_of_hash(_hash_norm(normalise(texts[0])), self.held_out)}
+                out.update(rec)
+                self.records.append(out)
+                return True
+        self.rejected[why] += 1
+        return False
+
+    def _refusal(self, texts: list[str], chat: bool) -> str | None:
+        """Why these texts are refused, or None once the first is added to the index."""
         for t in texts:
-            r = filter_reason(t) if "turns" in rec else (None if len(t.strip()) >= 40 else "short")
+            r = filter_reason(t) if chat else (None if len(t.strip()) >= 40 else "short")
             if r:
-                self.rejected[r] += 1
-                return False
+                return r
+        norms = [normalise(t) for t in texts]
+        sets = [_shingles_norm(t) for t in norms]
         if self.contamination is not None:
-            for t in texts:
-                if self.contamination.check(t):
-                    self.rejected["evaluation-overlap"] += 1
-                    return False
-        dup = self.index.find(first)
-        if dup:
-            self.rejected[f"duplicate-{dup}"] += 1
-            return False
-        self.index.add(first)
-        out = {"id": text_hash("\n".join(texts)), "source": source, "task": task,
-               "split": split_of(first, self.held_out)}
-        out.update(rec)
-        self.records.append(out)
-        return True
+            for t, s in zip(norms, sets):
+                if self.contamination._check_norm(t, s):
+                    return "evaluation-overlap"
+        dup = self.index._offer_norm(norms[0], sets[0])
+        return f"duplicate-{dup}" if dup else None
 
 
 def build(target: str | os.PathLike | None, n: int, *, seed: int = 0, mix: dict[str, float] | None = None,
           n_parallel: int = 64, n_gpu_layers: int = -1, held_out: float = 0.05, humaneval: bool = True,
           roots: Sequence[str | os.PathLike] | None = None, magpie_temperature: float = 1.0,
           magpie_max_tokens: int = 200, n_threads: int | None = None, engine: str = "llama",
-          magpie_seconds: float | None = None, progress: bool = True) -> tuple[list[Record], dict[str, Any]]:
+          magpie_seconds: float | None = None, patience: int = 2000,
+          progress: bool = True) -> tuple[list[Record], dict[str, Any]]:
     """A prompt set of up to ``n`` records (fewer when a source runs dry: the stats say).
 
     Args:
@@ -731,9 +931,15 @@ def build(target: str | os.PathLike | None, n: int, *, seed: int = 0, mix: dict[
         magpie_seconds: time budget of the Magpie source (it then yields what it has; the other
             sources are unaffected).
         roots: folders of ``.py`` files for the ``local`` source (default: stdlib + site-packages).
+        patience: the ``local`` or ``seed`` source stops after this many refusals in a row (it has
+            run dry: what it gives now repeats what it gave), as after 20 (local) or 50 (seed)
+            candidates per record wanted.
 
     Returns:
-        ``(records, stats)``; stats: per-source counts, refusals per reason, the settings.
+        ``(records, stats)``; stats: per-source counts, refusals per reason, the settings, and
+        ``dry``: per source that gave fewer than it was asked for, ``{"got", "quota", "offered",
+        "why"}`` (the seed lists give about 1400 distinct requests at the default patience, 1500
+        at 20 000, whatever ``n``).
     """
     mix = dict(DEFAULT_MIX if mix is None else mix)
     rng = random.Random(seed)
@@ -750,37 +956,68 @@ def build(target: str | os.PathLike | None, n: int, *, seed: int = 0, mix: dict[
     quota = {s: want[s] + extra[s] for s in SOURCES}
     ps_ = PromptSet(Contamination(evaluation_texts(humaneval)), held_out=held_out)
     got: Counter[str] = Counter()
+    dry: dict[str, dict[str, Any]] = {}
     if quota["magpie"]:
         if target is None:
             raise InvalidArgumentError("the magpie source needs the target's GGUF")
         # oversample: a small target's turns are often junk or repeats; later rounds top up
         deadline = time.time() + magpie_seconds if magpie_seconds else None
+        offered = 0
         for rnd in range(3):
             need = quota["magpie"] - got["magpie"]
-            if need <= 0:
+            if need <= 0 or (deadline is not None and time.time() > deadline):
                 break
-            for task, text in magpie_requests(target, int(need * (2.0 if rnd == 0 else 3)), seed=seed + 1000 * rnd,
-                                              temperature=magpie_temperature, max_tokens=magpie_max_tokens,
-                                              n_parallel=n_parallel, n_gpu_layers=n_gpu_layers, n_threads=n_threads,
-                                              engine=engine, deadline=deadline, progress=progress):
-                if got["magpie"] < quota["magpie"] and ps_.offer("magpie", task, {"turns": [text]}):
-                    got["magpie"] += 1
+            turns = magpie_requests(target, int(need * (2.0 if rnd == 0 else 3)), seed=seed + 1000 * rnd,
+                                    temperature=magpie_temperature, max_tokens=magpie_max_tokens,
+                                    n_parallel=n_parallel, n_gpu_layers=n_gpu_layers, n_threads=n_threads,
+                                    engine=engine, deadline=deadline, progress=progress)
+            try:
+                for task, text in turns:
+                    offered += 1
+                    if ps_.offer("magpie", task, {"turns": [text]}):
+                        got["magpie"] += 1
+                        if got["magpie"] >= quota["magpie"]:
+                            break  # the rest of the round would be sampled for nothing
+            finally:
+                turns.close()  # the model now, not at garbage collection
+        if got["magpie"] < quota["magpie"]:
+            dry["magpie"] = {"got": got["magpie"], "quota": quota["magpie"], "offered": offered,
+                             "why": "time budget" if deadline is not None and time.time() > deadline else "3 rounds"}
+
+    def fill(src: str, draw: Callable[[], tuple[str, Record] | None], cap: int) -> None:
+        """Offer ``draw()``'s records until ``src`` has its quota, ``cap`` were offered, ``patience``
+        in a row were refused or it has no more (None); the last three say so in ``dry``."""
+        offered = refused = 0
+        while got[src] < quota[src] and offered < cap and refused < patience:
+            item = draw()
+            if item is None:
+                break
+            offered += 1
+            if ps_.offer(src, *item):
+                got[src] += 1
+                refused = 0
+            else:
+                refused += 1
+        if got[src] < quota[src]:
+            why = f"{patience} refused in a row" if refused >= patience else \
+                f"{cap} offered" if offered >= cap else "no more candidates"
+            dry[src] = {"got": got[src], "quota": quota[src], "offered": offered, "why": why}
+
     if quota["local"]:
         it = local_requests(random.Random(seed + 1), local_files(roots))
-        for task, rec in itertools.islice(it, 20 * quota["local"] + 100):
-            if got["local"] >= quota["local"]:
-                break
-            if ps_.offer("local", task, rec):
-                got["local"] += 1
-    for _ in range(50 * quota["seed"] + 100):
-        if got["seed"] >= quota["seed"]:
-            break
+        fill("local", lambda: next(it, None), 20 * quota["local"] + 100)
+
+    def seed_record() -> tuple[str, Record]:
         task, text = seed_request(rng)
-        if ps_.offer("seed", task, {"turns": [text]}):
-            got["seed"] += 1
+        return task, {"turns": [text]}
+
+    if quota["seed"]:
+        fill("seed", seed_record, 50 * quota["seed"] + 100)
     for src in pool:  # turn the extra records of each source into two-turn conversations
         chats = [r for r in ps_.records if r["source"] == src and "turns" in r]
-        for r in rng.sample(chats, min(extra[src], len(chats))):
+        # a source run dry gives the follow-ups their share of what it has, not all of it
+        k = extra[src] if got[src] >= quota[src] else round(extra[src] * got[src] / quota[src])
+        for r in rng.sample(chats, min(k, len(chats))):
             codey = r["task"] in ("code", "lang", "magpie-sys4") or r["task"].endswith("-code") or \
                 "```" in r["turns"][0] or "find-bug" == r["task"]
             q2 = rng.choice(FOLLOW_CODE if codey else FOLLOW_TEXT).format(lang=rng.choice(LANGUAGES))
@@ -793,7 +1030,7 @@ def build(target: str | os.PathLike | None, n: int, *, seed: int = 0, mix: dict[
     random.Random(seed + 2).shuffle(recs)
     stats = {"n": len(recs), "wanted": want, "per_source": dict(got), "rejected": dict(ps_.rejected),
              "heldout": sum(r["split"] == "heldout" for r in recs), "seed": seed, "mix": mix,
-             "humaneval_checked": humaneval, "per_task": dict(Counter(r["task"] for r in recs))}
+             "humaneval_checked": humaneval, "dry": dry, "per_task": dict(Counter(r["task"] for r in recs))}
     return recs, stats
 
 
@@ -833,6 +1070,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--temperature", type=float, default=1.0, help="Magpie's sampling temperature")
     ap.add_argument("--max-tokens", type=int, default=200, help="longest Magpie turn (longer ones are dropped)")
     ap.add_argument("--magpie-seconds", type=float, help="time budget of the Magpie source")
+    ap.add_argument("--patience", type=int, default=2000,
+                    help="the local or seed source stops after this many refusals in a row (run dry)")
     ap.add_argument("--threads", type=int, help="llama.cpp CPU threads (1 is often fastest on a busy CPU)")
     ap.add_argument("--roots", nargs="*", help="folders of .py files for the local source "
                                                "(default: the standard library and site-packages)")
@@ -847,12 +1086,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         recs, stats = build(a.target, a.n, seed=a.seed, mix=parse_mix(a.mix), n_parallel=a.parallel,
                             n_gpu_layers=a.n_gpu_layers, held_out=a.held_out, humaneval=not a.no_humaneval,
                             roots=a.roots, magpie_temperature=a.temperature, magpie_max_tokens=a.max_tokens,
-                            n_threads=a.threads, engine=a.engine, magpie_seconds=a.magpie_seconds)
+                            n_threads=a.threads, engine=a.engine, magpie_seconds=a.magpie_seconds,
+                            patience=a.patience)
     except (PyllamaSpecError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     write_prompts(a.out, recs)
     print(json.dumps(stats, indent=1))
+    for src, d in stats["dry"].items():
+        print(f"warning: {src} gave {d['got']} of the {d['quota']} prompts asked of it ({d['why']})", file=sys.stderr)
     if a.stats:
         Path(a.stats).write_text(json.dumps(stats, indent=1))
     return 0
