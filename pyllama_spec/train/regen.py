@@ -43,7 +43,7 @@ import os
 import shlex
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -128,6 +128,34 @@ def done_keys(out_dir: Path, stem: str) -> tuple[set[str], int]:
     return keys, len(files)
 
 
+def _hf_parts(prompts: list[list[int]], temps: list[float], seeds: list[int], *, batch: int, deadline: float,
+              by_length: bool) -> Iterator[tuple[list[int], dict[str, Any]]]:
+    """The hf engines' calls: ``(indices, generate kwargs)`` of at most ``batch`` prompts, greedy
+    ones first, then sampled ones (torch seeded by the call's first prompt); none started after
+    ``deadline`` (time.time()). ``by_length``: sorted by prompt length (static batches pad less)."""
+    import torch
+
+    for sampled in (False, True):
+        idx = [i for i in range(len(prompts)) if (temps[i] > 0) == sampled]
+        if by_length:
+            idx.sort(key=lambda i: len(prompts[i]))
+        for s in range(0, len(idx), batch):
+            if time.time() > deadline:
+                return
+            part = idx[s:s + batch]
+            kw: dict[str, Any] = {"do_sample": False}
+            if sampled:
+                torch.manual_seed(seeds[part[0]])
+                kw = {"do_sample": True, "temperature": temps[part[0]], "top_k": 0, "top_p": 1.0}
+            yield part, kw
+
+
+def _cut_at_eog(answer: list[int], eog: set[int]) -> list[int]:
+    """``answer`` up to and with its first end-of-generation token (transformers pads after it)."""
+    cut = next((j for j, t in enumerate(answer) if t in eog), None)
+    return answer[:cut + 1] if cut is not None else answer
+
+
 def _hf_answers(model: Any, prompts: list[list[int]], temps: list[float], seeds: list[int], *, max_tokens: int,
                 batch: int, eog: list[int], pad: int, deadline: float) -> dict[int, list[int]]:
     """Answers of transformers ``generate``: ``{index: answer_tokens}`` (ending with the
@@ -137,67 +165,38 @@ def _hf_answers(model: Any, prompts: list[list[int]], temps: list[float], seeds:
 
     dev = next(model.parameters()).device
     out: dict[int, list[int]] = {}
-    for sampled in (False, True):
-        idx = sorted((i for i in range(len(prompts)) if (temps[i] > 0) == sampled), key=lambda i: len(prompts[i]))
-        for s in range(0, len(idx), batch):
-            if time.time() > deadline:
-                return out
-            part = idx[s:s + batch]
-            L = max(len(prompts[i]) for i in part)
-            ids = torch.full((len(part), L), pad, dtype=torch.long)
-            att = torch.zeros((len(part), L), dtype=torch.long)
-            for r, i in enumerate(part):  # left padding: every prompt ends where generation starts
-                ids[r, L - len(prompts[i]):] = torch.tensor(prompts[i])
-                att[r, L - len(prompts[i]):] = 1
-            kw: dict[str, Any] = {"do_sample": False}
-            if sampled:
-                torch.manual_seed(seeds[part[0]])
-                kw = {"do_sample": True, "temperature": temps[part[0]], "top_k": 0, "top_p": 1.0}
-            with torch.no_grad():
-                gen = model.generate(input_ids=ids.to(dev), attention_mask=att.to(dev), max_new_tokens=max_tokens,
-                                     eos_token_id=eog, pad_token_id=pad, **kw)
-            gen = gen[:, L:].cpu().tolist()
-            eog_set = set(eog)
-            for r, i in enumerate(part):
-                a = gen[r]
-                cut = next((j for j, t in enumerate(a) if t in eog_set), None)
-                out[i] = a[:cut + 1] if cut is not None else a
+    for part, kw in _hf_parts(prompts, temps, seeds, batch=batch, deadline=deadline, by_length=True):
+        L = max(len(prompts[i]) for i in part)
+        ids = torch.full((len(part), L), pad, dtype=torch.long)
+        att = torch.zeros((len(part), L), dtype=torch.long)
+        for r, i in enumerate(part):  # left padding: every prompt ends where generation starts
+            ids[r, L - len(prompts[i]):] = torch.tensor(prompts[i])
+            att[r, L - len(prompts[i]):] = 1
+        with torch.no_grad():
+            gen = model.generate(input_ids=ids.to(dev), attention_mask=att.to(dev), max_new_tokens=max_tokens,
+                                 eos_token_id=eog, pad_token_id=pad, **kw)
+        for r, a in enumerate(gen[:, L:].cpu().tolist()):
+            out[part[r]] = _cut_at_eog(a, set(eog))
     return out
 
 
 def _hf_cb_answers(model: Any, prompts: list[list[int]], temps: list[float], seeds: list[int], *, max_tokens: int,
                    batch: int, eog: list[int], pad: int, deadline: float) -> dict[int, list[int]]:
-    """Answers of transformers ``generate_batch`` (continuous batching): ``{index: answer_tokens}``,
-    greedy and sampled prompts in separate calls of at most ``batch`` prompts; stops starting calls
-    after ``deadline``. Cut after the first end-of-generation token, as :func:`_hf_answers`."""
-    import torch
+    """Answers of transformers ``generate_batch`` (continuous batching): as :func:`_hf_answers`,
+    ``batch`` prompts per call, in file order (no padding to save)."""
     from transformers.generation import GenerationConfig
 
     out: dict[int, list[int]] = {}
-    eog_set = set(eog)
-    for sampled in (False, True):
-        idx = [i for i in range(len(prompts)) if (temps[i] > 0) == sampled]
-        for s in range(0, len(idx), batch):
-            if time.time() > deadline:
-                return out
-            part = idx[s:s + batch]
-            kw: dict[str, Any] = {"do_sample": False}
-            if sampled:
-                torch.manual_seed(seeds[part[0]])
-                kw = {"do_sample": True, "temperature": temps[part[0]], "top_k": 0, "top_p": 1.0}
-            cfg = GenerationConfig(max_new_tokens=max_tokens, eos_token_id=eog, pad_token_id=pad, **kw)
-            res = model.generate_batch(inputs=[prompts[i] for i in part], generation_config=cfg)
-            # results come in input order, but a failed request is left out: match them by prompt
-            by_prompt: dict[tuple[int, ...], list[int]] = {}
-            for i in part:
-                by_prompt.setdefault(tuple(prompts[i]), []).append(i)
-            for r in res.values():
-                if r.error is not None or not by_prompt.get(tuple(r.prompt_ids)):
-                    continue
-                i = by_prompt[tuple(r.prompt_ids)].pop(0)
-                a = list(r.generated_tokens)
-                cut = next((j for j, t in enumerate(a) if t in eog_set), None)
-                out[i] = a[:cut + 1] if cut is not None else a
+    for part, kw in _hf_parts(prompts, temps, seeds, batch=batch, deadline=deadline, by_length=False):
+        cfg = GenerationConfig(max_new_tokens=max_tokens, eos_token_id=eog, pad_token_id=pad, **kw)
+        res = model.generate_batch(inputs=[prompts[i] for i in part], generation_config=cfg)
+        # results come in input order, but a failed request is left out: match them by prompt
+        by_prompt: dict[tuple[int, ...], list[int]] = {}
+        for i in part:
+            by_prompt.setdefault(tuple(prompts[i]), []).append(i)
+        for r in res.values():
+            if r.error is None and by_prompt.get(tuple(r.prompt_ids)):
+                out[by_prompt[tuple(r.prompt_ids)].pop(0)] = _cut_at_eog(list(r.generated_tokens), set(eog))
     return out
 
 
