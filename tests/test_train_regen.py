@@ -1,5 +1,6 @@
-"""The ``hf-cb`` regen engine (transformers ``generate_batch``, continuous batching) on a tiny target:
-its greedy answers are transformers' own one-prompt ``generate`` answers, token for token."""
+"""The transformers regen engines on a tiny target — ``hf`` (left-padded static batches) and ``hf-cb``
+(``generate_batch``, continuous batching): their greedy answers are transformers' own one-prompt
+``generate`` answers, token for token."""
 from __future__ import annotations
 
 import gzip
@@ -16,21 +17,22 @@ from pyllama_spec.fixtures import write_tiny_target  # noqa: E402
 from pyllama_spec.train import prompts as P  # noqa: E402
 
 
-def test_regen_hf_cb_greedy_equals_one_prompt_generate(tmp_path):
+@pytest.mark.parametrize("engine", ["hf-cb", "hf"])
+def test_regen_hf_greedy_equals_one_prompt_generate(tmp_path, engine):
     from pyllama_spec.train.online import load_hf_target
     from pyllama_spec.train.regen import regenerate
 
     target = tmp_path / "tiny.gguf"
     write_tiny_target(target, n_layer=2, n_embd=32, n_head=2, n_head_kv=1, n_ff=64, seed=5)
     model = load_hf_target(target, dtype=torch.float32)
-    if not hasattr(model, "generate_batch"):
+    if engine == "hf-cb" and not hasattr(model, "generate_batch"):
         pytest.skip(f"transformers {transformers.__version__} has no generate_batch (continuous batching)")
     recs = [{"id": f"p{i}", "source": "seed", "task": "t", "split": "train", "turns": [f"question {i} about {w}"]}
             for i, w in enumerate(["cats", "dogs", "the sea", "maps", "rain", "code"])]
     P.write_prompts(tmp_path / "p.jsonl", recs)
-    man = regenerate(target, tmp_path / "p.jsonl", tmp_path / "ans", engine="hf-cb", dtype="float32", max_tokens=8,
+    man = regenerate(target, tmp_path / "p.jsonl", tmp_path / "ans", engine=engine, dtype="float32", max_tokens=8,
                      sampled=0.0, batch=4, progress=False, command="test")
-    assert man["engine"] == "hf-cb" and man["n_answers"] == len(recs) and man["complete"]
+    assert man["engine"] == engine and man["n_answers"] == len(recs) and man["complete"]
     lines = [json.loads(x) for x in gzip.open(tmp_path / "ans" / "answers-s0of1-00.jsonl.gz", "rt")]
     assert sorted(d["id"] for d in lines) == sorted(r["id"] for r in recs)
     vocab = ps.Model(target, vocab_only=True).vocab
