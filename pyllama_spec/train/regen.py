@@ -165,6 +165,7 @@ def _hf_answers(model: Any, prompts: list[list[int]], temps: list[float], seeds:
 
     dev = next(model.parameters()).device
     out: dict[int, list[int]] = {}
+    eog_set = set(eog)
     for part, kw in _hf_parts(prompts, temps, seeds, batch=batch, deadline=deadline, by_length=True):
         L = max(len(prompts[i]) for i in part)
         ids = torch.full((len(part), L), pad, dtype=torch.long)
@@ -176,7 +177,7 @@ def _hf_answers(model: Any, prompts: list[list[int]], temps: list[float], seeds:
             gen = model.generate(input_ids=ids.to(dev), attention_mask=att.to(dev), max_new_tokens=max_tokens,
                                  eos_token_id=eog, pad_token_id=pad, **kw)
         for r, a in enumerate(gen[:, L:].cpu().tolist()):
-            out[part[r]] = _cut_at_eog(a, set(eog))
+            out[part[r]] = _cut_at_eog(a, eog_set)
     return out
 
 
@@ -187,6 +188,7 @@ def _hf_cb_answers(model: Any, prompts: list[list[int]], temps: list[float], see
     from transformers.generation import GenerationConfig
 
     out: dict[int, list[int]] = {}
+    eog_set = set(eog)
     for part, kw in _hf_parts(prompts, temps, seeds, batch=batch, deadline=deadline, by_length=False):
         cfg = GenerationConfig(max_new_tokens=max_tokens, eos_token_id=eog, pad_token_id=pad, **kw)
         res = model.generate_batch(inputs=[prompts[i] for i in part], generation_config=cfg)
@@ -196,7 +198,7 @@ def _hf_cb_answers(model: Any, prompts: list[list[int]], temps: list[float], see
             by_prompt.setdefault(tuple(prompts[i]), []).append(i)
         for r in res.values():
             if r.error is None and by_prompt.get(tuple(r.prompt_ids)):
-                out[by_prompt[tuple(r.prompt_ids)].pop(0)] = _cut_at_eog(list(r.generated_tokens), set(eog))
+                out[by_prompt[tuple(r.prompt_ids)].pop(0)] = _cut_at_eog(list(r.generated_tokens), eog_set)
     return out
 
 
