@@ -132,22 +132,27 @@ engines)
   # `generate` (static batches: a batch runs until its longest answer ends), its `generate_batch` (hf-cb:
   # continuous batching, paged KV) and our llama.cpp batched path
   # (continuous batching: a stream that ends takes the next prompt). Each answers the same first ENGINE_PROMPTS
-  # (768) prompts to the end (a deadline would drop the answers in flight and bias the count), within
-  # ENGINE_SECONDS (200) of generation. ENGINES (llama hf-cb; hf, measured on 2026-12-02 at 0.7-1 k tok/s, would
+  # (512) prompts to the end (a deadline would drop the answers in flight and bias the count), within
+  # ENGINE_SECONDS (150) of generation. ENGINES (llama llama-host hf-cb; hf, measured on 2026-12-02 at 0.7-1 k tok/s, would
   # push the call past 10 min), ENGINE_SHARD (0/1)
   smol
   [ -s "$I/prompts.jsonl.gz" ] || { echo "no prompt set: carry .dev/i20/prompts.jsonl.gz"; exit 2; }
-  for e in ${ENGINES:-llama hf-cb}; do
+  # llama-host: the llama engine with greedy answers by a host argmax (--greedy-on-host), beside its default
+  # (in the graph); each llama run prints and records where its time went (decode / draw / host per step)
+  for e in ${ENGINES:-llama llama-host hf-cb}; do
     rm -rf "$I/engine_$e"
-    log "regen engine $e, ${ENGINE_PROMPTS:-768} prompts, batch ${BATCH:-1024}"
-    (cd /tmp && timeout $(( ${ENGINE_SECONDS:-200} + 100 )) python3 -m pyllama_spec.train.regen "$GGUF" "$I/prompts.jsonl.gz" \
-        "$I/engine_$e" --shard "${ENGINE_SHARD:-0/1}" --engine "$e" --batch ${BATCH:-1024} --max-tokens ${MAX_TOKENS:-512} \
-        --sampled 0.25 --temperature 0.7 --seed "$SEED" --max-seconds ${ENGINE_SECONDS:-200} --limit ${ENGINE_PROMPTS:-768}) \
+    eng=${e%-host}; extra=""; [ "$e" = llama-host ] && extra=--greedy-on-host
+    log "regen engine $e, ${ENGINE_PROMPTS:-512} prompts, batch ${BATCH:-1024}"
+    (cd /tmp && timeout $(( ${ENGINE_SECONDS:-150} + 100 )) python3 -m pyllama_spec.train.regen "$GGUF" "$I/prompts.jsonl.gz" \
+        "$I/engine_$e" --shard "${ENGINE_SHARD:-0/1}" --engine "$eng" $extra --batch ${BATCH:-1024} --max-tokens ${MAX_TOKENS:-512} \
+        --sampled 0.25 --temperature 0.7 --seed "$SEED" --max-seconds ${ENGINE_SECONDS:-150} --limit ${ENGINE_PROMPTS:-512}) \
         > "$I/engine_$e.log" 2>&1
-    grep -v "Loading weights\|de-quantizing" "$I/engine_$e.log" | tr '\r' '\n' | grep "turn\|rror" | tail -3
+    grep -v "Loading weights\|de-quantizing" "$I/engine_$e.log" | tr '\r' '\n' | grep "turn\|rror" | tail -6 | tee -a "$OUT/engines.txt"
     python3 -c "import json,glob; m=json.load(open(glob.glob('$I/engine_$e/manifest-*.json')[0]))[-1]; print('$e', {k: m[k] for k in ('n_answers', 'n_answer_tokens', 'seconds', 'answer_tok_s')})" \
       | tee -a "$OUT/engines.txt"
   done
+  # the answers too (one archive: $OUT takes 8 files): they are real training data
+  tar -czf "$OUT/engines.tar.gz" -C "$I" $(cd "$I" && ls -d engine_*) && ls -la "$OUT"
   ;;
 tau)
   # τ through our loop (llama.cpp CUDA, T = 0, n_max = block − 1 and 7) on held-out prompts of the new set

@@ -248,19 +248,34 @@ class Bench:
             for _ in range(5):
                 call()
             n = 10
-            with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            # the wall time of a call without the profiler: GPU busy below it is idle time (launches,
+            # host work); above it, the profiler's own cost (it turns CUDA graphs into kernels)
+            t0 = time.perf_counter()
+            for _ in range(n):
+                call()
+            wall_us = (time.perf_counter() - t0) / n * 1e6
+            # CPU activity too: the CUDA runtime calls per call say whether llama.cpp replayed a CUDA
+            # graph (cudaGraphLaunch) or launched every kernel (cudaLaunchKernel), and how often it
+            # captured / re-instantiated one (cudaStreamBeginCapture, cudaGraphInstantiate, ...ExecUpdate)
+            with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
                 for _ in range(n):
                     call()
                 torch.cuda.synchronize()
             rows = []
+            runtime: dict[str, float] = {}
             for e in prof.key_averages():
                 dev_us = getattr(e, "device_time_total", None) or getattr(e, "cuda_time_total", 0)
-                if dev_us:
+                if e.key.startswith("cuda") and e.key[4:5].isupper():
+                    runtime[e.key] = e.count / n
+                elif dev_us:
                     rows.append({"kernel": e.key[:90], "calls_per_step": e.count / n, "us_per_step": dev_us / n})
             rows.sort(key=lambda r: -r["us_per_step"])
             total = sum(r["us_per_step"] for r in rows)
-            out[name] = {"gpu_us_total": total, "kernels": rows[:25]}
-            print(f"\nkernels of {name}: GPU busy {total:.0f} µs per call", flush=True)
+            out[name] = {"gpu_us_total": total, "wall_us": wall_us, "runtime_calls_per_step": runtime,
+                         "kernels": rows[:25]}
+            rt = ", ".join(f"{k} {v:g}" for k, v in sorted(runtime.items(), key=lambda kv: -kv[1])[:8])
+            print(f"\nkernels of {name}: GPU busy {total:.0f} µs per call, wall {wall_us:.0f} µs unprofiled; "
+                  f"runtime calls per call: {rt}", flush=True)
             for r in rows[:12]:
                 print(f"  {r['us_per_step']:9.1f} µs  {r['calls_per_step']:6.1f}×  {r['kernel']}")
         return out

@@ -446,7 +446,7 @@ def test_model_drafters_use_the_generators_threads(tiny):
 @pytest.mark.parametrize("drafter,n_max", [(None, None), ("dflash", 3), ("dflash", 7), ("ngram", 4)])
 def test_backend_and_host_sampling_give_the_same_greedy_tokens(tiny_gen, plain, drafter, n_max):
     """The target's tokens drawn by llama.cpp's sampler chain in the decode graph (backend_sampling
-    True), by the host's argmax (False) and by the default ('auto': the host at T = 0) are the same,
+    True), by the host's argmax (False) and by the default ('auto': the host at T = 0 on this small vocabulary) are the same,
     and equal plain decoding; with the backend the drafter's and target's chains are detached after."""
     outs = {}
     for backend in (True, False, "auto"):
@@ -465,6 +465,33 @@ def test_backend_sampling_at_temperature_draws_valid_seeded_tokens(tiny_gen):
     c = [tiny_gen.generate(PROMPTS[0], seed=s, **sp).tokens for s in range(4, 8)]
     assert a == b and any(x != a for x in c)
     assert all(0 <= t < tiny_gen.model.n_vocab for t in a)
+
+
+def test_auto_draws_greedy_tokens_in_the_graph_on_large_vocabularies(tiny_gen, plain, monkeypatch):
+    """'auto' at T = 0: the host's argmax below BACKEND_GREEDY_MIN_VOCAB tokens, the graph's from it
+    on (a 151 936-token vocabulary's host argmax costs ~75 µs a verify row); T > 0 always the graph;
+    True / False force either. The tokens stay plain decoding's either way."""
+    from pyllama_spec.context import Context
+    from pyllama_spec.speculative import config
+
+    use = config.use_backend_sampling
+    assert use("auto", True, 151_936) and not use("auto", True, 49_152) and use("auto", False, 49_152)
+    assert use(True, True, 10) and not use(False, False, 10**6)
+    attached = []
+    real = Context.set_sampler
+
+    def spy(self, chain, seq_id=0):
+        if self is tiny_gen.ctx:  # the target's context (a drafter's has its own chains)
+            attached.append(chain is not None)
+        return real(self, chain, seq_id)
+
+    monkeypatch.setattr(Context, "set_sampler", spy)
+    spec = ps.SpecConfig(drafter="dflash", n_max=3)
+    assert tiny_gen.generate(PROMPTS[0], max_tokens=24, spec=spec).tokens == plain[PROMPTS[0]][:24]
+    host_run, attached[:] = list(attached), []
+    monkeypatch.setattr(config, "BACKEND_GREEDY_MIN_VOCAB", tiny_gen.model.n_vocab)  # "large" from this vocabulary
+    assert tiny_gen.generate(PROMPTS[0], max_tokens=24, spec=spec).tokens == plain[PROMPTS[0]][:24]
+    assert True not in host_run and True in attached
 
 
 @pytest.mark.parametrize("bad", ["yes", 1, None])

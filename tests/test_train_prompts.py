@@ -293,6 +293,38 @@ def test_sample_rows():
     assert abs(draws[1] / 3000 - 0.75) < 0.03
 
 
+@pytest.mark.parametrize("min_p", [0.0, 0.02])
+def test_sample_rows_chi2_full_vocabulary(min_p):
+    """The regen sampler on rows wide enough for the two-level search (> 1024 tokens), at T = 0.7,
+    split over threads (40 rows: three chunks): every row's counts fit its tempered softmax."""
+    from scipy import stats
+
+    V, n_rows, n = 3000, 40, 1500
+    rng = np.random.default_rng(11)
+    L = (rng.standard_normal((n_rows, V)) * 2).astype(np.float32)
+    L[:, :5] += 6.0  # a few likely tokens, many unlikely ones
+    rngs = [np.random.default_rng([4, r]) for r in range(n_rows)]
+    counts = np.zeros((n_rows, V))
+    for _ in range(n):
+        counts[np.arange(n_rows), sample_rows(L, [0.7] * n_rows, rngs, min_p=min_p)] += 1
+    p = np.exp((L.astype(np.float64) - L.max(axis=1, keepdims=True)) / 0.7)
+    p[p < min_p] = 0.0
+    p /= p.sum(axis=1, keepdims=True)
+    for r in range(n_rows):
+        keep = p[r] > 0
+        assert counts[r, ~keep].sum() == 0
+        head = np.flatnonzero(p[r] * n >= 10)  # bins of at least 10 expected draws, the rest pooled
+        obs = np.append(counts[r, head], n - counts[r, head].sum())
+        exp = np.append(p[r, head] * n, n * (1 - p[r, head].sum()))
+        exp *= n / exp.sum()  # float rounding of the pooled tail
+        if exp[-1] < 1e-9:  # min-p left nothing outside the head
+            obs, exp = obs[:-1], exp[:-1]
+        if len(obs) == 1:  # one token kept: every draw is it
+            assert obs[0] == n
+            continue
+        assert stats.chisquare(obs, exp).pvalue > 1e-3
+
+
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
     path = tmp_path_factory.mktemp("regen") / "tiny.gguf"
@@ -336,3 +368,17 @@ def test_regen_llama_shards_resumes_and_chunks(tiny, tmp_path):
                        seed=1, batch=4, progress=False, command="test")
     assert again["n_answers"] == 0
     assert len(json.loads((out / "manifest-s1of2.json").read_text())) == 2
+    # where the time went, per turn and group: every step counted once, its rows the answers' tokens
+    t = man["timing"]
+    assert sum(tm["answers"] for tm in t.values()) == man["n_answers"]
+    for name, tm in t.items():
+        assert tm["steps"] >= 1 and tm["decode_s"] > 0 and tm["rows"] == tm["answer_tokens"]
+        assert tm["answers"] == sum(1 for d in lines if f"turn{d['turn'] + 1}_" + (
+            "greedy" if d["temperature"] == 0 else "sampled") == name)
+    # greedy answers by a host argmax over the copied logits are the graph's (f32 tiny target, CPU)
+    host = regenerate(tiny, tmp_path / "p.jsonl", tmp_path / "host", shard=(1, 2), engine="llama", max_tokens=6,
+                      sampled=0.5, seed=1, batch=4, progress=False, command="test", greedy_in_graph=False)
+    with gzip.open(tmp_path / "host" / "answers-s1of2-00.jsonl.gz", "rt") as f:
+        hl = {d["key"]: d for d in map(json.loads, f)}
+    assert host["n_answers"] == man["n_answers"]
+    assert all(hl[d["key"]]["answer_tokens"] == d["answer_tokens"] for d in lines if d["temperature"] == 0)

@@ -36,7 +36,7 @@ import numpy as np
 from ..context import Context
 from ..errors import InvalidArgumentError, PyllamaSpecError
 from ..sampler import SamplerChain
-from .config import VERIFY_MODES
+from .config import VERIFY_MODES, use_backend_sampling
 from .drafters.batch import BatchDrafter, DraftRequest, SeqRows
 from .loop import StepOutput
 from .sampling import SamplingParams
@@ -121,7 +121,7 @@ class BatchLoop:
         n_max_all = max(s.spec.n_max for s in self.seqs)
         fits = n_max_all + 1 <= target.n_outputs_max_per_seq
         try:
-            use_backend = self.backend_sampling is True or (self.backend_sampling == "auto" and not self.sp.greedy)
+            use_backend = use_backend_sampling(self.backend_sampling, self.sp.greedy, target.model.n_vocab)
             if use_backend and fits and not host_rule:
                 for i, s in enumerate(self.seqs):
                     s.chain = SamplerChain.from_params(self.sp)

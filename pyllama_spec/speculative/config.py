@@ -43,11 +43,10 @@ class SpecConfig:
             stage that next reads a result).
         backend_sampling: let llama.cpp draw the target's tokens inside the decode graph where
             the rule allows it (match and plain decoding): no logits are copied to the host.
-            ``"auto"`` (default) does so at temperature > 0 only, where it is fastest (H200,
-            SmolLM2: plain decoding at T=0.8 835 vs 651 tok/s on the host), and takes the host's
-            argmax at T=0, which was faster there (865 vs 780 tok/s: llama.cpp's sampling graph
-            adds an argmax kernel and a copy per row; benchmarks/RESULTS.md). True / False force
-            either path. Rejection sampling always reads logits: it needs both distributions.
+            ``"auto"`` (default): :func:`use_backend_sampling` — at temperature > 0, and at
+            temperature 0 on vocabularies of ≥ 100 000 tokens, where the host's argmax costs
+            ≈ 75 µs a verify row (benchmarks/RESULTS.md 13.3). True / False force either path.
+            Rejection sampling always reads logits: it needs both distributions.
         tree: token trees (``speculative/tree_step.py``): the most nodes of the tree drafted and
             verified per step (``n_max`` is then its depth), 0 = chains; None = the Generator's
             ``tree`` for drafters that support trees (draft-dflash), chains for the others. At most the
@@ -85,4 +84,24 @@ class SpecConfig:
         return replace(self, **changes)
 
 
-__all__ = ["SpecConfig", "VERIFY_MODES", "AUTO"]
+# at T = 0, "auto" draws in the graph from this vocabulary size on (RESULTS.md 13.3)
+BACKEND_GREEDY_MIN_VOCAB = 100_000
+
+
+def use_backend_sampling(backend_sampling: bool | str, greedy: bool, n_vocab: int) -> bool:
+    """Whether the target's tokens are drawn in the decode graph (``SpecConfig.backend_sampling``
+    resolved; the caller still falls back to the host where the rule or the graph cannot).
+
+    ``"auto"``: always at temperature > 0 (H200, SmolLM2: plain decoding at T = 0.8 835 vs 651
+    tok/s with the host's draw); at temperature 0 only for vocabularies of at least
+    ``BACKEND_GREEDY_MIN_VOCAB`` tokens. Measured on the H200: on SmolLM2 (49 152 tokens, before
+    patch 0007) the host's argmax was faster (865 vs 780 tok/s); on the Qwen3-8B-shaped pairs
+    (151 936 tokens, patch 0007) the host's argmax cost 0.73–0.93 ms a step of 8 rows and the
+    graph's draw won 5 of 6 drafting configurations by 1.6–7 % of the step (RESULTS.md 13.3).
+    """
+    if backend_sampling is True or backend_sampling is False:
+        return backend_sampling
+    return not greedy or n_vocab >= BACKEND_GREEDY_MIN_VOCAB
+
+
+__all__ = ["SpecConfig", "VERIFY_MODES", "AUTO", "BACKEND_GREEDY_MIN_VOCAB", "use_backend_sampling"]

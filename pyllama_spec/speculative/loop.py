@@ -36,7 +36,7 @@ import numpy as np
 from ..context import Context
 from ..errors import InvalidArgumentError, PyllamaSpecError, UnsupportedError
 from ..sampler import SamplerChain
-from .config import VERIFY_MODES
+from .config import VERIFY_MODES, use_backend_sampling
 from .drafters import Draft, Drafter
 from .sampling import SamplingParams
 from .stats import SpecStats
@@ -119,7 +119,7 @@ def speculative_generate(target: Context, drafter: Drafter | None, prompt: list,
         target.set_layer_inputs(drafter.target_layer_ids if drafter is not None else [])
     host_rule = verify == "rejection" and not sp.greedy and drafter is not None
     fits = n_max + 1 <= target.n_outputs_max_per_seq  # llama.cpp's sampling graph is sized for that many rows
-    use_backend = backend_sampling is True or (backend_sampling == "auto" and not sp.greedy)
+    use_backend = use_backend_sampling(backend_sampling, sp.greedy, target.model.n_vocab)
     tree_budget = tree if drafter is not None and n_max > 0 else 0
     if tree_budget:
         assert drafter is not None  # (tree_budget is 0 without one)

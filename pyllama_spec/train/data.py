@@ -24,8 +24,10 @@ import json
 import os
 import random
 import sysconfig
+import time
 from collections import deque
 from collections.abc import Generator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -228,27 +230,57 @@ def sample_rows(logits: np.ndarray, temperatures: Sequence[float], rngs: Sequenc
     """One token per row of ``logits`` ``(n_rows, n_vocab)``: argmax where the row's temperature is
     0 (or its generator None), else a draw from the softmax at that temperature, cut to the
     tokens whose probability is at least ``min_p`` times the best one's (min-p sampling, Nguyen et
-    al. 2024, arXiv 2407.01082). Drawn by the Gumbel-max trick with the row's own generator, so a
-    prompt's draw does not depend on which other prompts share its batch (and no per-row sort of
-    the vocabulary is needed). Returns ``(n_rows,)`` int64."""
+    al. 2024, arXiv 2407.01082). Returns ``(n_rows,)`` int64.
+
+    Each sampled row takes one uniform from its own generator and is searched by inverse CDF in
+    two levels (:func:`pyllama_spec.speculative.sampling.sample_rows`), so a prompt's draw does not
+    depend on which other prompts share its batch. Why not the Gumbel-max trick this used before:
+    it draws ``n_vocab`` Gumbel variates per row and step — 182 ms a step for 192 rows of 49 152 on
+    one core, which held the H200's answer regeneration to ≈ 1 k tok/s (RESULTS.md 15.2)."""
     out = logits.argmax(axis=1).astype(np.int64)
     rows = [r for r, (t, g) in enumerate(zip(temperatures, rngs)) if t > 0 and g is not None]
     if not rows:
         return out
-    z = logits[rows].astype(np.float32) / np.array([temperatures[r] for r in rows], dtype=np.float32)[:, None]
-    g = np.stack([rngs[r].gumbel(size=z.shape[1]).astype(np.float32) for r in rows])  # type: ignore[union-attr]
-    y = z + g
-    if min_p > 0:
-        y[z < z.max(axis=1, keepdims=True) + np.float32(np.log(min_p))] = -np.inf
-    out[rows] = y.argmax(axis=1)
+    inv_t = np.array([1.0 / temperatures[r] for r in rows], dtype=np.float32)
+    u = np.array([rngs[r].random() for r in rows])  # type: ignore[union-attr]
+    # row chunks on threads (numpy's ufuncs release the GIL): a GPU host's cores share the
+    # exp over (rows, n_vocab); each row's draw is the same whatever the chunking
+    chunks = [slice(a, a + _SAMPLE_CHUNK) for a in range(0, len(rows), _SAMPLE_CHUNK)]
+    idx = np.asarray(rows)
+
+    def run(c: slice) -> np.ndarray:
+        return _draw_tempered(logits[idx[c]], inv_t[c], u[c], min_p)
+
+    if len(chunks) == 1 or (os.cpu_count() or 1) == 1:
+        got = [run(c) for c in chunks]
+    else:
+        with ThreadPoolExecutor(min(len(chunks), os.cpu_count() or 1)) as ex:
+            got = list(ex.map(run, chunks))
+    out[rows] = np.concatenate(got)
     return out
+
+
+_SAMPLE_CHUNK = 16  # rows per thread task of sample_rows
+
+
+def _draw_tempered(z: np.ndarray, inv_t: np.ndarray, u: np.ndarray, min_p: float) -> np.ndarray:
+    """Rows of logits ``z`` ``(n, V)`` drawn at temperatures ``1 / inv_t`` with uniforms ``u``."""
+    from ..speculative.sampling import sample_rows as draw
+
+    p = np.asarray(z, dtype=np.float32)
+    p = p - p.max(axis=1, keepdims=True)
+    p *= inv_t[:, None]
+    np.exp(p, out=p)  # the best token's weight is 1, so min-p compares against min_p itself
+    if min_p > 0:
+        p[p < np.float32(min_p)] = 0.0
+    return draw(None, p, None, uniforms=u)
 
 
 def answer_batched(model: Model, prompts: Sequence[Sequence[int]], *, max_tokens: int, n_parallel: int = 64,
                    n_batch: int = 2048, progress: bool = True, temperatures: Sequence[float] | None = None,
                    seed: int = 0, seeds: Sequence[int] | None = None, min_p: float = 0.0,
-                   n_threads: int | None = None,
-                   backend_sampling: bool | None = None) -> Generator[tuple[int, list[int], bool], None, None]:
+                   n_threads: int | None = None, backend_sampling: bool | None = None,
+                   timing: dict[str, float] | None = None) -> Generator[tuple[int, list[int], bool], None, None]:
     """Answers to many prompts at once: one KV-cache stream per prompt, every step one
     ``llama_decode`` that feeds the last token of each running answer and the prompts of newly
     started ones. Yields ``(index, answer_tokens, ended_by_eog)`` in completion order;
@@ -264,6 +296,10 @@ def answer_batched(model: Model, prompts: Sequence[Sequence[int]], *, max_tokens
             instead of the ``(rows, n_vocab)`` logits, and no host argmax runs. Default (None): on
             when every temperature is 0. It needs all temperatures 0 (sampled rows keep the host
             draw, whose per-prompt generator the backend's per-stream seed cannot reproduce).
+        timing: a dict that this adds to as it runs (seconds, counts): ``steps``, ``rows`` (output
+            rows), ``prompt_tokens``, ``decode_s`` (``llama_decode``), ``draw_s`` (the tokens from the
+            graph, or the logits copied and argmax / draw on the host) and ``host_s`` (the rest:
+            building batches, bookkeeping, and the caller's work between answers).
 
     Raises:
         InvalidArgumentError: a prompt longer than ``n_batch`` tokens; ``temperatures`` of another length;
@@ -305,6 +341,11 @@ def answer_batched(model: Model, prompts: Sequence[Sequence[int]], *, max_tokens
     if progress:
         from tqdm import tqdm
         bar = tqdm(total=len(prompts), desc="self-distillation", unit="prompt")
+    tm = timing if timing is not None else {}
+    for part in ("steps", "rows", "prompt_tokens", "decode_s", "draw_s", "host_s"):
+        tm.setdefault(part, 0.0)
+    clock = time.perf_counter
+    t_last = clock()
     try:
         while queue or any(s is not None for s in slots):
             toks: list[int] = []
@@ -338,7 +379,9 @@ def answer_batched(model: Model, prompts: Sequence[Sequence[int]], *, max_tokens
                                          None if temps[i] <= 0 else
                                          np.random.default_rng([seed, i] if seeds is None else seeds[i]))
                 owners.append((k, new))
+            t0 = clock()
             ctx.decode(toks, np.asarray(pos), seq_id=np.asarray(seq), logits=np.asarray(flags))
+            t1 = clock()
             nxt: Sequence[int] | np.ndarray
             if backend_sampling:
                 nxt = ctx.sampled_tokens()
@@ -347,6 +390,14 @@ def answer_batched(model: Model, prompts: Sequence[Sequence[int]], *, max_tokens
                                   min_p=min_p)
             else:
                 nxt = ctx.logits().argmax(axis=1)
+            t2 = clock()
+            tm["steps"] += 1
+            tm["rows"] += len(owners)
+            tm["prompt_tokens"] += len(toks) - sum(1 for _, st in owners if st.answer)  # running: 1 token each
+            tm["host_s"] += t0 - t_last
+            tm["decode_s"] += t1 - t0
+            tm["draw_s"] += t2 - t1
+            t_last = t2
             for row, (k, st) in enumerate(owners):
                 t = int(nxt[row])
                 st.answer.append(t)

@@ -202,16 +202,32 @@ def _hf_cb_answers(model: Any, prompts: list[list[int]], temps: list[float], see
     return out
 
 
+def _timing_line(tm: dict[str, float]) -> str:
+    """One line of an answer_batched timing dict: tok/s and ms per step by part."""
+    steps = max(tm.get("steps", 0), 1)
+    secs = tm.get("seconds", 0) or 1e-9
+    return (f"{tm.get('answers', 0):.0f} answers, {tm.get('answer_tokens', 0):.0f} tokens in {secs:.1f} s "
+            f"({tm.get('answer_tokens', 0) / secs:.0f} tok/s); {tm.get('steps', 0):.0f} steps of "
+            f"{tm.get('rows', 0) / steps:.0f} rows: decode {1e3 * tm.get('decode_s', 0) / steps:.2f}, "
+            f"draw {1e3 * tm.get('draw_s', 0) / steps:.2f}, host {1e3 * tm.get('host_s', 0) / steps:.2f} ms/step; "
+            f"{tm.get('prompt_tokens', 0):.0f} prompt tokens")
+
+
 def regenerate(target: str | os.PathLike, prompts_path: str | os.PathLike, out_dir: str | os.PathLike, *,
                shard: tuple[int, int] = (0, 1), engine: str = "hf", max_tokens: int = 512,
                max_prompt_tokens: int = 1024, sampled: float = 0.25, temperature: float = 0.7, seed: int = 0,
                batch: int = 512, max_seconds: float | None = None, chunk_mib: float = 15.0, n_gpu_layers: int = -1,
                dtype: str = "bfloat16", limit: int | None = None, progress: bool = True,
-               command: str | None = None) -> dict[str, Any]:
+               command: str | None = None, greedy_in_graph: bool = True) -> dict[str, Any]:
     """Answer shard ``shard`` of a prompt set and write its chunks and manifest (module docstring).
 
     Returns the manifest: ``{"command", "shard", "engine", "n_answers", "n_answer_tokens",
-    "n_sampled", "seconds", "answer_tok_s", "files", "complete"}`` for this call.
+    "n_sampled", "seconds", "answer_tok_s", "files", "complete", "timing"}`` for this call
+    (``timing``, llama engine only: per turn and group, :func:`.data.answer_batched`'s timing
+    dict with the group's answers, tokens and seconds; None for the hf engines).
+
+    ``greedy_in_graph`` (llama engine): greedy answers drawn in the decode graph (False: the logits
+    copied to the host and argmax there, to compare the two on a GPU).
 
     Raises:
         InvalidArgumentError: an unknown engine or a value out of range.
@@ -250,6 +266,7 @@ def regenerate(target: str | os.PathLike, prompts_path: str | os.PathLike, out_d
     deadline = time.time() + max_seconds if max_seconds else float("inf")
     writer = ChunkWriter(out, stem, int(chunk_mib * 2**20), first=first_chunk)
     n_ans = n_tok = n_samp = 0
+    timing: dict[str, dict[str, float]] = {}  # llama engine: where each group's time went (answer_batched)
     complete = True
     # turn by turn: turn t of every conversation that has one, with the earlier answers as history
     history: dict[str, list[dict[str, str]]] = {}
@@ -289,15 +306,25 @@ def regenerate(target: str | os.PathLike, prompts_path: str | os.PathLike, out_d
             assert lm is not None
             # greedy and sampled prompts in separate runs, as the hf engine does: the greedy run draws in
             # the decode graph (no logits to the host), the sampled one on the host with each prompt's seed
-            for group in ([i for i, t in enumerate(temps) if t <= 0], [i for i, t in enumerate(temps) if t > 0]):
+            for name, group in (("greedy", [i for i, t in enumerate(temps) if t <= 0]),
+                                ("sampled", [i for i, t in enumerate(temps) if t > 0])):
                 if not group or time.time() > deadline:
                     continue
+                tm = timing.setdefault(f"turn{turn + 1}_{name}", {})
+                t_group = time.time()
+                n_before = len(answers)
                 for j, ans, _ in answer_batched(lm, [toks[i] for i in group], max_tokens=max_tokens,
                                                 n_parallel=min(batch, 256), temperatures=[temps[i] for i in group],
-                                                seeds=[seeds[i] for i in group], progress=progress):
+                                                seeds=[seeds[i] for i in group], progress=progress, timing=tm,
+                                                backend_sampling=None if greedy_in_graph else False):
                     answers[group[j]] = ans
+                    tm["answer_tokens"] = tm.get("answer_tokens", 0) + len(ans)
                     if time.time() > deadline:
                         break
+                tm["answers"] = len(answers) - n_before
+                tm["seconds"] = time.time() - t_group
+                if progress:
+                    print(f"turn {turn + 1} {name}: " + _timing_line(tm), flush=True)
         complete &= len(answers) == len(todo)
         for i, (r, key, raw) in enumerate(todo):
             a = answers.get(i)
@@ -327,7 +354,7 @@ def regenerate(target: str | os.PathLike, prompts_path: str | os.PathLike, out_d
            "seed": seed, "sampled": sampled, "temperature": temperature, "max_tokens": max_tokens,
            "n_prompts": len(recs), "n_answers": n_ans, "n_answer_tokens": n_tok, "n_sampled": n_samp,
            "seconds": secs, "answer_tok_s": n_tok / secs if secs else None,
-           "files": [p.name for p in writer.paths], "complete": complete,
+           "files": [p.name for p in writer.paths], "complete": complete, "timing": timing or None,
            "date": time.strftime("%Y-%m-%d %H:%M:%S")}
     mp = out / f"manifest-s{i_shard}of{n_shard}.json"
     runs = json.loads(mp.read_text()) if mp.exists() else []
@@ -355,6 +382,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--dtype", default="bfloat16", choices=["float32", "bfloat16", "float16"], help="hf weights")
     ap.add_argument("--limit", type=int, help="the shard's first N prompts only")
     ap.add_argument("-ngl", "--n-gpu-layers", type=int, default=-1, help="llama engine")
+    ap.add_argument("--greedy-on-host", action="store_true",
+                    help="llama engine: greedy answers by a host argmax over the copied logits, not in the graph")
     a = ap.parse_args(argv)
     from ..errors import PyllamaSpecError
 
@@ -364,6 +393,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                          max_tokens=a.max_tokens, max_prompt_tokens=a.max_prompt_tokens, sampled=a.sampled,
                          temperature=a.temperature, seed=a.seed, batch=a.batch, max_seconds=a.max_seconds,
                          chunk_mib=a.chunk_mib, n_gpu_layers=a.n_gpu_layers, dtype=a.dtype, limit=a.limit,
+                         greedy_in_graph=not a.greedy_on_host,
                          command=shlex.join(["python", "-m", "pyllama_spec.train.regen", *args]))
     except (PyllamaSpecError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
