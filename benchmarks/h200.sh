@@ -20,7 +20,9 @@
 #                                    # sbmm (default), without (GGML_CUDA_SBMM=0), at every row count (=1) and with
 #                                    # register loads (GGML_CUDA_SBMM_STAGE=0); B: step ÷ plain and ours vs
 #                                    # llama-speculative-simple with and without sbmm; P: kernel tables of verify
-#                                    # batches of 1 / 8 / 16 rows (torch.profiler). Each packs $OUT/sbmm-A|B|P.tar.gz
+#                                    # batches of 1 / 8 / 16 rows (torch.profiler: kernels, wall, CUDA runtime calls);
+#                                    # G: verify of 1 / 2 / 8 / 16 rows with CUDA graphs on and off (SBMM_DTYPES=f16 for
+#                                    # one dtype, ~1 min). Each packs $OUT/sbmm-A|B|P|G.tar.gz
 #   bash benchmarks/h200.sh ops test   # issue 19, after install (our wheel, built with test-backend-ops): llama.cpp's
 #   bash benchmarks/h200.sh ops staged # op tests of MUL_MAT (must pass) and its op benchmark with sbmm on / off (test),
 #                                    # staged / register loads / MMVQ (staged) (benchmarks/kernels/ggml_op_check.sh),
@@ -252,7 +254,7 @@ step-big)
 sbmm)
   # Issue 19 stage 2 (patch 0008 in the installed wheel). Part A writes the pairs (f16 ~17 GB, Q4_K ~6 GB; kept in
   # /tmp/w/big while the machine stays warm) and measures verify batches; part B the loop on the same pairs.
-  PART=${2:?part: A | B | P}
+  PART=${2:?part: A | B | P | G}
   B=$W/big; mkdir -p "$B" "$OUT/sbmm"
   (cd pyllama_spec && tar -cf - $(find . -name "*.py")) | tar -xf - -C "$W/pkg/pyllama_spec"
   DTS=${SBMM_DTYPES:-f16 q4_K q4_0}
@@ -261,7 +263,20 @@ sbmm)
     log "write the Qwen3-8B-shaped $dt pair"
     (cd /tmp && python3 -m pyllama_spec.fixtures big "$B" --dtype $dt) || exit 1
   done
-  if [ "$PART" = P ]; then
+  if [ "$PART" = G ]; then
+    # does llama.cpp replay a verify of R > 1 rows as a CUDA graph? The same verify batches with CUDA graphs
+    # off (GGML_CUDA_DISABLE_GRAPHS=1) beside the default: if R = 8 costs the same both ways, it was not
+    # replayed (RESULTS.md 13.3: the GPU-busy excess of 8 rows over 1 is a third of the wall excess)
+    for dt in $DTS; do
+      T=$B/target-qwen3-8b-$dt.gguf; D=$B/dflash-qwen3-8b-$dt.gguf
+      for env in GGML_CUDA_SBMM_DEFAULT=1 GGML_CUDA_DISABLE_GRAPHS=1; do
+        log "verify, $dt, $env"
+        (cd /tmp && env $env timeout 100 python3 "$REPO/benchmarks/step_cost.py" --target $T --drafter $D \
+            --label "qwen3-8b-$dt $env" --sections verify --rows 1 2 8 16 --reps 20 \
+            --json "$OUT/sbmm/graphs_${dt}_${env}.json") 2>&1 | grep "verify\|#\|rows"
+      done
+    done
+  elif [ "$PART" = P ]; then
     # where a verify's excess over a decode goes once the weight matmuls are near flat: GPU kernel tables
     # (torch.profiler) of verify batches with the default dispatch
     for dt in $DTS; do

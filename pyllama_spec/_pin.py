@@ -23,6 +23,7 @@ PATCHES = (
     "0006-dflash-fused-inject",
     "0007-backend-greedy-rows",
     "0008-cuda-sbmm-small-batch-matmul",
+    "0009-backend-greedy-all-rows",
 )
 
 
