@@ -21,6 +21,7 @@
 #   (calls within 30 s of each other: the machine and /tmp/w stay; ≈ 7.5 + 0.5 + 8.5 + 8.5 + 3.5 min)
 #   more data in any later call (same prompts, next shard): SHARD=1/8 bash benchmarks/h200_issue20.sh regen
 #   engines: the regen engines' answer tok/s side by side (carry .dev/smol.part02, .dev/i20 with prompts.jsonl.gz)
+#   decode: one batched decode of S streams as regen runs it, by KV layout and sampler (carry .dev/smol.part02)
 #   (carry .dev/i20 holding prompts.jsonl.gz and answers/ of earlier calls to start a fresh machine from them)
 #
 # Budget: transformers generate was measured at 13.6 k tok/s (batch 1024), so a 5-min shard gives ≈ 2–4 M
@@ -32,7 +33,7 @@
 # TRAIN_EXTRA (e.g. "--device cpu --target-dtype float32"), ENGINE (hf).
 # Results go to $OUT (≤ 8 files of ≤ 16 MiB): the prompt set, answer chunks, manifests, reports, drafters.
 set -uo pipefail
-PHASE=${1:?phase: data | regen | train | tau | engines}
+PHASE=${1:?phase: data | regen | train | tau | engines | decode}
 REPO=$(pwd)
 W=${W:-/tmp/w}
 I=$W/i20
@@ -153,6 +154,14 @@ engines)
   done
   # the answers too (one archive: $OUT takes 8 files): they are real training data
   tar -czf "$OUT/engines.tar.gz" -C "$I" $(cd "$I" && ls -d engine_*) && ls -la "$OUT"
+  ;;
+decode)
+  # one batched decode step as regen runs it (S streams × 1 token, per-stream or unified KV, with / without
+  # greedy samplers) beside one sequence decoding S rows: where the llama engine's 53.5 ms a step of 45 rows
+  # goes (RESULTS.md 15.2); ~1-2 min
+  smol
+  (cd /tmp && timeout 300 python3 "$REPO/benchmarks/batched_decode.py" "$GGUF" --streams 1 8 45 128 256 -ngl 99 \
+      --profile --json "$OUT/batched_decode.json") 2>&1 | grep -v "^llama_context" | head -60
   ;;
 tau)
   # τ through our loop (llama.cpp CUDA, T = 0, n_max = block − 1 and 7) on held-out prompts of the new set
