@@ -177,6 +177,48 @@ def test_batched_answers_drawn_in_the_graph_equal_the_host_argmax(tiny):
     gen.close()
 
 
+def test_batched_answers_with_gap_filling_rows(tiny, monkeypatch):
+    """fill_gaps: every decode names the streams 0..n_parallel-1 in order (llama.cpp's per-stream KV
+    splits a batch at every gap in the sequence ids: one more pass over the model each), the dummy
+    rows leave no trace (the same answers, greedy and sampled, as without them), and a prompt as long
+    as n_batch still starts beside the other streams' rows."""
+    from pyllama_spec.context import Context
+    from pyllama_spec.train import data
+
+    gen = ps.Generator(tiny["target"], n_ctx=512)
+    prompts = [gen.tokenize_prompt(messages=p) for k, p in data.prompt_items(7, 0)]
+    prompts.append(list(prompts[0]) * (100 // len(prompts[0]) + 1))  # the longest: n_batch below
+    n_batch = max(len(p) for p in prompts)
+    temps = [0.0, 0.7] * 4
+    seqs = []
+    real = Context.decode
+
+    def spy(self, tokens, pos=None, *, seq_id=None, logits="last"):
+        if seq_id is not None:
+            seqs.append(list(np.asarray(seq_id)))
+        return real(self, tokens, pos, seq_id=seq_id, logits=logits)
+
+    runs, steps = [], []
+    for fill in (False, True):
+        monkeypatch.setattr(Context, "decode", spy)
+        seqs.clear()
+        tm = {}
+        runs.append({i: a for i, a, _ in data.answer_batched(gen.model, prompts, max_tokens=10, n_parallel=3,
+                                                             n_batch=n_batch, progress=False, temperatures=temps,
+                                                             seed=5, fill_gaps=fill, timing=tm)})
+        monkeypatch.undo()
+        steps.append((list(seqs), tm))
+    assert sorted(runs[0]) == list(range(len(prompts)))
+    assert runs[1] == runs[0]
+    filled, tm = steps[1]
+    assert tm["dummy_rows"] > 0 and steps[0][1]["dummy_rows"] == 0
+    for ids in filled:  # every stream in every decode, in order (a new prompt's tokens are consecutive)
+        assert ids == sorted(ids) and sorted(set(ids)) == [0, 1, 2]
+    for ids in steps[0][0]:  # without the rows: in order too, with gaps
+        assert ids == sorted(ids)
+    gen.close()
+
+
 def test_data_generation_resumes_after_a_killed_run(tiny, tmp_path):
     from pyllama_spec.train import data
 

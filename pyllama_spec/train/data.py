@@ -280,7 +280,8 @@ def answer_batched(model: Model, prompts: Sequence[Sequence[int]], *, max_tokens
                    n_batch: int = 2048, progress: bool = True, temperatures: Sequence[float] | None = None,
                    seed: int = 0, seeds: Sequence[int] | None = None, min_p: float = 0.0,
                    n_threads: int | None = None, backend_sampling: bool | None = None,
-                   timing: dict[str, float] | None = None) -> Generator[tuple[int, list[int], bool], None, None]:
+                   timing: dict[str, float] | None = None,
+                   fill_gaps: bool | None = None) -> Generator[tuple[int, list[int], bool], None, None]:
     """Answers to many prompts at once: one KV-cache stream per prompt, every step one
     ``llama_decode`` that feeds the last token of each running answer and the prompts of newly
     started ones. Yields ``(index, answer_tokens, ended_by_eog)`` in completion order;
@@ -296,10 +297,20 @@ def answer_batched(model: Model, prompts: Sequence[Sequence[int]], *, max_tokens
             instead of the ``(rows, n_vocab)`` logits, and no host argmax runs. Default (None): on
             when every temperature is 0. It needs all temperatures 0 (sampled rows keep the host
             draw, whose per-prompt generator the backend's per-stream seed cannot reproduce).
+        fill_gaps: give every idle stream (no prompt left for it, or not started yet) a dummy row a
+            step, so that each decode's rows name every stream 0..n_parallel-1 in order. Why: with
+            per-stream KV cells llama.cpp splits a batch into ubatches of *consecutive* sequence ids
+            (``llama_batch_allocr::split_equal``, sequential), so every idle stream between two running
+            ones starts another ubatch, i.e. another pass over the whole model: on the H200 45 rows of
+            scattered streams took 53.5 ms a step (RESULTS.md 15.2). A dummy row is one token written
+            and removed again at the stream's next free cell, without an output row: it costs compute
+            but not another pass. Default (None): on when the model runs on a GPU (``model.devices``),
+            where rows are nearly free; off on the CPU, where they cost as much as real ones.
         timing: a dict that this adds to as it runs (seconds, counts): ``steps``, ``rows`` (output
-            rows), ``prompt_tokens``, ``decode_s`` (``llama_decode``), ``draw_s`` (the tokens from the
-            graph, or the logits copied and argmax / draw on the host) and ``host_s`` (the rest:
-            building batches, bookkeeping, and the caller's work between answers).
+            rows), ``dummy_rows`` (fill_gaps), ``prompt_tokens``, ``decode_s`` (``llama_decode``),
+            ``draw_s`` (the tokens from the graph, or the logits copied and argmax / draw on the
+            host) and ``host_s`` (the rest: building batches, bookkeeping, and the caller's work
+            between answers).
 
     Raises:
         InvalidArgumentError: a prompt longer than ``n_batch`` tokens; ``temperatures`` of another length;
@@ -324,8 +335,12 @@ def answer_batched(model: Model, prompts: Sequence[Sequence[int]], *, max_tokens
         raise InvalidArgumentError("backend_sampling needs every temperature 0: answer sampled prompts in a "
                                    "separate call with backend_sampling=False")
     n_parallel = max(1, min(n_parallel, len(prompts)))
+    if fill_gaps is None:
+        fill_gaps = bool(model.devices)
     per_seq = -(-(longest + max_tokens + 1) // 256) * 256  # llama.cpp pads n_ctx to 256: keep it divisible
-    ctx = ps.Context(model, n_ctx=n_parallel * per_seq, n_batch=n_batch, n_ubatch=min(n_batch, 512),
+    # room for the longest prompt beside one row of every other stream, so that any prompt can start
+    n_batch_ctx = max(n_batch, longest + n_parallel)
+    ctx = ps.Context(model, n_ctx=n_parallel * per_seq, n_batch=n_batch_ctx, n_ubatch=min(n_batch, 512),
                      n_seq_max=n_parallel, n_threads=n_threads, n_threads_batch=n_threads)
     if backend_sampling:
         # why: with 256 streams of a 49 152-token vocabulary the host's copy and argmax of the logits
@@ -341,8 +356,10 @@ def answer_batched(model: Model, prompts: Sequence[Sequence[int]], *, max_tokens
     if progress:
         from tqdm import tqdm
         bar = tqdm(total=len(prompts), desc="self-distillation", unit="prompt")
+    pad = vocab.bos if vocab.bos is not None else 0
+    dummy: list[int] = []  # streams given a dummy row this step
     tm = timing if timing is not None else {}
-    for part in ("steps", "rows", "prompt_tokens", "decode_s", "draw_s", "host_s"):
+    for part in ("steps", "rows", "dummy_rows", "prompt_tokens", "decode_s", "draw_s", "host_s"):
         tm.setdefault(part, 0.0)
     clock = time.perf_counter
     t_last = clock()
@@ -353,7 +370,16 @@ def answer_batched(model: Model, prompts: Sequence[Sequence[int]], *, max_tokens
             seq: list[int] = []
             flags: list[int] = []
             owners: list[tuple[int, _Stream]] = []  # (stream id, stream) of each output row
-            for k, st in enumerate(slots):
+            # rows the streams after k will add (one each: running, or a dummy with fill_gaps): a prompt is
+            # admitted only if they still fit in the batch after it
+            after = [0] * n_parallel
+            for k in range(n_parallel - 2, -1, -1):
+                after[k] = after[k + 1] + (slots[k + 1] is not None or fill_gaps)
+            admit = True
+            # streams in id order, each with its running answer's token, a new prompt, or (fill_gaps) a
+            # dummy row: the order llama.cpp needs to keep all streams in one ubatch (docstring)
+            for k in range(n_parallel):
+                st = slots[k]
                 if st is not None:
                     toks.append(st.answer[-1])
                     pos.append(st.pos)
@@ -361,26 +387,31 @@ def answer_batched(model: Model, prompts: Sequence[Sequence[int]], *, max_tokens
                     flags.append(1)
                     owners.append((k, st))
                     st.pos += 1
-            for k in range(n_parallel):
-                if not queue:
-                    break
-                if slots[k] is not None:
                     continue
-                p = prompts[queue[0]]
-                if len(toks) + len(p) > n_batch:
-                    break
-                i = queue.popleft()
-                ctx.memory.seq_rm(k)
-                toks.extend(p)
-                pos.extend(range(len(p)))
-                seq.extend([k] * len(p))
-                flags.extend([0] * (len(p) - 1) + [1])
-                slots[k] = new = _Stream(i, len(p), [],
-                                         None if temps[i] <= 0 else
-                                         np.random.default_rng([seed, i] if seeds is None else seeds[i]))
-                owners.append((k, new))
+                if admit and queue:
+                    p = prompts[queue[0]]
+                    if len(toks) + len(p) + after[k] <= n_batch_ctx:
+                        i = queue.popleft()
+                        toks.extend(p)
+                        pos.extend(range(len(p)))
+                        seq.extend([k] * len(p))
+                        flags.extend([0] * (len(p) - 1) + [1])
+                        slots[k] = new = _Stream(i, len(p), [],
+                                                 None if temps[i] <= 0 else
+                                                 np.random.default_rng([seed, i] if seeds is None else seeds[i]))
+                        owners.append((k, new))
+                        continue
+                    admit = False  # prompts start in order: this one waits for the next step, and so do the rest
+                if fill_gaps:  # an empty stream's cell 0, removed after the decode
+                    dummy.append(k)
+                    toks.append(pad)
+                    pos.append(0)
+                    seq.append(k)
+                    flags.append(0)
             t0 = clock()
             ctx.decode(toks, np.asarray(pos), seq_id=np.asarray(seq), logits=np.asarray(flags))
+            for k in dummy:
+                ctx.memory.seq_rm(k)
             t1 = clock()
             nxt: Sequence[int] | np.ndarray
             if backend_sampling:
@@ -391,12 +422,15 @@ def answer_batched(model: Model, prompts: Sequence[Sequence[int]], *, max_tokens
             else:
                 nxt = ctx.logits().argmax(axis=1)
             t2 = clock()
+            n_running = sum(1 for _, st in owners if st.answer)
             tm["steps"] += 1
             tm["rows"] += len(owners)
-            tm["prompt_tokens"] += len(toks) - sum(1 for _, st in owners if st.answer)  # running: 1 token each
+            tm["dummy_rows"] += len(dummy)
+            tm["prompt_tokens"] += len(toks) - n_running - len(dummy)
             tm["host_s"] += t0 - t_last
             tm["decode_s"] += t1 - t0
             tm["draw_s"] += t2 - t1
+            dummy.clear()
             t_last = t2
             for row, (k, st) in enumerate(owners):
                 t = int(nxt[row])
@@ -405,6 +439,7 @@ def answer_batched(model: Model, prompts: Sequence[Sequence[int]], *, max_tokens
                 if eog or len(st.answer) >= max_tokens:
                     yield st.index, st.answer, eog
                     slots[k] = None
+                    ctx.memory.seq_rm(k)  # an empty stream: its next prompt or dummy row starts at cell 0
                     if bar is not None:
                         bar.update(1)
     finally:
