@@ -7,6 +7,9 @@ Why: on the H200 the llama regen engine's greedy group decoded 45 rows a step in
 — 20–40 × what a decode of that many rows of a 135M model costs — so the decode of many streams itself,
 not sampling or Python, holds regeneration to ~300 tok/s there. This splits it by configuration.
 
+Configurations per S: one sequence of S rows; S streams with per-stream KV (without and with greedy
+samplers); S streams in one unified buffer; S streams that are every other one of 2S (per-stream KV).
+
     python benchmarks/batched_decode.py TARGET.gguf [--streams 1 16 64 256] [--depth 256] [--per-seq 1792]
         [--reps 10] [-ngl 99] [--profile] [--json out.json]
 
@@ -27,9 +30,12 @@ import pyllama_spec as ps
 from pyllama_spec.sampler import SamplerChain
 
 
-def one(model, S, *, unified, streams, samplers, depth, per_seq, reps, n_threads):
-    """ms per decode of S rows: ``streams`` = S sequences at ``depth`` positions each, else one sequence."""
-    n_seq = S if streams else 1
+def one(model, S, *, unified, streams, samplers, depth, per_seq, reps, n_threads, gaps=False):
+    """ms per decode of S rows: ``streams`` = S sequences at ``depth`` positions each, else one sequence;
+    ``gaps``: the S streams are every other one of 2S (the rest idle), as answer_batched's rows were
+    before its fill_gaps (llama.cpp puts only consecutive sequence ids in one ubatch)."""
+    n_seq = (2 * S if gaps else S) if streams else 1
+    ids = np.arange(0, 2 * S, 2) if gaps else np.arange(S)
     ctx = ps.Context(model, n_ctx=max(n_seq * per_seq, 512), n_batch=max(2048, S), n_ubatch=512,
                      n_seq_max=n_seq, kv_unified=unified, n_threads=n_threads, n_threads_batch=n_threads)
     try:
@@ -39,15 +45,15 @@ def one(model, S, *, unified, streams, samplers, depth, per_seq, reps, n_threads
         if streams:  # every stream holds `depth` positions (prefilled a few streams per decode)
             per = max(1, 2048 // depth)
             for k0 in range(0, S, per):
-                ks = range(k0, min(S, k0 + per))
+                ks = ids[k0:k0 + per]
                 ctx.decode([1] * (depth * len(ks)), np.tile(np.arange(depth), len(ks)),
-                           seq_id=np.repeat(np.asarray(list(ks)), depth), logits="none")
+                           seq_id=np.repeat(ks, depth), logits="none")
         else:
             ctx.decode([1] * depth, np.arange(depth), logits="none")
         ts = []
         for r in range(reps + 2):
             if streams:
-                pos, seq = np.full(S, depth + r), np.arange(S)
+                pos, seq = np.full(S, depth + r), ids
             else:
                 pos, seq = np.arange(depth + r * S, depth + (r + 1) * S), np.zeros(S, dtype=int)
             t = time.perf_counter()
@@ -83,8 +89,10 @@ def main() -> None:
         for label, kw in (("one sequence", dict(unified=False, streams=False, samplers=False)),
                           ("streams, per-stream KV", dict(unified=False, streams=True, samplers=False)),
                           ("streams, per-stream KV, greedy samplers", dict(unified=False, streams=True, samplers=True)),
-                          ("streams, unified KV", dict(unified=True, streams=True, samplers=False))):
-            if S == 1 and kw["streams"] and not kw["samplers"] and kw["unified"]:
+                          ("streams, unified KV", dict(unified=True, streams=True, samplers=False)),
+                          ("streams, per-stream KV, every other one idle",
+                           dict(unified=False, streams=True, samplers=False, gaps=True))):
+            if S == 1 and kw["streams"] and (kw["unified"] or kw.get("gaps")):
                 continue
             ms, ctx = one(model, S, depth=a.depth, per_seq=a.per_seq, reps=a.reps, n_threads=a.threads, **kw)
             ctx.close()
