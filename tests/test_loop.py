@@ -446,8 +446,9 @@ def test_model_drafters_use_the_generators_threads(tiny):
 @pytest.mark.parametrize("drafter,n_max", [(None, None), ("dflash", 3), ("dflash", 7), ("ngram", 4)])
 def test_backend_and_host_sampling_give_the_same_greedy_tokens(tiny_gen, plain, drafter, n_max):
     """The target's tokens drawn by llama.cpp's sampler chain in the decode graph (backend_sampling
-    True), by the host's argmax (False) and by the default ('auto': the host at T = 0 on this small vocabulary) are the same,
-    and equal plain decoding; with the backend the drafter's and target's chains are detached after."""
+    True), by the host's argmax (False) and by the default ('auto': the host at T = 0 on this small
+    vocabulary) are the same, and equal plain decoding; with the backend the drafter's and target's chains
+    are detached after."""
     outs = {}
     for backend in (True, False, "auto"):
         spec = ps.SpecConfig(drafter=drafter, n_max=n_max, backend_sampling=backend)
