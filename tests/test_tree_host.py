@@ -1,0 +1,168 @@
+"""Issue 22: the host-side shortcuts of a tree step give exactly what the plain versions gave.
+
+Each test keeps the implementation it replaced (``_old_*``, as it was before the change) and compares
+on random inputs: the block top-k and the float64 log-softmax of :func:`tree_from_logits` build the
+same trees (nodes, order, parents, log-probabilities bit for bit), and ``TreeDraft``'s list-based
+helpers return the same depths / path log-probabilities / children / branch sets.
+"""
+import numpy as np
+import pytest
+
+from pyllama_spec.speculative.tree import (
+    TreeDraft,
+    _order_desc,
+    _topk_ids,
+    build_tree,
+    sample_tree,
+    tree_from_logits,
+)
+
+
+# -- the implementations before issue 22's host work (the references) -----------------------------------
+def _old_topk_desc(logp, k):
+    k = min(k, logp.shape[1])
+    idx = np.argpartition(-logp, k - 1, axis=1)[:, :k]
+    vals = np.take_along_axis(logp, idx, axis=1)
+    order = np.argsort(-vals, axis=1, kind="stable")
+    return np.take_along_axis(idx, order, axis=1), np.take_along_axis(vals, order, axis=1)
+
+
+def _old_tree_from_logits(logits, budget, top_k=10):
+    lg = np.asarray(logits, dtype=np.float64)
+    logp = lg - lg.max(axis=1, keepdims=True)
+    logp -= np.log(np.exp(logp).sum(axis=1, keepdims=True))
+    ids, vals = _old_topk_desc(logp, top_k)
+    return build_tree(ids, vals, budget)
+
+
+def _old_depths(t):
+    d = np.zeros(len(t), dtype=np.int64)
+    for i, p in enumerate(t.parents):
+        d[i] = 1 if p < 0 else d[p] + 1
+    return d
+
+
+def _old_path_logp(t):
+    lp = np.asarray(t.logp, dtype=np.float64)
+    out = np.zeros(len(t), dtype=np.float64)
+    for i, p in enumerate(t.parents):
+        out[i] = lp[i] + (out[p] if p >= 0 else 0.0)
+    return out
+
+
+def _old_seq_sets(t):
+    leaves = t.leaves()
+    sets = [set() for _ in range(len(t))]
+    for j, leaf in enumerate(leaves):
+        for i in t.path(leaf):
+            sets[i].add(j)
+    return leaves, [sorted(s) for s in sets]
+
+
+def _same_tree(a: TreeDraft, b: TreeDraft) -> None:
+    assert a.tokens == b.tokens
+    assert np.array_equal(a.parents, b.parents)
+    assert np.array_equal(a.logp, b.logp)  # bit for bit, not just close
+    assert np.array_equal(a.top_logp, b.top_logp)
+
+
+def _random_tree(rng, n: int, n_vocab: int) -> TreeDraft:
+    parents = [int(rng.integers(-1, i)) for i in range(n)]  # any earlier node, or the root
+    kids: dict[int, set[int]] = {}
+    tokens = []
+    for p in parents:  # distinct siblings
+        t = int(rng.integers(n_vocab))
+        while t in kids.setdefault(p, set()):
+            t = int(rng.integers(n_vocab))
+        kids[p].add(t)
+        tokens.append(t)
+    return TreeDraft(tokens=tokens, parents=np.array(parents), logp=rng.normal(size=n) - 2.0)
+
+
+# -- top-k and tree construction ------------------------------------------------------------------------
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_block_topk_is_the_stable_full_sort(dtype):
+    """Ties (rounded values), -inf entries, rows with fewer finite entries than k, short rows, lengths
+    that leave a remainder: always the k first of the stable argsort of -x."""
+    rng = np.random.default_rng(0)
+    for trial in range(150):
+        V = 49152 if trial % 4 == 0 else int(rng.integers(1, 100_000))
+        R, k = int(rng.integers(1, 9)), int(rng.integers(1, 30))
+        x = (rng.standard_normal((R, V)) * 3).astype(dtype)
+        if trial % 5 == 0:
+            x = np.round(x)  # many ties, also at the block boundary
+        if trial % 7 == 0:
+            x[:, rng.integers(0, V, size=V // 2 + 1)] = -np.inf
+        if trial % 11 == 0:  # fewer finite entries than k
+            x[:] = -np.inf
+            x[:, rng.integers(0, V, size=3)] = 1.0
+        if trial % 13 == 0:  # the best entries are -0.0 and 0.0, which compare equal: ties by index
+            x[0] = -np.abs(x[0]) - 1
+            x[0, 1:100:2] = -0.0
+            x[0, 0:100:2] = 0.0
+        ids, row_max = _topk_ids(x, k)
+        assert np.array_equal(ids, np.argsort(-x, axis=1, kind="stable")[:, :k]), (trial, V, R, k)
+        assert np.array_equal(row_max, x.max(axis=1))
+
+
+def test_candidate_order_breaks_ties_by_index():
+    """The int64-key sort of float32 candidates: -0.0 and 0.0 are equal, -inf last, ties by index."""
+    rng = np.random.default_rng(5)
+    for _ in range(50):
+        vals = rng.choice(np.array([-np.inf, -2.5, -0.0, 0.0, 1.0, 3.0], dtype=np.float32), size=(4, 300))
+        ids = np.sort(rng.choice(100_000, size=(4, 300), replace=False), axis=1)  # distinct, ascending
+        ref = np.take_along_axis(ids, np.argsort(-vals, axis=1, kind="stable"), axis=1)
+        assert np.array_equal(_order_desc(vals, ids), ref)
+        assert np.array_equal(_order_desc(vals.astype(np.float64), ids), ref)
+
+
+def test_tree_from_logits_builds_the_old_trees():
+    """Random logits (no ties), DFlash-shaped blocks and other shapes, budgets up to 64, any top_k:
+    the same nodes in the same order with bit-identical log-probabilities."""
+    rng = np.random.default_rng(1)
+    for trial in range(120):
+        D = int(rng.integers(1, 16))
+        V = 49152 if trial % 2 else int(rng.integers(2, 70_000))
+        logits = (rng.standard_normal((D, V)) * rng.uniform(0.5, 8.0)).astype(np.float32)
+        budget, top_k = int(rng.integers(0, 65)), int(rng.integers(1, 12))
+        _same_tree(tree_from_logits(logits, budget, top_k), _old_tree_from_logits(logits, budget, top_k))
+    peaked = np.full((7, 49152), -4.0, dtype=np.float32)  # confident rows, a heavy tail
+    peaked += rng.standard_normal(peaked.shape).astype(np.float32)
+    peaked[np.arange(7), rng.integers(0, 49152, 7)] = 12.0
+    for budget in (4, 16, 32):
+        _same_tree(tree_from_logits(peaked, budget), _old_tree_from_logits(peaked, budget))
+    lg64 = rng.standard_normal((5, 3000))  # float64 input (the stable-sort path) too
+    _same_tree(tree_from_logits(lg64, 20), _old_tree_from_logits(lg64, 20))
+
+
+def test_tree_from_logits_breaks_ties_by_token_id():
+    """Equal logits (the old partition broke them in no defined order): the lower token id first."""
+    logits = np.zeros((3, 40_000), dtype=np.float32)
+    logits[:, [30_000, 7, 12_345]] = 5.0
+    t = tree_from_logits(logits, budget=3, top_k=3)
+    assert t.tokens[:3] == [7, 12_345, 30_000]
+    assert np.allclose(t.logp, np.log(np.exp(5.0) / (3 * np.exp(5.0) + 39_997)))
+
+
+def test_sample_tree_shape_is_the_old_shape():
+    """sample_tree's shape (from the top-k of log q) is unchanged where log q has no ties."""
+    rng = np.random.default_rng(2)
+    for _ in range(20):
+        q = rng.dirichlet(np.ones(6000) * 0.3, size=5)
+        with np.errstate(divide="ignore"):
+            logq = np.log(q)
+        old = build_tree(*_old_topk_desc(logq, 10), 12)
+        new = sample_tree(q, 12, np.random.default_rng(0), 10)
+        assert np.array_equal(new.parents, old.parents)
+        assert np.array_equal(new.top_logp, old.top_logp)
+
+
+# -- TreeDraft helpers ----------------------------------------------------------------------------------
+def test_tree_helpers_match_the_old_loops():
+    rng = np.random.default_rng(4)
+    for _ in range(200):
+        t = _random_tree(rng, int(rng.integers(0, 65)), 100)
+        assert np.array_equal(t.depths, _old_depths(t)) and t.depths.dtype == np.int64
+        assert np.array_equal(t.path_logp(), _old_path_logp(t))
+        assert t.seq_sets() == _old_seq_sets(t)
+        assert t.children() == [[i for i in range(len(t)) if t.parents[i] == p] for p in range(-1, len(t))]
