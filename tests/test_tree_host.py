@@ -2,8 +2,9 @@
 
 Each test keeps the implementation it replaced (``_old_*``, as it was before the change) and compares
 on random inputs: the block top-k and the float64 log-softmax of :func:`tree_from_logits` build the
-same trees (nodes, order, parents, log-probabilities bit for bit), and ``TreeDraft``'s list-based
-helpers return the same depths / path log-probabilities / children / branch sets.
+same trees (nodes, order, parents, log-probabilities bit for bit), the lazy argmax walk of
+:func:`tree_verify_greedy` finds the same path, and ``TreeDraft``'s list-based helpers return the same
+depths / path log-probabilities / children / branch sets.
 """
 import numpy as np
 import pytest
@@ -16,6 +17,7 @@ from pyllama_spec.speculative.tree import (
     sample_tree,
     tree_from_logits,
 )
+from pyllama_spec.speculative.tree_verify import tree_accept, tree_verify_greedy
 
 
 # -- the implementations before issue 22's host work (the references) -----------------------------------
@@ -57,6 +59,10 @@ def _old_seq_sets(t):
         for i in t.path(leaf):
             sets[i].add(j)
     return leaves, [sorted(s) for s in sets]
+
+
+def _old_tree_verify_greedy(logits, tree):
+    return tree_accept(np.argmax(logits, axis=1), tree)
 
 
 def _same_tree(a: TreeDraft, b: TreeDraft) -> None:
@@ -155,6 +161,26 @@ def test_sample_tree_shape_is_the_old_shape():
         new = sample_tree(q, 12, np.random.default_rng(0), 10)
         assert np.array_equal(new.parents, old.parents)
         assert np.array_equal(new.top_logp, old.top_logp)
+
+
+# -- acceptance -----------------------------------------------------------------------------------------
+def test_lazy_greedy_walk_is_the_full_argmax_walk():
+    """Random trees whose first children are planted as the target's argmax along a random branch (so
+    the walk goes deep), and fully random logits (so it stops early): the same path and bonus token."""
+    rng = np.random.default_rng(3)
+    V = 500
+    for trial in range(400):
+        n = int(rng.integers(0, 40))
+        tree = _random_tree(rng, n, V)
+        logits = rng.standard_normal((n + 1, V)).astype(np.float32)
+        if n and trial % 2:
+            kids = tree.children()
+            row = 0
+            while kids[row]:  # plant a path: the argmax of each row is one of its children's tokens
+                c = int(rng.choice(kids[row]))
+                logits[row, tree.tokens[c]] = 10.0
+                row = c + 1
+        assert tree_verify_greedy(logits, tree) == _old_tree_verify_greedy(logits, tree)
 
 
 # -- TreeDraft helpers ----------------------------------------------------------------------------------
