@@ -3,12 +3,14 @@
 Each test keeps the implementation it replaced (``_old_*``, as it was before the change) and compares
 on random inputs: the block top-k and the float64 log-softmax of :func:`tree_from_logits` build the
 same trees (nodes, order, parents, log-probabilities bit for bit), the lazy argmax walk of
-:func:`tree_verify_greedy` finds the same path, and ``TreeDraft``'s list-based helpers return the same
-depths / path log-probabilities / children / branch sets.
+:func:`tree_verify_greedy` finds the same path, ``TreeDraft``'s list-based helpers return the same
+depths / path log-probabilities / children / branch sets, and ``Memory.seq_cp_many`` leaves the
+cache as the per-call ``seq_cp`` loop does.
 """
 import numpy as np
 import pytest
 
+import pyllama_spec as ps
 from pyllama_spec.speculative.tree import (
     TreeDraft,
     _order_desc,
@@ -192,3 +194,26 @@ def test_tree_helpers_match_the_old_loops():
         assert np.array_equal(t.path_logp(), _old_path_logp(t))
         assert t.seq_sets() == _old_seq_sets(t)
         assert t.children() == [[i for i in range(len(t)) if t.parents[i] == p] for p in range(-1, len(t))]
+
+
+# -- cache metadata -------------------------------------------------------------------------------------
+def test_seq_cp_many_equals_seq_cp_calls(tiny_model):
+    caches = []
+    for many in (False, True):
+        c = ps.Context(tiny_model, n_ctx=256, n_batch=64, n_seq_max=8, kv_unified=True)
+        c.decode(list(range(1, 21)), np.arange(20), logits="none")
+        c.memory.seq_rm(0, 15)
+        if many:
+            c.memory.seq_cp_many(0, range(1, 6))
+        else:
+            for s in range(1, 6):
+                c.memory.seq_cp(0, s)
+        caches.append([(c.memory.pos_min(s), c.memory.pos_max(s)) for s in range(8)])
+        version = c.cache_version
+        with pytest.raises(ps.InvalidArgumentError, match="seq_id"):
+            c.memory.seq_cp_many(0, [6, 8])  # out of range: nothing is copied
+        assert c.memory.pos_max(6) == -1 and c.cache_version == version
+        with pytest.raises(ps.InvalidTypeError):
+            c.memory.seq_cp_many(0, [1.0])
+        c.close()
+    assert caches[0] == caches[1] == [(0, 14)] * 6 + [(-1, -1)] * 2
