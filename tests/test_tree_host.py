@@ -4,18 +4,22 @@ Each test keeps the implementation it replaced (``_old_*``, as it was before the
 on random inputs: the block top-k and the float64 log-softmax of :func:`tree_from_logits` build the
 same trees (nodes, order, parents, log-probabilities bit for bit), the lazy argmax walk of
 :func:`tree_verify_greedy` finds the same path, ``TreeDraft``'s list-based helpers return the same
-depths / path log-probabilities / children / branch sets, and ``Memory.seq_cp_many`` leaves the
-cache as the per-call ``seq_cp`` loop does.
+depths / path log-probabilities / children / branch sets (and ``check_tree`` / ``SpecStats.record_tree``
+the same verdicts and sums), and ``Memory.seq_cp_many`` leaves the cache as the per-call ``seq_cp``
+loop does.
 """
 import numpy as np
 import pytest
 
 import pyllama_spec as ps
+from pyllama_spec.errors import PyllamaSpecError
+from pyllama_spec.speculative.stats import SpecStats, _grow
 from pyllama_spec.speculative.tree import (
     TreeDraft,
     _order_desc,
     _topk_ids,
     build_tree,
+    check_tree,
     sample_tree,
     tree_from_logits,
 )
@@ -194,6 +198,42 @@ def test_tree_helpers_match_the_old_loops():
         assert np.array_equal(t.path_logp(), _old_path_logp(t))
         assert t.seq_sets() == _old_seq_sets(t)
         assert t.children() == [[i for i in range(len(t)) if t.parents[i] == p] for p in range(-1, len(t))]
+
+
+def test_check_tree_sibling_rule_is_the_old_one():
+    """Repeated tokens are refused between siblings only (the set of (parent, token) pairs)."""
+    rng = np.random.default_rng(6)
+    for _ in range(300):
+        n = int(rng.integers(1, 20))
+        t = TreeDraft(tokens=rng.integers(0, 4, n).tolist(), parents=[int(rng.integers(-1, i)) for i in range(n)])
+        dup = any(len({t.tokens[c] for c in kids}) != len(kids) for kids in t.children())
+        if dup:
+            with pytest.raises(PyllamaSpecError, match="siblings with the same token"):
+                check_tree(t, 64, 4)
+        else:
+            check_tree(t, 64, 4)
+
+
+def test_record_tree_sums_as_before():
+    """SpecStats.record_tree over Python floats: the same sums as the loop over numpy scalars."""
+    rng = np.random.default_rng(7)
+    new, old = SpecStats(n_max=7), SpecStats(n_max=7)
+    for _ in range(50):
+        t = _random_tree(rng, int(rng.integers(1, 33)), 50)
+        prob, depths, spine = np.exp(t.path_logp()), t.depths, np.exp(np.cumsum(-rng.random(7)))
+        new.record_tree(prob, depths, spine)
+        old.n_tree_steps += 1  # the loop as it was
+        old.n_tree_nodes += len(prob)
+        _grow(old.tree_mass, len(prob), max([int(d) for d in depths] + [len(spine)]))
+        for b, (p, d) in enumerate(zip(prob, depths)):
+            old.tree_mass[b][int(d) - 1] += float(p)
+        old.spine_mass += [0.0] * (len(spine) - len(old.spine_mass))
+        for d, p in enumerate(spine):
+            old.spine_mass[d] += float(p)
+    assert new.tree_mass == old.tree_mass and new.spine_mass == old.spine_mass
+    assert (new.n_tree_steps, new.n_tree_nodes) == (old.n_tree_steps, old.n_tree_nodes)
+    new.record_tree([0.5, 0.25], [1, 2])  # lists, no spine
+    assert new.tree_mass[0][0] == old.tree_mass[0][0] + 0.5
 
 
 # -- cache metadata -------------------------------------------------------------------------------------

@@ -149,10 +149,13 @@ def check_tree(tree: TreeDraft, budget: int, n_vocab: int, kind: str = "drafter"
         raise PyllamaSpecError(f"{fix} (logp has shape {np.shape(tree.logp)}, expected ({n},))")
     if tree.probs is not None and np.shape(tree.probs) != (n, n_vocab):
         raise PyllamaSpecError(f"{fix} (probs has shape {np.shape(tree.probs)}, expected ({n}, {n_vocab}))")
-    for kids in tree.children():  # siblings are distinct (a repeated token would waste a node and break the rules)
-        toks = [tree.tokens[c] for c in kids]
-        if len(set(toks)) != len(toks):
-            raise PyllamaSpecError(f"{fix} (siblings with the same token: {toks})")
+    # siblings are distinct (a repeated token would waste a node and break the rules): one set of
+    # (parent, token) pairs; the children lists only to word the error
+    if len(set(zip(tree.parents.tolist(), tree.tokens))) != n:
+        for kids in tree.children():
+            toks = [tree.tokens[c] for c in kids]
+            if len(set(toks)) != len(toks):
+                raise PyllamaSpecError(f"{fix} (siblings with the same token: {toks})")
 
 
 #: a top-k over a row of V values first takes the maxima of about TOPK_BLOCKS strided blocks of the row,
