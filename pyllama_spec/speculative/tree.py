@@ -159,10 +159,11 @@ def check_tree(tree: TreeDraft, budget: int, n_vocab: int, kind: str = "drafter"
 
 
 #: a top-k over a row of V values first takes the maxima of about TOPK_BLOCKS strided blocks of the row,
-#: then sorts only the k best blocks' values: for the (7, 49 152) DFlash block 0.16 ms instead of the
-#: 0.46 ms of a float32 argpartition of every row, or the 2.8 ms of the float64 one the tree took before
-#: (AMD EPYC, one shared core, real drafter logits, each block timed once: selection is branchy, and a
-#: loop over one array trains the branch predictor and reads 4–6× too fast)
+#: then sorts only the k best blocks' values: for the (7, 49 152) DFlash block 0.16 ms (0.29 with the caches
+#: swept first, as a decode leaves them) instead of the 0.46 ms (0.47) of a float32 argpartition of every row,
+#: or the 2.8 ms of the float64 one the tree took before (AMD EPYC, one core, real drafter logits, each block
+#: timed once: selection is branchy, and a loop over one array trains the branch predictor and reads 4–6×
+#: too fast)
 TOPK_BLOCKS = 2048
 
 
@@ -345,8 +346,8 @@ def tree_from_logits(logits: np.ndarray, budget: int, top_k: int = 10) -> TreeDr
     m = row_max.astype(np.float64)[:, None]
     # log Σ exp in float64 as before, so that the trees stay the same bit for bit (a float32 pass saves
     # ~0.1 ms but moves the normaliser by ~1e-8, enough to swap two near-equal paths of different rows);
-    # a row at a time through one float64 buffer that stays in the L2 cache, the cast folded into the
-    # subtraction (the same pairwise sums as over the whole block: 0.61 → 0.48 ms for a cache-cold block)
+    # a row at a time through one float64 buffer (393 KB for 49 152) that stays in the 1 MB L2 cache, the cast
+    # folded into the subtraction (the same pairwise sums as over the whole block: 0.61 → 0.48 ms cache-cold)
     lse = np.empty_like(m)
     z = np.empty(lg.shape[1], dtype=np.float64)
     for r in range(lg.shape[0]):
