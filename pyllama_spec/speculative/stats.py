@@ -16,6 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 
 @dataclass
 class SpecStats:
@@ -80,14 +82,17 @@ class SpecStats:
         """
         self.n_tree_steps += 1
         self.n_tree_nodes += len(path_prob)
-        d_max = max([int(d) for d in depths] + [len(spine_prob) if spine_prob is not None else 0])
-        _grow(self.tree_mass, len(path_prob), d_max)
-        for b, (p, d) in enumerate(zip(path_prob, depths)):
-            self.tree_mass[b][int(d) - 1] += float(p)
+        # (Python ints and floats: a numpy array's scalars cost several times more per node)
+        probs = np.asarray(path_prob, dtype=np.float64).tolist()
+        ds = np.asarray(depths, dtype=np.int64).tolist()
+        d_max = max(ds + [len(spine_prob) if spine_prob is not None else 0])
+        _grow(self.tree_mass, len(probs), d_max)
+        for b, (p, d) in enumerate(zip(probs, ds)):
+            self.tree_mass[b][d - 1] += p
         if spine_prob is not None:
             self.spine_mass += [0.0] * (len(spine_prob) - len(self.spine_mass))
-            for d, p in enumerate(spine_prob):
-                self.spine_mass[d] += float(p)
+            for d, p in enumerate(np.asarray(spine_prob, dtype=np.float64).tolist()):
+                self.spine_mass[d] += p
 
     def truncate_last(self, n_kept: int) -> None:
         """Count only the first ``n_kept`` (≥ 1) of the tokens the last step committed: the

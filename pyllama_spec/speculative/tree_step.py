@@ -92,17 +92,20 @@ def tree_verify_step(target: Context, drafter: Drafter, last: int, n_past: int, 
     """
     tree = drafter.propose_tree(last, n_past, n_max, budget, dsp, rng, timer)
     check_tree(tree, budget, target.model.n_vocab, drafter.kind)
-    if tree.max_depth > n_max:
-        raise InvalidArgumentError(f"drafter {drafter.kind!r} returned a tree {tree.max_depth} deep, more than "
+    depths = tree.depths
+    depth = int(depths.max()) if len(tree) else 0
+    if depth > n_max:
+        raise InvalidArgumentError(f"drafter {drafter.kind!r} returned a tree {depth} deep, more than "
                                    f"n_max={n_max}: fix its propose_tree()")
     mem = target.memory
     leaves, sets = tree.seq_sets()
     n_seq = max(1, len(leaves))
     batch = [last] + tree.tokens
-    pos = (n_past + np.concatenate([[0], tree.depths])).astype(np.int32)
+    pos = np.empty(len(batch), dtype=np.int32)
+    pos[0] = n_past
+    pos[1:] = n_past + depths
     with timer("verify", target):
-        for s in range(1, n_seq):  # every branch sees the committed prefix (cell metadata only)
-            mem.seq_cp(0, s)
+        mem.seq_cp_many(0, range(1, n_seq))  # every branch sees the committed prefix (cell metadata only)
         target.decode_seq_sets(batch, pos, [list(range(n_seq))] + sets, logits="all")
     with timer("accept"):
         path, bonus = _accept(target.logits(), tree, sp, verify, rng)
@@ -116,7 +119,7 @@ def tree_verify_step(target: Context, drafter: Drafter, last: int, n_past: int, 
         if s != 0:
             mem.seq_cp(s, 0)
             mem.seq_rm(s)
-    return TreeStep(committed=[tree.tokens[i] for i in path] + [bonus], n_accepted=k, depth=tree.max_depth,
+    return TreeStep(committed=[tree.tokens[i] for i in path] + [bonus], n_accepted=k, depth=depth,
                     n_nodes=len(tree), tree=tree)
 
 
