@@ -229,11 +229,12 @@ def references(tiny_gen):
     return {p: (tiny_gen.generate(p, max_tokens=160).tokens, len(tiny_gen.tokenize_prompt(p))) for p in PROMPTS}
 
 
-def _runs(tiny_gen, references, n_max, eps, **kw):
+def _runs(tiny_gen, references, n_max, eps, rest=True, **kw):
     out = []
     for i, p in enumerate(PROMPTS):
         ref, n_prompt = references[p]
         tiny_gen.drafters["oracle"] = NoisyOracle(tiny_gen.ctx, ref, n_prompt, eps, seed=i, **kw)
+        tiny_gen.auto_state("oracle").rest = rest
         try:
             r = tiny_gen.generate(p, drafter="oracle", n_max=n_max, max_tokens=160)
         finally:
@@ -276,7 +277,9 @@ def test_tau_predicted_from_a_synthetic_drafter(tiny_gen, references):
 
 
 def test_auto_is_lossless_and_cuts_before_sure_misses(tiny_gen, references):
-    rs = _runs(tiny_gen, references, "auto", 0.25, confident=True)
+    # never resting: whether resting pays depends on this machine's timings (on a loaded CPU auto rested
+    # on every step and drafted nothing, 2 of 5 runs); what this checks is the cut, which does not
+    rs = _runs(tiny_gen, references, "auto", 0.25, rest=False, confident=True)
     for r in rs:
         assert r.n_max_auto and r.n_max == 16 and max(r.stats.draft_lengths) <= 16
         assert r.stats.n_drafted > 0 and r.stats.acceptance_rate == 1.0  # confidence 0 = never sent
