@@ -31,7 +31,7 @@ from pyllama_spec.sampler import SamplerChain
 
 
 def one(model, S, *, unified, streams, samplers, depth, per_seq, reps, n_threads, gaps=False):
-    """ms per decode of S rows: ``streams`` = S sequences at ``depth`` positions each, else one sequence;
+    """ms per decode of S rows (median): ``streams`` = S sequences at ``depth`` positions each, else one sequence;
     ``gaps``: the S streams are every other one of 2S (the rest idle), as answer_batched's rows were
     before its fill_gaps (llama.cpp puts only consecutive sequence ids in one ubatch)."""
     n_seq = (2 * S if gaps else S) if streams else 1
@@ -64,10 +64,9 @@ def one(model, S, *, unified, streams, samplers, depth, per_seq, reps, n_threads
                 ctx.logits()
             ctx.synchronize()
             ts.append(1e3 * (time.perf_counter() - t))
-        return statistics.median(ts[2:]), ctx
-    except BaseException:
+        return statistics.median(ts[2:])
+    finally:
         ctx.close()
-        raise
 
 
 def main() -> None:
@@ -94,8 +93,7 @@ def main() -> None:
                            dict(unified=False, streams=True, samplers=False, gaps=True))):
             if S == 1 and kw["streams"] and (kw["unified"] or kw.get("gaps")):
                 continue
-            ms, ctx = one(model, S, depth=a.depth, per_seq=a.per_seq, reps=a.reps, n_threads=a.threads, **kw)
-            ctx.close()
+            ms = one(model, S, depth=a.depth, per_seq=a.per_seq, reps=a.reps, n_threads=a.threads, **kw)
             rows.append({"rows": S, "config": label, "ms": ms, "tok_s": 1e3 * S / ms})
             print(f"S={S:4d}  {label:42s} {ms:8.2f} ms per decode  {1e3 * S / ms:9.0f} tok/s", flush=True)
             if kw["streams"] and (worst is None or ms / S > worst[0]):
@@ -109,8 +107,7 @@ def main() -> None:
         if torch.cuda.is_available():
             _, S, kw = worst
             with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-                ms, ctx = one(model, S, depth=a.depth, per_seq=a.per_seq, reps=3, n_threads=a.threads, **kw)
-                ctx.close()
+                one(model, S, depth=a.depth, per_seq=a.per_seq, reps=3, n_threads=a.threads, **kw)
             table = prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=25)
             print(f"\nprofile of S={S} {kw} (3 reps + set-up):\n{table}")
             out["profile"] = table

@@ -302,10 +302,11 @@ def answer_batched(model: Model, prompts: Sequence[Sequence[int]], *, max_tokens
             per-stream KV cells llama.cpp splits a batch into ubatches of *consecutive* sequence ids
             (``llama_batch_allocr::split_equal``, sequential), so every idle stream between two running
             ones starts another ubatch, i.e. another pass over the whole model: on the H200 45 rows of
-            scattered streams took 53.5 ms a step (RESULTS.md 15.2). A dummy row is one token written
-            and removed again at the stream's next free cell, without an output row: it costs compute
-            but not another pass. Default (None): on when the model runs on a GPU (``model.devices``),
-            where rows are nearly free; off on the CPU, where they cost as much as real ones.
+            scattered streams took 53.5 ms a step (RESULTS.md 15.2). A dummy row is the BOS token at
+            cell 0 of the idle stream (a finished stream is emptied), without an output row, removed
+            after the decode: it costs compute but not another pass. Default (None): on when the
+            model runs on a GPU (``model.devices``), where rows are nearly free; off on the CPU,
+            where they cost as much as real ones.
         timing: a dict that this adds to as it runs (seconds, counts): ``steps``, ``rows`` (output
             rows), ``dummy_rows`` (fill_gaps), ``prompt_tokens``, ``decode_s`` (``llama_decode``),
             ``draw_s`` (the tokens from the graph, or the logits copied and argmax / draw on the
