@@ -217,9 +217,9 @@ def _run(target, drafter, prompt, vocab, mem, chain, *, max_tokens, n_max, sp, d
                 drafter.observe(batch, pos, k + 1, timer)
             drafter.on_accept(n_d, k)
         n_past += k + 1
-        # nothing to remove after a resting step or a plain one (one row verified and committed): on a
-        # GPU a plain token costs ~1.2 ms, and this call with its timer and lock is ~2 % of it
-        if not rest and (step is not None or drafter is not None or n_d > 0):
+        # nothing to remove after a resting step or in plain decoding (one row verified and committed): on
+        # a GPU a plain token costs ~1.2 ms, and this call with its timer and lock is ~2 % of it
+        if not rest and drafter is not None:
             with timer("rollback"):
                 mem.seq_rm(0, n_past)
                 if drafter is not None:
