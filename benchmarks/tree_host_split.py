@@ -19,8 +19,9 @@ compute, so ``decode − compute`` is llama.cpp's host work (batch checks, cache
 KQ mask, output copies), and the second is the copy of the outputs (logits) to the host, in MB per
 step. On a GPU the compute call only launches kernels; read the split there with a profiler instead.
 
-``--prefix-scaling`` times the cache metadata of one step against the committed length (the copies
-of the prefix into every branch and the ``seq_keep`` that strips them again grow with both).
+``--prefix-scaling`` times the cache metadata of one step against the committed length: branch
+sequences made and emptied per step (their prefix copies grow with it) against branch sequences kept
+for the whole generation (``tree_step.BranchSeqs``, the loop's way).
 """
 from __future__ import annotations
 
@@ -113,13 +114,31 @@ class _TimedLib:
         return timed
 
 
-def _prefix_scaling(gen, n_pasts: list[int], branches: int) -> list[dict]:
-    """A tree step's cell metadata calls against the committed length: ``seq_cp_many(0, 1..branches-1)``
-    (the prefix into every branch), then ``seq_keep(0)`` (what the rollback's ``seq_keep`` strips),
-    best of 5, in ms. Each copies or strips ``n_past`` cells per branch in llama.cpp's per-sequence
-    position maps, so both grow with ``n_past × branches``."""
+def _prefix_scaling(gen, n_pasts: list[int], budget: int) -> list[dict]:
+    """A tree step's cell metadata calls against the committed length, ms (best of 5 steps), for one
+    tree of ``budget`` nodes (a best-first-like shape: a spine of 7 with siblings) accepted to depth 3:
+
+    - ``per_step``: the branch sequences made and emptied in every step (the code before 2026-12-03:
+      ``seq_cp`` of the prefix into each branch, the rollback strips it again) — grows with
+      ``n_past × branches`` in llama.cpp's per-sequence position maps;
+    - ``kept``: the branches mirror sequence 0 for the whole generation (``tree_step.BranchSeqs``); a
+      step copies the accepted path into them and removes the rest — its cost grows with ``n_ctx``
+      (one pass over the cells a call), not with what is cached.
+
+    The verify decode between the two halves is not timed."""
     import numpy as np
 
+    from pyllama_spec.speculative.tree import TreeDraft
+    from pyllama_spec.speculative.tree_step import BranchSeqs
+
+    parents = [-1, 0, 1, 2, 3, 4, 5]  # the spine, then siblings
+    parents += [-1, -1, 0, 0, 1, 1, 2, 2, 3, 3, 4, 5, 7, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18]
+    parents = parents[:budget]
+    tree = TreeDraft(tokens=[300 + i for i in range(len(parents))], parents=np.array(parents))
+    leaves, sets = tree.seq_sets()
+    n_seq = len(leaves)
+    accepted = tree.path(2)  # depth 3 on the spine
+    s_acc = sets[accepted[-1]][0]
     ctx, mem, rows = gen.ctx, gen.ctx.memory, []
     mem.clear()
     n = 0
@@ -128,17 +147,32 @@ def _prefix_scaling(gen, n_pasts: list[int], branches: int) -> list[dict]:
             k = min(ctx.n_batch, n_past - n)
             ctx.decode(list(range(100, 100 + k)), np.arange(n, n + k), logits="none")
             n += k
-        cp, keep = [], []
-        for _ in range(5):
-            t0 = time.perf_counter()
-            mem.seq_cp_many(0, range(1, min(branches, ctx.n_seq_max)))
-            t1 = time.perf_counter()
-            mem.seq_keep(0)
-            cp.append(t1 - t0)
-            keep.append(time.perf_counter() - t1)
-        rows.append({"n_past": n_past, "seq_cp_ms": 1e3 * min(cp), "seq_keep_ms": 1e3 * min(keep)})
-        print(f"n_past {n_past:5d}: prefix into {branches - 1} branches {rows[-1]['seq_cp_ms']:.3f} ms, "
-              f"seq_keep {rows[-1]['seq_keep_ms']:.3f} ms")
+        pos = n_past + np.concatenate([[0], tree.depths])
+        row = {"n_past": n_past, "branches": n_seq, "nodes": len(tree)}
+        for mode in ("per_step", "kept"):
+            br = BranchSeqs()
+            if mode == "kept":
+                br.ensure(mem, n_seq)  # once a generation: not a step's cost
+            times = []
+            for _ in range(5):
+                t0 = time.perf_counter()
+                step = BranchSeqs() if mode == "per_step" else br
+                step.ensure(mem, n_seq)
+                t1 = time.perf_counter()
+                ctx.decode_seq_sets([5] + tree.tokens, pos, [list(range(n_seq))] + sets, logits="none")
+                t2 = time.perf_counter()
+                step.commit(mem, s_acc, n_seq, n_past, len(accepted))
+                if mode == "per_step":
+                    step.release(mem)
+                t3 = time.perf_counter()
+                times.append((t1 - t0) + (t3 - t2))
+                step.truncate(mem, n_past)  # back to the prefix for the next repeat
+                assert mem.pos_max(0) == n_past - 1
+            br.release(mem)
+            row[f"{mode}_ms"] = 1e3 * min(times)
+        rows.append(row)
+        print(f"n_past {n_past:5d}, {n_seq} branches: cell metadata per step {row['per_step_ms']:.3f} ms made "
+              f"per step, {row['kept_ms']:.3f} ms kept")
     mem.clear()
     return rows
 
@@ -153,9 +187,9 @@ def main() -> None:
     ap.add_argument("-t", "--threads", type=int, default=1)
     ap.add_argument("--no-shim", action="store_true", help="no LD_PRELOAD interposer (no compute / copy split)")
     ap.add_argument("--prefix-scaling", metavar="N_PAST,...",
-                    help="also time a step's cache metadata calls (the prefix copied into each branch, then "
-                         "seq_keep) with these many committed positions")
-    ap.add_argument("--branches", type=int, default=19, help="branches for --prefix-scaling (19: a 32-node tree)")
+                    help="also time a step's cache metadata calls (branch sequences made per step against kept "
+                         "for the generation) with these many committed positions")
+    ap.add_argument("--scaling-budget", type=int, default=32, help="the tree's nodes for --prefix-scaling")
     ap.add_argument("--json")
     a = ap.parse_args()
     if not a.no_shim:
@@ -225,7 +259,7 @@ def main() -> None:
             f"{k.removeprefix('llama_memory_')} {c[k]:.3f} ({calls.get(k, 0):.1f}×)" for k in sorted(c)
             if k.startswith("llama_memory_seq")))
     if a.prefix_scaling:
-        out["prefix_scaling"] = _prefix_scaling(gen, [int(x) for x in a.prefix_scaling.split(",")], a.branches)
+        out["prefix_scaling"] = _prefix_scaling(gen, [int(x) for x in a.prefix_scaling.split(",")], a.scaling_budget)
     gen.close()
     if a.json:
         with open(a.json, "w") as f:

@@ -24,6 +24,7 @@ PATCHES = (
     "0007-backend-greedy-rows",
     "0008-cuda-sbmm-small-batch-matmul",
     "0009-backend-greedy-all-rows",
+    "0010-completion-flush-log",
 )
 
 

@@ -78,28 +78,70 @@ class Memory:
         self._ctx._touch_cache()
         lib.llama_memory_seq_cp(self._mem, src, dst, p0, p1)
 
+    def _seq_list(self, seqs: Iterable[int]) -> list[int]:
+        ids = list(seqs)
+        n = self._ctx.n_seq_max
+        if not all(type(d) is int and 0 <= d < n for d in ids):  # (the per-id check only to word the error)
+            ids = [self._seq(d) for d in ids]
+        return ids
+
     @locked
-    def seq_cp_many(self, src: int, dsts: Iterable[int]) -> None:
-        """Make every position of ``src`` also belong to each sequence of ``dsts`` (:meth:`seq_cp` with
-        ``p0 = p1 = -1`` for each, checked once): a token tree's branches all get the committed prefix.
+    def seq_cp_many(self, src: int, dsts: Iterable[int], p0: int = -1, p1: int = -1) -> None:
+        """Make positions ``[p0, p1)`` of ``src`` also belong to each sequence of ``dsts`` (:meth:`seq_cp`
+        for each, checked once): a token tree's branch sequences get the committed prefix, or the accepted
+        path's cells.
 
         Each destination is still one pass over every cell of the cache in llama.cpp (its cost grows with
-        ``n_ctx``, not with what is cached); what goes is the per-call Python checks, lock and handle.
+        ``n_ctx``, and with the cells in the range that ``src`` holds); what goes is the per-call Python
+        checks, lock and handle. A destination must not already hold a cell of the range that ``src``
+        holds (llama.cpp would count it twice in its position map).
 
         Raises:
-            InvalidTypeError, InvalidArgumentError: a sequence id that is not an int in ``[0, n_seq_max)``
-                (nothing is copied then).
+            InvalidTypeError, InvalidArgumentError: a sequence id that is not an int in ``[0, n_seq_max)``,
+                or a negative position other than -1 (nothing is copied then).
+            UnsupportedError: a partial range between separate per-sequence buffers (see :meth:`seq_cp`).
         """
+        p0, p1 = self._range(p0, p1)
         src = self._seq(src)
-        dst = list(dsts)
-        n = self._ctx.n_seq_max
-        if not all(type(d) is int and 0 <= d < n for d in dst):  # (the per-id check only to word the error)
-            dst = [self._seq(d) for d in dst]
+        dst = self._seq_list(dsts)
+        if not self._ctx.kv_unified and self._ctx.n_seq_max > 1 and (p0 > 0 or p1 >= 0) and \
+                any(d != src for d in dst):
+            raise UnsupportedError("copying part of a sequence needs a unified KV cache: create the context "
+                                   "with kv_unified=True (or copy the whole sequence with p0=p1=-1)")
         self._ctx._touch_cache()
         # (a 32-node tree has ~20 branches: ~5 µs of checks each through seq_cp, on one AMD EPYC core)
         mem, cp = self._mem, lib.llama_memory_seq_cp
         for d in dst:
-            cp(mem, src, d, -1, -1)
+            cp(mem, src, d, p0, p1)
+
+    @locked
+    def seq_rm_many(self, seqs: Iterable[int], p0: int = -1, p1: int = -1) -> None:
+        """Remove positions ``[p0, p1)`` of each sequence of ``seqs`` (:meth:`seq_rm` for each, checked
+        once): a token tree's rejected branches go, or a rollback reaches every branch sequence.
+
+        Raises:
+            InvalidTypeError, InvalidArgumentError: a bad sequence id or position (nothing is removed then).
+            UnsupportedError: the cache cannot remove part of a sequence (recurrent models).
+        """
+        p0, p1 = self._range(p0, p1)
+        ids = self._seq_list(seqs)
+        self._ctx._touch_cache()
+        mem, rm = self._mem, lib.llama_memory_seq_rm
+        for d in ids:
+            if not rm(mem, d, p0, p1):
+                raise UnsupportedError(f"this model's memory cannot remove positions [{p0}, {p1}) of sequence "
+                                       f"{d} (recurrent state); save and restore the state instead")
+
+    @locked
+    def _clear_mirrors(self, seqs: Iterable[int]) -> None:
+        """Empty sequences that hold only cells sequence 0 also holds (a token tree's branch mirrors,
+        ``speculative/tree_step.BranchSeqs``). Every cell stays (it belongs to sequence 0) and what
+        sequence 0 holds is unchanged, so :attr:`Context.cache_version` — what the prefix ledger and the
+        drafters compare, both about sequence 0 — is not bumped: a tree generation's next turn still
+        reuses its prefix."""
+        mem, rm = self._mem, lib.llama_memory_seq_rm
+        for d in self._seq_list(seqs):
+            rm(mem, d, -1, -1)
 
     @locked
     def seq_keep(self, seq_id: int) -> None:

@@ -1,7 +1,8 @@
 """Token-tree verification through the loop (tiny fixtures; SmolLM2 marked): at T = 0 the output is
-plain decoding's, whichever branch is accepted; after each step the target's cache holds exactly the
-committed positions in sequence 0 and nothing in the branch sequences; the DFlash drafter gets the
-accepted path's features; bad settings raise clear errors."""
+plain decoding's, whichever branch is accepted; before each step every branch sequence the generation
+has used holds exactly the committed positions, as sequence 0 does, and the others nothing; after the
+generation only sequence 0 holds cells; the DFlash drafter gets the accepted path's features; bad
+settings raise clear errors."""
 import numpy as np
 import pytest
 
@@ -21,6 +22,16 @@ def _cache_is_committed_only(ctx, n_past):
     assert all(mem.pos_max(s) == -1 for s in range(1, ctx.n_seq_max))
 
 
+def _branches_mirror_committed(ctx, n_past):
+    """Between tree steps: sequence 0 and the branch sequences in use (``tree_step.BranchSeqs``: 0..n-1)
+    hold exactly ``[0, n_past)``, every later one nothing."""
+    mem = ctx.memory
+    held = [(mem.pos_min(s), mem.pos_max(s)) for s in range(ctx.n_seq_max)]
+    n = sum(h != (-1, -1) for h in held)
+    assert held[:n] == [(0, n_past - 1)] * n and n >= 1, held
+    assert all(h == (-1, -1) for h in held[n:]), held
+
+
 class OracleTree(Drafter):
     """A tree whose correct branch (the known target continuation) is always the *last* child, under
     wrong siblings: the accepted path then runs through branch sequences other than 0."""
@@ -37,7 +48,7 @@ class OracleTree(Drafter):
         raise AssertionError("a tree drafter with a budget is asked for trees")
 
     def propose_tree(self, last_token, n_past, n_max, budget, sp, rng, timer):
-        _cache_is_committed_only(self.target, n_past)
+        _branches_mirror_committed(self.target, n_past)
         start = n_past + 1 - self.n_prompt
         truth = list(self.ref[start:start + n_max])
         tokens, parents, parent = [], [], -1
@@ -94,7 +105,7 @@ class CheckedDFlash(DFlashDrafter):
         self.trees, self.injected = [], []
 
     def propose_tree(self, last_token, n_past, n_max, budget, sp, rng, timer):
-        _cache_is_committed_only(self.target, n_past)
+        _branches_mirror_committed(self.target, n_past)
         held = self.ctx.memory.pos_max(0)
         if self._pending is not None:  # fused: the last step's rows are staged for this draft decode
             pending = self._pending[1]
@@ -271,3 +282,21 @@ def test_tree_attention_rows_equal_their_paths_decoded_alone(tree_gen, seed):
         close_logits(rows[i + 1], np.array(ctx.logits()[-1]))
     ctx.memory.clear()
     tree_gen._ledger.forget()
+
+
+def test_tree_turn_cut_by_a_stop_token_keeps_its_prefix_for_the_next(tree_gen, plain):
+    """A tree generation ended early (a stop token closes the loop) leaves only sequence 0 and a valid
+    prefix record: the next turn reuses it and still equals plain decoding."""
+    prompt = PROMPTS[1]
+    ref = plain[prompt]
+    j = next(i for i in range(6, len(ref)) if ref[i] not in ref[:i])  # a token first seen at i
+    spec = ps.SpecConfig(drafter="dflash", n_max=7, tree=16)
+    r = tree_gen.generate(prompt, spec=spec, max_tokens=40, stop_token_ids=[ref[j]])
+    assert r.tokens == ref[:j] and r.finish_reason == "stop"
+    n_prompt = len(tree_gen.tokenize_prompt(prompt))
+    _cache_is_committed_only(tree_gen.ctx, tree_gen.ctx.memory.pos_max(0) + 1)
+    nxt = tree_gen.tokenize_prompt(prompt) + ref[:j] + [ref[j]]
+    again = tree_gen.generate(prompt_tokens=nxt, spec=spec, max_tokens=8)
+    assert again.n_reused >= n_prompt  # the first turn's prompt at least (its verified tokens too)
+    cold = tree_gen.generate(prompt_tokens=nxt, max_tokens=8, reuse_prefix=False)
+    assert_same_tokens(again.tokens, cold.tokens)

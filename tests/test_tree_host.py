@@ -257,3 +257,66 @@ def test_seq_cp_many_equals_seq_cp_calls(tiny_model):
             c.memory.seq_cp_many(0, [1.0])
         c.close()
     assert caches[0] == caches[1] == [(0, 14)] * 6 + [(-1, -1)] * 2
+
+
+def test_seq_rm_many_and_ranged_seq_cp_many_equal_per_call(tiny_model):
+    caches = []
+    for many in (False, True):
+        c = ps.Context(tiny_model, n_ctx=256, n_batch=64, n_seq_max=8, kv_unified=True)
+        c.decode(list(range(1, 21)), np.arange(20), logits="none")
+        if many:
+            c.memory.seq_cp_many(0, range(1, 6), 5, 12)
+            c.memory.seq_rm_many([2, 4], 8)
+        else:
+            for s in range(1, 6):
+                c.memory.seq_cp(0, s, 5, 12)
+            for s in (2, 4):
+                c.memory.seq_rm(s, 8)
+        caches.append([(c.memory.pos_min(s), c.memory.pos_max(s)) for s in range(8)])
+        version = c.cache_version
+        with pytest.raises(ps.InvalidArgumentError, match="seq_id"):
+            c.memory.seq_rm_many([1, 9])  # nothing removed
+        with pytest.raises(ps.InvalidArgumentError, match="p0"):
+            c.memory.seq_cp_many(0, [6], -2)
+        assert c.memory.pos_max(1) == 11 and c.cache_version == version
+        c.close()
+    assert caches[0] == caches[1] == [(0, 19), (5, 11), (5, 7), (5, 11), (5, 7), (5, 11), (-1, -1), (-1, -1)]
+
+
+def test_branch_mirrors_hold_the_committed_cells(tiny_model):
+    """tree_step.BranchSeqs: after ensure / a tree's verify / commit / truncate, every mirror holds what
+    sequence 0 holds; the next row decoded after the kept path equals a cold decode of the same tokens;
+    release empties the mirrors without bumping the cache version (the prefix ledger stays valid)."""
+    from pyllama_spec.speculative.tree_step import BranchSeqs
+
+    from .conftest import close_logits
+
+    c = ps.Context(tiny_model, n_ctx=256, n_batch=64, n_seq_max=8, kv_unified=True)
+    try:
+        mem, prefix = c.memory, list(range(10, 19))
+        c.decode(prefix, np.arange(9), logits="none")
+        br = BranchSeqs()
+        br.ensure(mem, 6)  # more mirrors than this tree's 3 branches (a wider earlier tree's)
+        tree = TreeDraft(tokens=[40, 41, 42, 43, 44], parents=np.array([-1, -1, 0, 0, 2]))
+        leaves, sets = tree.seq_sets()
+        pos = 9 + np.concatenate([[0], tree.depths])
+        c.decode_seq_sets([5] + tree.tokens, pos, [list(range(len(leaves)))] + sets, logits="none")
+        path = tree.path(4)  # 40 → 42 → 44: its branch is not sequence 0's
+        s = sets[path[-1]][0]
+        assert s != 0
+        br.commit(mem, s, len(leaves), 9, len(path))
+        held = [(mem.pos_min(q), mem.pos_max(q)) for q in range(8)]
+        assert held == [(0, 12)] * 6 + [(-1, -1)] * 2
+        c.decode([7], np.array([13]), logits="last")  # sequence 0 after the kept path
+        kept = np.array(c.logits()[-1]).copy()
+        br.truncate(mem, 11)
+        assert [(mem.pos_min(q), mem.pos_max(q)) for q in range(8)] == [(0, 10)] * 6 + [(-1, -1)] * 2
+        version = c.cache_version
+        br.release(mem)
+        assert br.n == 1 and c.cache_version == version
+        assert [mem.pos_max(q) for q in range(8)] == [10] + [-1] * 7
+        mem.clear()
+        c.decode(prefix + [5, 40, 42, 44, 7], np.arange(14), logits="last")
+        close_logits(kept, np.array(c.logits()[-1]))
+    finally:
+        c.close()

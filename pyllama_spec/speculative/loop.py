@@ -14,7 +14,9 @@
     (with a node budget, ``tree=``: tree_step.py drafts a token tree, verifies and observes it instead)
 
 Invariant: both KV caches hold exactly positions ``[0, n_past)``; ``last`` (the newest
-committed token, at position ``n_past``) has not been decoded by the target yet. It is the
+committed token, at position ``n_past``) has not been decoded by the target yet. (With a token
+tree the target's branch sequences hold the same positions as sequence 0 until the generation
+ends: ``tree_step.BranchSeqs``.) It is the
 loop of llama.cpp's ``examples/speculative-simple`` with ``common_speculative_impl_draft_dflash``,
 except that the drafter receives only the committed rows' features instead of every verified
 row followed by a removal (same cache contents, less work).
@@ -41,7 +43,7 @@ from .drafters import Draft, Drafter
 from .sampling import SamplingParams
 from .stats import SpecStats
 from .timing import StageTimer
-from .tree_step import check_tree_context, tree_verify_step
+from .tree_step import BranchSeqs, check_tree_context, tree_verify_step
 from .verify import accept_prefix, verify_greedy, verify_match, verify_rejection
 
 if TYPE_CHECKING:
@@ -143,16 +145,20 @@ def speculative_generate(target: Context, drafter: Drafter | None, prompt: list,
                 drafter.begin(prompt[:-1])
     # with the match rule the drafter proposes its argmax, as llama.cpp's drafters do
     dsp = sp if verify == "rejection" else SamplingParams()
+    # a token tree's branch sequences mirror sequence 0 for the whole generation (tree_step.py says why)
+    branches = BranchSeqs() if tree_budget else None
     try:
         yield from _run(target, drafter, prompt, vocab, mem, chain, max_tokens=max_tokens, n_max=n_max, sp=sp,
                         dsp=dsp, verify=verify, stats=stats, timer=timer, rng=rng, n_keep=n_keep,
-                        draft_length=draft_length, tree_budget=tree_budget)
+                        draft_length=draft_length, tree_budget=tree_budget, branches=branches)
     finally:
         target.set_sampler(None)  # the user's own decodes get logits again
+        if branches is not None:
+            branches.release(mem)  # only sequence 0 holds cells again (the invariant)
 
 
 def _run(target, drafter, prompt, vocab, mem, chain, *, max_tokens, n_max, sp, dsp, verify, stats, timer, rng,
-         n_keep, draft_length, tree_budget):
+         n_keep, draft_length, tree_budget, branches):
     # prefill: everything but the last prompt token (and the kept prefix), chunked by n_batch
     timer.mark("prefill_start")
     n_prefill = len(prompt) - 1
@@ -175,7 +181,7 @@ def _run(target, drafter, prompt, vocab, mem, chain, *, max_tokens, n_max, sp, d
         if tree_budget and room > 0:  # a token tree: drafted, verified and observed in tree_step.py
             step = tree_verify_step(target, drafter, last, n_past, n_max=min(n_max, room),
                                     budget=min(tree_budget, n_ctx - n_past - 1),
-                                    sp=sp, dsp=dsp, verify=verify, rng=rng, timer=timer)
+                                    sp=sp, dsp=dsp, verify=verify, rng=rng, timer=timer, branches=branches)
         draft = Draft(tokens=[])
         rest = False  # n_max="auto" found no draft length paying: a plain step, no drafter call
         if step is None and drafter is not None and room > 0 and n_max > 0:
@@ -235,7 +241,10 @@ def _run(target, drafter, prompt, vocab, mem, chain, *, max_tokens, n_max, sp, d
                 # nothing at or after the EOS stays cached
                 eos_pos = n_past - (k + 1) + j + 1
                 with timer("rollback"):
-                    mem.seq_rm(0, eos_pos)
+                    if branches is not None:  # (the tree's branch sequences mirror sequence 0)
+                        branches.truncate(mem, eos_pos)
+                    else:
+                        mem.seq_rm(0, eos_pos)
                     if drafter is not None:
                         drafter.rollback(eos_pos)
                 break
