@@ -118,8 +118,9 @@ def _prefix_scaling(gen, n_pasts: list[int], budget: int) -> list[dict]:
     """A tree step's cell metadata calls against the committed length, ms (best of 5 steps), for one
     tree of ``budget`` nodes (a best-first-like shape: a spine of 7 with siblings) accepted to depth 3:
 
-    - ``per_step``: the branch sequences made and emptied in every step (the code before 2026-12-03:
-      ``seq_cp`` of the prefix into each branch, the rollback strips it again) — grows with
+    - ``per_step``: the same calls with the branch sequences made and emptied in every step (what the
+      loop did until 2026-12-02: the prefix copied into each branch, stripped again after the verify;
+      the removed code used ``seq_keep`` for the strip, this emulation ``seq_rm``) — grows with
       ``n_past × branches`` in llama.cpp's per-sequence position maps;
     - ``kept``: the branches mirror sequence 0 for the whole generation (``tree_step.BranchSeqs``); a
       step copies the accepted path into them and removes the rest — its cost grows with ``n_ctx``

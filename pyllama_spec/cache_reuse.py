@@ -101,15 +101,23 @@ class CacheLedger:
         after an EOS the EOS is the newest and is not cached); while the loop runs it is unknown."""
         history = [int(t) for t in prompt]
         self.forget()
+        held = None  # what the record says while the caller holds a step (None: the loop is running)
         try:
             for step in steps:
                 history.extend(int(t) for t in step.tokens)
-                self._record_prefix(history, len(history) - 1)  # (history only grows: the prefix stays valid)
+                held = len(history) - 1
+                self._record_prefix(history, held)  # (history only grows: the prefix stays valid)
                 yield step
                 if step.finish_reason is None:
                     self.forget()  # the loop resumes and changes the caches
+                    held = None
         finally:
             getattr(steps, "close", lambda: None)()  # the loop's generator: its finally clause runs now
+            if held is not None:
+                # the loop ended at a yield, where its invariant holds, and its finally clause edits only
+                # other sequences (a token tree's branch mirrors: speculative/tree_step.BranchSeqs.release),
+                # so sequence 0 still holds what was recorded; the version those edits bumped is taken over
+                self._record_prefix(history, held)
 
 
 @dataclass

@@ -15,6 +15,11 @@ if TYPE_CHECKING:
     from .context import Context
 
 
+def _partial_rm_error(seq_id: int, p0: int, p1: int) -> UnsupportedError:
+    return UnsupportedError(f"this model's memory cannot remove positions [{p0}, {p1}) of sequence {seq_id} "
+                            "(recurrent state); save and restore the state instead")
+
+
 class Memory:
     """The KV cache of a :class:`~pyllama_spec.Context` (calls share the context's lock).
 
@@ -57,10 +62,10 @@ class Memory:
             UnsupportedError: the cache cannot remove part of a sequence (recurrent models).
         """
         p0, p1 = self._range(p0, p1)
+        seq_id = self._seq(seq_id)
         self._ctx._touch_cache()
-        if not lib.llama_memory_seq_rm(self._mem, self._seq(seq_id), p0, p1):
-            raise UnsupportedError(f"this model's memory cannot remove positions [{p0}, {p1}) of sequence "
-                                   f"{seq_id} (recurrent state); save and restore the state instead")
+        if not lib.llama_memory_seq_rm(self._mem, seq_id, p0, p1):
+            raise _partial_rm_error(seq_id, p0, p1)
 
     @locked
     def seq_cp(self, src: int, dst: int, p0: int = -1, p1: int = -1) -> None:
@@ -79,6 +84,7 @@ class Memory:
         lib.llama_memory_seq_cp(self._mem, src, dst, p0, p1)
 
     def _seq_list(self, seqs: Iterable[int]) -> list[int]:
+        """``seqs`` as a list, each id checked as :meth:`_seq` does (raising before anything changes)."""
         ids = list(seqs)
         n = self._ctx.n_seq_max
         if not all(type(d) is int and 0 <= d < n for d in ids):  # (the per-id check only to word the error)
@@ -129,19 +135,7 @@ class Memory:
         mem, rm = self._mem, lib.llama_memory_seq_rm
         for d in ids:
             if not rm(mem, d, p0, p1):
-                raise UnsupportedError(f"this model's memory cannot remove positions [{p0}, {p1}) of sequence "
-                                       f"{d} (recurrent state); save and restore the state instead")
-
-    @locked
-    def _clear_mirrors(self, seqs: Iterable[int]) -> None:
-        """Empty sequences that hold only cells sequence 0 also holds (a token tree's branch mirrors,
-        ``speculative/tree_step.BranchSeqs``). Every cell stays (it belongs to sequence 0) and what
-        sequence 0 holds is unchanged, so :attr:`Context.cache_version` — what the prefix ledger and the
-        drafters compare, both about sequence 0 — is not bumped: a tree generation's next turn still
-        reuses its prefix."""
-        mem, rm = self._mem, lib.llama_memory_seq_rm
-        for d in self._seq_list(seqs):
-            rm(mem, d, -1, -1)
+                raise _partial_rm_error(d, p0, p1)
 
     @locked
     def seq_keep(self, seq_id: int) -> None:

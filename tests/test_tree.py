@@ -293,10 +293,16 @@ def test_tree_turn_cut_by_a_stop_token_keeps_its_prefix_for_the_next(tree_gen, p
     spec = ps.SpecConfig(drafter="dflash", n_max=7, tree=16)
     r = tree_gen.generate(prompt, spec=spec, max_tokens=40, stop_token_ids=[ref[j]])
     assert r.tokens == ref[:j] and r.finish_reason == "stop"
-    n_prompt = len(tree_gen.tokenize_prompt(prompt))
-    _cache_is_committed_only(tree_gen.ctx, tree_gen.ctx.memory.pos_max(0) + 1)
-    nxt = tree_gen.tokenize_prompt(prompt) + ref[:j] + [ref[j]]
+    toks = tree_gen.tokenize_prompt(prompt)
+    # the ledger still knows what sequence 0 holds: the prompt and the committed tokens of every step up
+    # to the one with the stop token (that step's later tokens included), but the newest
+    ledger = tree_gen._ledger
+    held = ledger.tokens
+    assert ledger.valid and len(held) >= len(toks) + j
+    assert held[:len(toks) + j + 1] == toks + ref[:j + 1][:len(held) - len(toks)]
+    _cache_is_committed_only(tree_gen.ctx, len(held))
+    nxt = toks + ref[:j] + [ref[j]]
     again = tree_gen.generate(prompt_tokens=nxt, spec=spec, max_tokens=8)
-    assert again.n_reused >= n_prompt  # the first turn's prompt at least (its verified tokens too)
+    assert again.n_reused == min(len(held), len(nxt) - 1)  # all of it that the next prompt shares
     cold = tree_gen.generate(prompt_tokens=nxt, max_tokens=8, reuse_prefix=False)
     assert_same_tokens(again.tokens, cold.tokens)

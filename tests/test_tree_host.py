@@ -311,9 +311,8 @@ def test_branch_mirrors_hold_the_committed_cells(tiny_model):
         kept = np.array(c.logits()[-1]).copy()
         br.truncate(mem, 11)
         assert [(mem.pos_min(q), mem.pos_max(q)) for q in range(8)] == [(0, 10)] * 6 + [(-1, -1)] * 2
-        version = c.cache_version
         br.release(mem)
-        assert br.n == 1 and c.cache_version == version
+        assert br.n == 1
         assert [mem.pos_max(q) for q in range(8)] == [10] + [-1] * 7
         mem.clear()
         c.decode(prefix + [5, 40, 42, 44, 7], np.arange(14), logits="last")

@@ -95,10 +95,10 @@ class BranchSeqs:
         mem.seq_rm_many(range(self.n), p)
 
     def release(self, mem: Memory) -> None:
-        """Empty every branch sequence but 0 (the loop's invariant again). Sequence 0 is untouched, so
-        the prefix ledger's record of it stays valid (``Memory._clear_mirrors``)."""
+        """Empty every branch sequence but 0 (the loop's invariant again); sequence 0 is untouched (the
+        prefix ledger relies on it: ``cache_reuse.CacheLedger.track``)."""
         if self.n > 1:
-            mem._clear_mirrors(range(1, self.n))
+            mem.seq_rm_many(range(1, self.n))
             self.n = 1
 
 
@@ -119,7 +119,7 @@ def check_tree_context(target: Context, budget: int) -> None:
 
 def tree_verify_step(target: Context, drafter: Drafter, last: int, n_past: int, *, n_max: int, budget: int,
                      sp: SamplingParams, dsp: SamplingParams, verify: str, rng: np.random.Generator,
-                     timer: StageTimer, branches: BranchSeqs | None = None) -> TreeStep:
+                     timer: StageTimer, branches: BranchSeqs) -> TreeStep:
     """Draft, verify and commit one tree (the module docstring gives the steps).
 
     Args:
@@ -131,7 +131,7 @@ def tree_verify_step(target: Context, drafter: Drafter, last: int, n_past: int, 
         sp: the target's sampling.  dsp: the drafter's (greedy unless ``verify="rejection"``).
         verify: ``"match"`` or ``"rejection"``.
         branches: the generation's mirrors of sequence 0 (sequences ``0..branches.n-1`` hold exactly
-            ``[0, n_past)``, the others nothing); None: a mirror set made and released in this step.
+            ``[0, n_past)``, the others nothing); the caller releases them when the generation ends.
 
     Returns:
         :class:`TreeStep`. Every mirror then holds ``[0, n_past + 1 + n_accepted)`` — the accepted
@@ -155,10 +155,8 @@ def tree_verify_step(target: Context, drafter: Drafter, last: int, n_past: int, 
     pos = np.empty(len(batch), dtype=np.int32)
     pos[0] = n_past
     pos[1:] = n_past + depths
-    own = branches is None
-    br = BranchSeqs() if branches is None else branches
     with timer("verify", target):
-        br.ensure(mem, n_seq)  # every branch sees the committed prefix (once a generation; cell metadata only)
+        branches.ensure(mem, n_seq)  # every branch sees the committed prefix (once a generation; cell metadata only)
         target.decode_seq_sets(batch, pos, [list(range(n_seq))] + sets, logits="all")
     with timer("accept"):
         path, bonus = _accept(target.logits(), tree, sp, verify, rng)
@@ -166,9 +164,7 @@ def tree_verify_step(target: Context, drafter: Drafter, last: int, n_past: int, 
     drafter.observe_rows(batch, pos, rows, timer)
     k = len(path)
     with timer("rollback"):
-        br.commit(mem, sets[path[-1]][0] if path else 0, n_seq, n_past, k)
-        if own:
-            br.release(mem)
+        branches.commit(mem, sets[path[-1]][0] if path else 0, n_seq, n_past, k)
     return TreeStep(committed=[tree.tokens[i] for i in path] + [bonus], n_accepted=k, depth=depth,
                     n_nodes=len(tree), tree=tree)
 
