@@ -24,13 +24,15 @@
 #   decode: one batched decode of S streams as regen runs it, by KV layout and sampler (carry .dev/smol.part02)
 #   (carry .dev/i20 holding prompts.jsonl.gz and answers/ of earlier calls to start a fresh machine from them)
 #
-# Budget: transformers generate was measured at 13.6 k tok/s (batch 1024), so a 5-min shard gives ≈ 2–4 M
-# answer tokens; ≥ 20 M needs ≈ 6–8 such shards, i.e. more than one session's 30 min of device time.
+# Budget: the torch engine answered 38 k tok/s greedy / 26 k sampled on a random SmolLM2-shaped llama (512 slots,
+# 2026-12-03), so one 8-min regen call gives ≈ 10–15 M answer tokens (transformers generate / generate_batch and the
+# llama engine managed 0.7–1.2 k tok/s on real prompts).
 #
 # Settings: N_PROMPTS (30000), MIX, SEED (0), MAGPIE_SECONDS (150), SHARD (0/8), REGEN_SECONDS (180 in the data call, set 420 for a regen-only call),
 # MAX_TOKENS (512), BATCH (1024), CONFIGS (B8-L3,B8-L5,B16-L3,B16-L5: block size, drafter layers),
 # LAYERS (target taps, 2,15,28), TRAIN_SECONDS (400), TAU_PROMPTS (60); for a CPU dry run also W, GGUF,
-# TRAIN_EXTRA (e.g. "--device cpu --target-dtype float32"), ENGINE (hf).
+# TRAIN_EXTRA (e.g. "--device cpu --target-dtype float32"), ENGINE (torch: train/static_kv.py, 38 k tok/s on
+# a SmolLM2-shaped target on the H200, RESULTS 15.3).
 # Results go to $OUT (≤ 8 files of ≤ 16 MiB): the prompt set, answer chunks, manifests, reports, drafters.
 set -uo pipefail
 PHASE=${1:?phase: data | regen | train | tau | engines | decode}
@@ -45,7 +47,7 @@ GGUF=${GGUF:-$W/cache/SmolLM2-135M-Instruct.Q4_1.gguf}
 SEED=${SEED:-0}
 SHARD=${SHARD:-0/8}
 LAYERS=${LAYERS:-2,15,28}
-ENGINE=${ENGINE:-hf}
+ENGINE=${ENGINE:-torch}
 CONFIGS=${CONFIGS:-B8-L3,B8-L5,B16-L3,B16-L5}
 log() { echo "== $(date +%T) $*"; }
 
@@ -134,13 +136,13 @@ engines)
   # continuous batching, paged KV) and our llama.cpp batched path
   # (continuous batching: a stream that ends takes the next prompt). Each answers the same first ENGINE_PROMPTS
   # (512) prompts to the end (a deadline would drop the answers in flight and bias the count), within
-  # ENGINE_SECONDS (150) of generation. ENGINES (llama llama-host hf-cb; hf, measured on 2026-12-02 at 0.7-1 k tok/s, would
-  # push the call past 10 min), ENGINE_SHARD (0/1)
+  # ENGINE_SECONDS (150) of generation. ENGINES (torch llama; also llama-host, hf-cb, hf: measured on 2026-12-02 at
+  # 0.7-1.2 k tok/s, they would push the call past 10 min), ENGINE_SHARD (0/1)
   smol
   [ -s "$I/prompts.jsonl.gz" ] || { echo "no prompt set: carry .dev/i20/prompts.jsonl.gz"; exit 2; }
   # llama-host: the llama engine with greedy answers by a host argmax (--greedy-on-host), beside its default
   # (in the graph); each llama run prints and records where its time went (decode / draw / host per step)
-  for e in ${ENGINES:-llama llama-host hf-cb}; do
+  for e in ${ENGINES:-torch llama}; do
     rm -rf "$I/engine_$e"
     eng=${e%-host}; extra=""; [ "$e" = llama-host ] && extra=--greedy-on-host
     log "regen engine $e, ${ENGINE_PROMPTS:-512} prompts, batch ${BATCH:-1024}"

@@ -756,6 +756,9 @@ def user_turn_prefix(chat_template: str, system: str | None = None, *, bos: str 
     return text[:text.index(SENTINEL)]
 
 
+MAGPIE_ENGINES = ("llama", "torch", "hf")
+
+
 def magpie_requests(target: str | os.PathLike, n: int, *, seed: int = 0, temperature: float = 1.0, min_p: float = 0.02,
                     max_tokens: int = 200, n_parallel: int = 64, n_gpu_layers: int = -1,
                     systems: Sequence[str | None] = SYSTEMS, n_threads: int | None = None, engine: str = "llama",
@@ -766,15 +769,17 @@ def magpie_requests(target: str | os.PathLike, n: int, *, seed: int = 0, tempera
 
     Args:
         engine: ``"llama"`` (our batched llama.cpp path, :func:`.data.answer_batched`, sampled in
-            numpy: right for a CPU) or ``"hf"`` (transformers ``generate`` on the GPU in batches of
-            ``n_parallel`` prefixes, seeded ``seed + batch number``; :func:`.online.load_hf_target`).
+            numpy: right for a CPU), ``"torch"`` (:class:`.static_kv.StaticKVGenerator`, ``n_parallel``
+            slots of continuous batching, a CUDA graph a step; turn ``i`` seeded by ``(seed, i)``) or
+            ``"hf"`` (transformers ``generate`` on the GPU in batches of ``n_parallel`` prefixes, seeded
+            ``seed + batch number``); the GPU engines load the target by :func:`.online.load_hf_target`.
         deadline: ``time.time()`` after which no more turns are generated (fewer than ``n`` come back).
     """
     import pyllama_spec as ps
 
-    if engine not in ("llama", "hf"):
-        raise InvalidArgumentError(f"engine must be 'llama' or 'hf', got {engine!r}")
-    model = ps.Model(target, vocab_only=engine == "hf", n_gpu_layers=n_gpu_layers)
+    if engine not in MAGPIE_ENGINES:
+        raise InvalidArgumentError(f"engine must be one of {', '.join(MAGPIE_ENGINES)}, got {engine!r}")
+    model = ps.Model(target, vocab_only=engine != "llama", n_gpu_layers=n_gpu_layers)
     v = model.vocab
     tmpl = model.chat_template
     if not tmpl:
@@ -794,6 +799,24 @@ def magpie_requests(target: str | os.PathLike, n: int, *, seed: int = 0, tempera
         return "magpie" if systems[w] is None else f"magpie-sys{w}"
 
     try:
+        if engine == "torch":
+            import torch
+
+            from .online import load_hf_target
+            from .regen import prompt_seed
+            from .static_kv import StaticKVGenerator
+
+            eog = [t for t in range(v.n_tokens) if v.is_eog(t)]
+            hf = load_hf_target(target, dtype=torch.bfloat16 if torch.cuda.is_available() else torch.float32,
+                                device="cuda" if torch.cuda.is_available() else "cpu")
+            gen = StaticKVGenerator(hf, n_slots=n_parallel, n_ctx=max(len(p) for p in prefixes) + max_tokens + 1)
+            for i, row in gen.generate([prefixes[w] for w in which], max_tokens=max_tokens, eog=eog,
+                                       temperatures=[temperature] * n, seeds=[prompt_seed(f"magpie{i}", seed)
+                                                                              for i in range(n)], min_p=min_p,
+                                       stop=(lambda: time.time() > deadline) if deadline is not None else None):
+                if row and row[-1] in eog:  # ended by the target: a whole user turn
+                    yield task(which[i]), v.detokenize(row[:-1], remove_special=True).strip()
+            return
         if engine == "hf":
             import torch
 
@@ -927,7 +950,7 @@ def build(target: str | os.PathLike | None, n: int, *, seed: int = 0, mix: dict[
         target: the instruct target's GGUF (Magpie); may be None when ``mix`` has no ``magpie``.
         mix: share per source (default :data:`DEFAULT_MIX`).
         humaneval: include HumanEval in the contamination check (needs its cached wheel).
-        engine: Magpie's generator, ``"llama"`` or ``"hf"`` (:func:`magpie_requests`).
+        engine: Magpie's generator, ``"llama"``, ``"torch"`` or ``"hf"`` (:func:`magpie_requests`).
         magpie_seconds: time budget of the Magpie source (it then yields what it has; the other
             sources are unaffected).
         roots: folders of ``.py`` files for the ``local`` source (default: stdlib + site-packages).
@@ -1065,8 +1088,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="share per source: " + ", ".join(SOURCES))
     ap.add_argument("--held-out", type=float, default=0.05, help="share of prompts held out (by hash)")
     ap.add_argument("--parallel", type=int, default=64, help="Magpie turns sampled at once")
-    ap.add_argument("--engine", default="llama", choices=["llama", "hf"],
-                    help="Magpie's generator: our llama.cpp batch (CPU) or transformers generate (GPU)")
+    ap.add_argument("--engine", default="llama", choices=list(MAGPIE_ENGINES),
+                    help="Magpie's generator: our llama.cpp batch (CPU), our torch engine "
+                         "or transformers generate (GPU)")
     ap.add_argument("--temperature", type=float, default=1.0, help="Magpie's sampling temperature")
     ap.add_argument("--max-tokens", type=int, default=200, help="longest Magpie turn (longer ones are dropped)")
     ap.add_argument("--magpie-seconds", type=float, help="time budget of the Magpie source")

@@ -3,8 +3,11 @@
 Each prompt is answered by the target itself, mostly greedily; a share ``--sampled`` (by a hash
 of the prompt's id and ``--seed``) at ``--temperature`` (default 0.7). Two-turn conversations
 are answered turn by turn: the first answer goes into the chat history of the second turn, and
-both turns give a training sequence. Three engines:
+both turns give a training sequence. Four engines:
 
+* ``torch`` (the default) — :class:`.static_kv.StaticKVGenerator`: the target's transformers
+  weights (from its GGUF) in a forward of our own over a static KV cache, continuous batching of
+  ``--batch`` slots, each decode step one CUDA graph; llama family only (SmolLM2, Qwen2.5);
 * ``hf`` — transformers ``generate`` at large batch on the GPU (the target loaded from its GGUF,
   :func:`.online.load_hf_target`); prompts sorted by length, left-padded; a batch runs until its
   longest answer ends;
@@ -17,7 +20,8 @@ Tokens are always those of llama.cpp's tokenizer and chat template (a vocab-only
 sequences are exactly what the drafter sees at inference.
 
 Reproducible: shard ``i/n`` is every prompt whose index in the file is ≡ i (mod n); a prompt's
-temperature and seed depend on its id and ``--seed`` alone (``hf`` / ``hf-cb``: a sampled batch is
+temperature and seed depend on its id and ``--seed`` alone, and so do its draws with ``torch`` and
+``llama`` (``hf`` / ``hf-cb``: a sampled batch is
 seeded by its first prompt's seed, so its draws also depend on the batch, which the shard fixes).
 ``--max-seconds`` (counted after the target is loaded) stops starting new batches (a call of the GPU
 tool must end within 10 min);
@@ -29,7 +33,7 @@ Output: ``OUT_DIR/answers-s{i}of{n}-{k:02d}.jsonl.gz``, each at most ``--chunk-m
 ``temperature``, ``seed``; and ``manifest-s{i}of{n}.json`` (command, counts, tokens, seconds).
 
     python -m pyllama_spec.train.regen TARGET.gguf PROMPTS.jsonl[.gz] OUT_DIR --shard 0/4 \\
-        [--engine hf|hf-cb|llama] [--max-tokens 512] [--sampled 0.25] [--temperature 0.7] [--batch 512] \\
+        [--engine torch|hf|hf-cb|llama] [--max-tokens 512] [--sampled 0.25] [--temperature 0.7] [--batch 512] \\
         [--seed 0] [--max-seconds 480]
 """
 from __future__ import annotations
@@ -49,7 +53,7 @@ from typing import Any
 
 from ..errors import InvalidArgumentError
 
-ENGINES = ("hf", "hf-cb", "llama")
+ENGINES = ("torch", "hf", "hf-cb", "llama")
 
 
 def prompt_seed(pid: str, seed: int) -> int:
@@ -202,6 +206,33 @@ def _hf_cb_answers(model: Any, prompts: list[list[int]], temps: list[float], see
     return out
 
 
+def _torch_answers(model: Any, prompts: list[list[int]], temps: list[float], seeds: list[int], *, max_tokens: int,
+                   batch: int, eog: list[int], deadline: float, n_ctx: int,
+                   timing: dict[str, dict[str, float]], prefix: str) -> dict[int, list[int]]:
+    """Answers of :class:`.static_kv.StaticKVGenerator` (``batch`` slots, continuous batching, a CUDA
+    graph per decode step on a GPU): greedy prompts in one run, sampled ones (each by its own seed)
+    in another; no prompt starts after ``deadline`` (time.time()). ``timing[prefix + "_greedy"]``
+    (and ``"_sampled"``) get each run's steps, rows and seconds by part."""
+    from .static_kv import StaticKVGenerator
+
+    gen = StaticKVGenerator(model, n_slots=batch, n_ctx=n_ctx, prefill_tokens=max(16384, n_ctx))
+    out: dict[int, list[int]] = {}
+    for name, group in (("greedy", [i for i, t in enumerate(temps) if t <= 0]),
+                        ("sampled", [i for i, t in enumerate(temps) if t > 0])):
+        if not group or time.time() > deadline:
+            continue
+        tm = timing.setdefault(f"{prefix}_{name}", {})
+        t0 = time.time()
+        for j, a in gen.generate([prompts[i] for i in group], max_tokens=max_tokens, eog=eog,
+                                 temperatures=[temps[i] for i in group], seeds=[seeds[i] for i in group],
+                                 stop=lambda: time.time() > deadline, timing=tm):
+            out[group[j]] = a
+            tm["answers"] = tm.get("answers", 0) + 1
+            tm["answer_tokens"] = tm.get("answer_tokens", 0) + len(a)
+        tm["seconds"] = tm.get("seconds", 0.0) + time.time() - t0
+    return out
+
+
 def _timing_line(tm: dict[str, float]) -> str:
     """One line of an answer_batched timing dict: tok/s and ms per step by part."""
     steps = max(tm.get("steps", 0), 1)
@@ -209,12 +240,13 @@ def _timing_line(tm: dict[str, float]) -> str:
     return (f"{tm.get('answers', 0):.0f} answers, {tm.get('answer_tokens', 0):.0f} tokens in {secs:.1f} s "
             f"({tm.get('answer_tokens', 0) / secs:.0f} tok/s); {tm.get('steps', 0):.0f} steps of "
             f"{tm.get('rows', 0) / steps:.0f} rows: decode {1e3 * tm.get('decode_s', 0) / steps:.2f}, "
-            f"draw {1e3 * tm.get('draw_s', 0) / steps:.2f}, host {1e3 * tm.get('host_s', 0) / steps:.2f} ms/step; "
+            f"draw {1e3 * tm.get('draw_s', 0) / steps:.2f}, host {1e3 * tm.get('host_s', 0) / steps:.2f} ms/step"
+            + (f", prefill {tm['prefill_s']:.1f} s" if "prefill_s" in tm else "") + "; "
             f"{tm.get('prompt_tokens', 0):.0f} prompt tokens")
 
 
 def regenerate(target: str | os.PathLike, prompts_path: str | os.PathLike, out_dir: str | os.PathLike, *,
-               shard: tuple[int, int] = (0, 1), engine: str = "hf", max_tokens: int = 512,
+               shard: tuple[int, int] = (0, 1), engine: str = "torch", max_tokens: int = 512,
                max_prompt_tokens: int = 1024, sampled: float = 0.25, temperature: float = 0.7, seed: int = 0,
                batch: int = 512, max_seconds: float | None = None, chunk_mib: float = 15.0, n_gpu_layers: int = -1,
                dtype: str = "bfloat16", limit: int | None = None, progress: bool = True,
@@ -253,7 +285,7 @@ def regenerate(target: str | os.PathLike, prompts_path: str | os.PathLike, out_d
     eog = [t for t in range(vocab.n_tokens) if vocab.is_eog(t)]
     hf_model = None
     lm = None
-    if engine in ("hf", "hf-cb"):
+    if engine in ("torch", "hf", "hf-cb"):
         import torch
 
         from .online import load_hf_target
@@ -266,7 +298,7 @@ def regenerate(target: str | os.PathLike, prompts_path: str | os.PathLike, out_d
     deadline = time.time() + max_seconds if max_seconds else float("inf")
     writer = ChunkWriter(out, stem, int(chunk_mib * 2**20), first=first_chunk)
     n_ans = n_tok = n_samp = 0
-    timing: dict[str, dict[str, float]] = {}  # llama engine: where each group's time went (answer_batched)
+    timing: dict[str, dict[str, float]] = {}  # llama / torch engines: where each group's time went
     complete = True
     # turn by turn: turn t of every conversation that has one, with the earlier answers as history
     history: dict[str, list[dict[str, str]]] = {}
@@ -295,7 +327,15 @@ def regenerate(target: str | os.PathLike, prompts_path: str | os.PathLike, out_d
             seeds.append(prompt_seed(key, seed))
         if not todo:
             continue
-        if hf_model is not None:
+        if engine == "torch":
+            answers = _torch_answers(hf_model, toks, temps, seeds, max_tokens=max_tokens, batch=batch, eog=eog,
+                                     deadline=deadline, n_ctx=max_prompt_tokens + max_tokens, timing=timing,
+                                     prefix=f"turn{turn + 1}")
+            if progress:
+                for name in ("greedy", "sampled"):
+                    if f"turn{turn + 1}_{name}" in timing:
+                        print(f"turn {turn + 1} {name}: " + _timing_line(timing[f"turn{turn + 1}_{name}"]), flush=True)
+        elif hf_model is not None:
             answer_fn = _hf_cb_answers if engine == "hf-cb" else _hf_answers
             answers = answer_fn(hf_model, toks, temps, seeds, max_tokens=max_tokens, batch=batch, eog=eog,
                                 pad=vocab.pad if vocab.pad is not None else eog[0], deadline=deadline)
@@ -369,7 +409,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("prompts", help="a prompt set of pyllama_spec.train.prompts (.jsonl or .jsonl.gz)")
     ap.add_argument("out_dir")
     ap.add_argument("--shard", default="0/1", help="i/n: the prompts with index ≡ i (mod n)")
-    ap.add_argument("--engine", default="hf", choices=list(ENGINES))
+    ap.add_argument("--engine", default="torch", choices=list(ENGINES))
     ap.add_argument("--max-tokens", type=int, default=512, help="longest answer")
     ap.add_argument("--max-prompt-tokens", type=int, default=1024, help="longer prompts keep their end (chats)")
     ap.add_argument("--sampled", type=float, default=0.25, help="share of prompts answered at --temperature")
