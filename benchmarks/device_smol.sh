@@ -1,12 +1,27 @@
 # Sourced by the device scripts (h200_issue14.sh, h200_issue20.sh, h200_tree.sh) after they set W and GGUF:
-# smol_checkout gathers SmolLM2 from its three parts (h200.sh model0 / model1 left the first two in $W,
-# the call carries .dev/smol.part02) and lays this checkout's Python over the installed wheel in $W/pkg.
+# smol_checkout gathers SmolLM2 from its four parts (h200.sh model0 / model1 / model2 left the first three in $W,
+# the call carries .dev/smol.part03) and lays this checkout's Python over the installed wheel in $W/pkg.
+# smol_cat OUT: SmolLM2 from its parts, those earlier calls left in $W (h200.sh model0, model1, model2) and the
+# last one, which this call carries (.dev/smol.part03); refuses an incomplete set (the file's size is known).
+# Four parts of ~25 MB: each travels with the checkout (~35 MB with the committed issue-20 answers) under 64 MiB.
+SMOL_BYTES=98362432
+smol_cat() {
+  local out=$1 parts=() n
+  for n in $(ls "$W"/smol.part[0-9][0-9] .dev/smol.part[0-9][0-9] 2>/dev/null | xargs -r -n1 basename | sort -u); do
+    if [ -f "$W/$n" ]; then parts+=("$W/$n"); else parts+=(".dev/$n"); fi
+  done
+  [ ${#parts[@]} -gt 0 ] && cat "${parts[@]}" > "$out.tmp"
+  if [ "$(stat -c %s "$out.tmp" 2>/dev/null)" != "$SMOL_BYTES" ]; then
+    rm -f "$out.tmp"
+    echo "SmolLM2 incomplete (parts: ${parts[*]:-none}): run \`h200.sh model0\`, model1, model2 (carry .dev/smol.part00," \
+         "01, 02) and carry .dev/smol.part03 with this call (bash benchmarks/prepare_device.sh makes them)"
+    return 2
+  fi
+  mv "$out.tmp" "$out"
+}
+
 smol_checkout() {
   [ -d "$W/pkg/pyllama_spec" ] || { echo "no wheel in $W/pkg: run \`bash benchmarks/h200.sh install\` first"; exit 2; }
-  if [ ! -s "$GGUF" ]; then
-    [ -f "$W/smol.part00" ] && [ -f "$W/smol.part01" ] && [ -f .dev/smol.part02 ] \
-      || { echo "SmolLM2 missing: run \`h200.sh model0\` and \`model1\` (carry .dev/smol.part00, .dev/smol.part01), carry .dev/smol.part02 here"; exit 2; }
-    cat "$W/smol.part00" "$W/smol.part01" .dev/smol.part02 > "$GGUF.tmp" && mv "$GGUF.tmp" "$GGUF"
-  fi
+  [ -s "$GGUF" ] || smol_cat "$GGUF" || exit 2
   (cd pyllama_spec && tar -cf - $(find . -name "*.py" -o -path "./data/*" -type f)) | tar -xf - -C "$W/pkg/pyllama_spec"
 }

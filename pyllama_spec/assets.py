@@ -293,7 +293,7 @@ def smollm2_f16_path() -> Path:
 # The DFlash drafter for SmolLM2 trained by pyllama_spec.train and shipped in the package
 # (pyllama_spec/data/; its model card lies beside it).
 SMOLLM2_DFLASH_FILE = "smollm2-135m-instruct-dflash-q8_0.gguf"
-SMOLLM2_DFLASH_SHA256 = "69312f9c5eba116aaec7e3f47beb22186720716ba540ca5dde8c0ff99b5ac276"
+SMOLLM2_DFLASH_SHA256 = "4ef72a04ab2eecbd33e566417ce1d651b258047ffdbe24395380c87c2b6a9a36"
 SMOLLM2_DFLASH = {"block_size": 8, "target_layer_ids": [2, 15, 28], "mask_token_id": 16, "n_layer": 3}
 _verified: set = set()  # paths whose sha256 was checked in this process
 

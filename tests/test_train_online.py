@@ -114,3 +114,42 @@ def test_online_steps_reduce_the_loss(tiny, seqs):
     after = float(on.loss(model, b, torch.float32).detach())
     assert hist and np.isfinite(hist[-1]["tau"])
     assert after < 0.8 * before, (before, after)
+
+
+def test_online_run_continues_from_its_checkpoint(tiny, seqs, tmp_path):
+    """``run(init=drafter.pt)`` starts from that run's weights (with lr 1e-30 they come out as they went in)
+    and keeps its mask token; a checkpoint of another shape or a file that is none is refused with
+    the fix named, and the next run still works."""
+    import gzip
+    import json
+
+    from pyllama_spec.errors import InvalidArgumentError
+    from pyllama_spec.train.online import run
+
+    data = tmp_path / "answers.jsonl.gz"
+    with gzip.open(data, "wt") as f:
+        for s in seqs:
+            f.write(json.dumps({"split": s["split"], "prompt_tokens": s["tokens"][:s["n_prompt"]],
+                                "answer_tokens": s["tokens"][s["n_prompt"]:]}) + "\n")
+    kw = dict(kind="dflash", batch=4, n_blocks=4, warmup=2, eval_every=5, seed=0, device="cpu", block_size=4,
+              layers=LAYERS, drafter_layers=1, quant="q8_0")
+    first = run(tiny[0], tmp_path / "a", [str(data)], TrainConfig(steps=6, lr=3e-3, **kw), progress=False,
+                target_dtype="float32")
+    a = torch.load(tmp_path / "a" / "drafter.pt", weights_only=True)
+    rep = run(tiny[0], tmp_path / "b", [str(data)], TrainConfig(steps=3, lr=1e-30, **kw), progress=False,
+              target_dtype="float32", init=tmp_path / "a" / "drafter.pt")
+    b = torch.load(tmp_path / "b" / "drafter.pt", weights_only=True)
+    assert rep["init"] == str(tmp_path / "a" / "drafter.pt") and first["init"] is None
+    assert a["config"] == b["config"] and a["state_dict"].keys() == b["state_dict"].keys()
+    for k, v in a["state_dict"].items():
+        torch.testing.assert_close(b["state_dict"][k], v, rtol=0, atol=1e-12, msg=k)
+    with pytest.raises(InvalidArgumentError, match="another configuration.*--drafter-layers"):
+        run(tiny[0], tmp_path / "c", [str(data)], TrainConfig(steps=3, lr=1e-30, **{**kw, "drafter_layers": 2}),
+            progress=False, target_dtype="float32", init=tmp_path / "a" / "drafter.pt")
+    (tmp_path / "junk.pt").write_bytes(b"not a checkpoint")
+    with pytest.raises(InvalidArgumentError, match="cannot be read as a torch checkpoint"):
+        run(tiny[0], tmp_path / "c", [str(data)], TrainConfig(steps=3, **kw), progress=False,
+            target_dtype="float32", init=tmp_path / "junk.pt")
+    again = run(tiny[0], tmp_path / "d", [str(data)], TrainConfig(steps=3, lr=1e-30, **kw), progress=False,
+                target_dtype="float32", init=tmp_path / "a" / "drafter.pt")
+    assert again["steps"] == 3

@@ -257,6 +257,32 @@ def test_sources_run_dry_and_stop(tmp_path):
     assert 500 < st["dry"]["seed"]["got"] and st["dry"]["local"]["got"] < 20
 
 
+def test_build_extends_an_earlier_set_unchanged(tmp_path):
+    """A top-up keeps the earlier records first and bit for bit (their answers stay valid) and adds
+    ``n`` new ones that duplicate none of them, whatever the new seed draws."""
+    kw = dict(humaneval=False, progress=False, patience=400)
+    old, _ = P.build(None, 40, seed=5, mix={"seed": 0.7, "followup": 0.3}, **kw)
+    path = tmp_path / "old.jsonl.gz"
+    P.write_prompts(path, old)
+    recs, st = P.build(None, 30, seed=6, mix={"seed": 1}, extend=P.read_prompts(path), **kw)
+    assert recs[:len(old)] == old and st["extended"] == len(old) and st["n_new"] == 30 == len(recs) - len(old)
+    assert st["n"] == len(recs) and st["per_source"]["seed"] == 30
+    ids = [r["id"] for r in recs]
+    assert len(set(ids)) == len(ids)
+    index = P.NearDupIndex()
+    firsts = [r.get("turns", [r.get("prompt")])[0] for r in recs]
+    assert all(index.add(t) for t in firsts)  # no new first turn repeats an old one, even nearly
+    # the same seed draws the old requests again: all are refused as duplicates of the set extended
+    _, st2 = P.build(None, 5, seed=5, mix={"seed": 1}, extend=old, **kw)
+    assert st2["rejected"].get("duplicate-exact", 0) > 0 and st2["n"] == len(old) + st2["n_new"]
+    with pytest.raises(InvalidArgumentError, match="not a prompt-set record"):
+        P.PromptSet(None).adopt([{"turns": ["hello there, how are you"]}])
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"id": "x"\n')
+    assert P.main(["-", str(tmp_path / "o.jsonl"), "--n", "3", "--mix", "seed=1", "--no-humaneval",
+                   "--extend", str(bad)]) == 2
+
+
 def test_prompt_set_refuses_a_repeat_as_before():
     ps = P.PromptSet(None)
     rec = {"turns": ["How do I make a sourdough starter at home?"]}

@@ -206,13 +206,19 @@ def data_files(spec: Sequence[str]) -> list[str]:
 
 
 def run(target: str | os.PathLike, out_dir: str | os.PathLike, files: Sequence[str], tc: Any, *,
-        target_dtype: str = "bfloat16", progress: bool = True, command: str | None = None) -> dict[str, Any]:
+        target_dtype: str = "bfloat16", progress: bool = True, command: str | None = None,
+        init: str | os.PathLike | None = None) -> dict[str, Any]:
     """Train a DFlash drafter online on the answer files ``files`` (:mod:`.data` / :mod:`.regen`
     JSON lines); export it (``drafter-{q8_0,f16}.gguf``, ``hf/``, ``drafter.pt``) and write
     ``report.json`` (config, command, data hashes, history of held-out τ, seconds). Returns the report.
 
+    ``init``: the ``drafter.pt`` of an earlier run to continue from (a warm restart: fresh optimizer
+    and schedule; its mask token is kept), so training can go on across device calls of ≤ 10 min.
+
     Raises:
-        InvalidArgumentError: ``tc.kind`` is not dflash, or no training sequences.
+        InvalidArgumentError: ``tc.kind`` is not dflash, or no training sequences; an ``init``
+            checkpoint of another kind or shape (block size, layers, target taps, widths).
+        FileNotFoundError: ``init`` does not exist.
     """
     from ..errors import InvalidArgumentError
     from ..gguf_file import read_gguf
@@ -231,8 +237,21 @@ def run(target: str | os.PathLike, out_dir: str | os.PathLike, files: Sequence[s
         raise InvalidArgumentError(f"no training sequences in {list(files)}")
     info = read_gguf(target)
     n_layer = int(info.get(f"{info.arch}.block_count"))
-    mask = pick_mask_token(target, seqs)  # llama.cpp (vocab only) before torch: see benchmarks/h200.sh
+    # llama.cpp (vocab only) before torch: see benchmarks/h200.sh
+    mask = pick_mask_token(target, seqs) if init is None else None
     import torch
+
+    ckpt = None
+    if init is not None:
+        try:
+            ckpt = torch.load(Path(init), map_location="cpu", weights_only=True)
+        except FileNotFoundError:
+            raise
+        except Exception as exc:  # a pickle error of torch's own: not a checkpoint
+            raise InvalidArgumentError(f"{init} cannot be read as a torch checkpoint ({exc})") from exc
+        if not isinstance(ckpt, dict) or ckpt.get("kind") != "dflash" or "state_dict" not in ckpt:
+            raise InvalidArgumentError(f"{init} is not a DFlash drafter.pt of pyllama_spec.train.online")
+        mask = int(ckpt["config"]["mask_token_id"])
 
     from .export import export_gguf, export_hf
     from .model import DFlashConfig
@@ -246,10 +265,16 @@ def run(target: str | os.PathLike, out_dir: str | os.PathLike, files: Sequence[s
     emb, head = token_matrices(hf)
     c = DFlashConfig.for_target(info, emb.shape[0], n_layer=tc.drafter_layers or 2, target_layer_ids=layers,
                                 block_size=tc.block_size, mask_token_id=mask)
+    if ckpt is not None and ckpt["config"] != c.to_dict():
+        diff = {k: (ckpt["config"].get(k), v) for k, v in c.to_dict().items() if ckpt["config"].get(k) != v}
+        feats.close()
+        raise InvalidArgumentError(f"{init} was trained with another configuration: (checkpoint, now) {diff}; "
+                                   "pass the same --block-size, --drafter-layers and --layers as that run")
     obj = online_objective(c, emb, head, feats, n_blocks=tc.n_blocks)
     t_load = time.time() - t0
     t1 = time.time()
-    model, history = train(seqs, None, obj, tc, progress=progress)
+    model, history = train(seqs, None, obj, tc, progress=progress,
+                           init_state=ckpt["state_dict"] if ckpt is not None else None)
     t_train = time.time() - t1
     export_hf(model, out / "hf")
     torch.save({"kind": "dflash", "config": c.to_dict(), "train_config": tc.to_dict(),
@@ -264,7 +289,8 @@ def run(target: str | os.PathLike, out_dir: str | os.PathLike, files: Sequence[s
     report = {
         "kind": "dflash", "mode": "online", "target": str(target), "target_dtype": target_dtype,
         "command": command if command is not None else shlex.join([sys.executable, *sys.argv]),
-        "seed": tc.seed, "data": list(files), "data_sha256": {Path(f).name: file_sha256(f) for f in files},
+        "seed": tc.seed, "init": str(init) if init is not None else None, "data": list(files),
+        "data_sha256": {Path(f).name: file_sha256(f) for f in files},
         "train_config": tc.to_dict(), "config": c.to_dict(), "n_sequences": len(seqs), "n_train": n_train,
         "n_heldout": len(seqs) - n_train,
         "n_train_answer_tokens": sum(len(s["tokens"]) - s["n_prompt"] for s in seqs if s["split"] == "train"),
@@ -292,13 +318,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             act.help = "answer files (JSON lines, .gz) or glob patterns, e.g. 'answers-*.jsonl.gz'"
     ap.add_argument("--target-dtype", default="bfloat16", choices=["float32", "bfloat16", "float16"],
                     help="the target's weights on the device (features are computed in this type)")
+    ap.add_argument("--init", help="drafter.pt of an earlier run with the same configuration: continue from its "
+                                   "weights (fresh optimizer and cosine schedule)")
     a = ap.parse_args(args)
     try:
         files = data_files(a.data)
         a.data = ",".join(files)
         tc = config_from_args(a)
         rep = run(a.target, a.out_dir, files, tc, target_dtype=a.target_dtype,
-                  command=shlex.join(["python", "-m", "pyllama_spec.train.online", *args]))
+                  command=shlex.join(["python", "-m", "pyllama_spec.train.online", *args]), init=a.init)
     except (PyllamaSpecError, ValueError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -87,7 +87,9 @@ def evaluate_loop(target: str | os.PathLike, drafter_path: str | os.PathLike, se
     prompts, and tokens/s against plain decoding measured in the same run.
 
     Returns ``{"n_prompts", "n_max", "tau", "acceptance_rate", "accepted_per_position",
-    "plain_tok_s", "spec_tok_s", "identical_to_plain"}``, or ``{"skipped": reason}`` when this
+    "plain_tok_s", "spec_tok_s", "identical_to_plain", "n_identical_to_plain"}`` (the prompts whose
+    tokens equal plain decoding's: a batched verify may part from one-row decodes at a near-tie), or
+    ``{"skipped": reason}`` when this
     checkout's loop has no drafter of that kind.
     """
     import pyllama_spec as ps
@@ -102,13 +104,13 @@ def evaluate_loop(target: str | os.PathLike, drafter_path: str | os.PathLike, se
     stats = ps.SpecStats(n_max=n_max)
     t_plain = t_spec = 0.0
     n_plain = n_spec = 0
-    same = True
+    n_same = 0
     for s in held:
         toks = s["tokens"][:s["n_prompt"]]
         r0 = gen.generate(prompt_tokens=toks, max_tokens=max_tokens, sync_stages=False)
         r1 = gen.generate(prompt_tokens=toks, drafter="trained", n_max=n_max, max_tokens=max_tokens,
                           sync_stages=False)
-        same &= r0.tokens == r1.tokens
+        n_same += r0.tokens == r1.tokens
         t_plain += r0.generation_seconds
         n_plain += r0.n_generated
         t_spec += r1.generation_seconds
@@ -118,7 +120,7 @@ def evaluate_loop(target: str | os.PathLike, drafter_path: str | os.PathLike, se
     return {"kind": kind, "n_prompts": len(held), "n_max": n_max, "tau": stats.mean_accepted_length,
             "acceptance_rate": stats.acceptance_rate, "accepted_per_position": stats.accepted_per_position,
             "plain_tok_s": n_plain / t_plain if t_plain else None, "spec_tok_s": n_spec / t_spec if t_spec else None,
-            "identical_to_plain": bool(same)}
+            "identical_to_plain": n_same == len(held), "n_identical_to_plain": n_same}
 
 
 def evaluate_native(target: str | os.PathLike, drafter_path: str | os.PathLike, sequences: Sequence[dict[str, Any]],

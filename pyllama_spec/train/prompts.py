@@ -904,6 +904,8 @@ class PromptSet:
         self.records: list[Record] = []
         self.rejected: Counter[str] = Counter()
         self._seen: dict[bytes, str] = {}  # digest of an offered record's texts → why it is refused now
+        #: the first records, taken unchanged from an earlier set (:meth:`adopt`)
+        self.n_adopted = 0
 
     def offer(self, source: str, task: str, rec: Record) -> bool:
         texts = rec.get("turns") or [rec["prompt"]]
@@ -921,6 +923,34 @@ class PromptSet:
                 return True
         self.rejected[why] += 1
         return False
+
+    def adopt(self, records: Iterable[Record]) -> int:
+        """Take the records of an earlier set as they are (ids, splits and sources unchanged) and
+        index their first turns, so that what is offered after them must differ from them as from
+        each other; returns how many were taken. The earlier set is trusted: it was checked when it
+        was built (a text it holds twice is kept twice).
+
+        Raises:
+            InvalidArgumentError: a record without ``id`` / ``split`` and ``turns`` or ``prompt``
+                (not a prompt-set record); nothing is taken then.
+        """
+        records = list(records)
+        for i, r in enumerate(records):
+            if not isinstance(r, dict) or "id" not in r or "split" not in r or not (r.get("turns") or r.get("prompt")):
+                raise InvalidArgumentError(f"record {i} of the set to extend is not a prompt-set record "
+                                           "(needs id, split and turns or prompt): pass a file written by "
+                                           "python -m pyllama_spec.train.prompts")
+        for r in records:
+            texts = r.get("turns") or [r["prompt"]]
+            chat = "turns" in r
+            for k in {tuple(texts), tuple(texts[:1])}:  # a follow-up's first turn was offered alone
+                key = hashlib.blake2b(json.dumps(list(k)).encode(), digest_size=16,
+                                      person=b"turns" if chat else b"prompt").digest()
+                self._seen[key] = "duplicate-exact"
+            self.index._offer_norm(normalise(texts[0]))
+            self.records.append(r)
+        self.n_adopted += len(records)
+        return len(records)
 
     def _refusal(self, texts: list[str], chat: bool) -> str | None:
         """Why these texts are refused, or None once the first is added to the index."""
@@ -942,7 +972,7 @@ def build(target: str | os.PathLike | None, n: int, *, seed: int = 0, mix: dict[
           n_parallel: int = 64, n_gpu_layers: int = -1, held_out: float = 0.05, humaneval: bool = True,
           roots: Sequence[str | os.PathLike] | None = None, magpie_temperature: float = 1.0,
           magpie_max_tokens: int = 200, n_threads: int | None = None, engine: str = "llama",
-          magpie_seconds: float | None = None, patience: int = 2000,
+          magpie_seconds: float | None = None, patience: int = 2000, extend: Sequence[Record] | None = None,
           progress: bool = True) -> tuple[list[Record], dict[str, Any]]:
     """A prompt set of up to ``n`` records (fewer when a source runs dry: the stats say).
 
@@ -957,6 +987,10 @@ def build(target: str | os.PathLike | None, n: int, *, seed: int = 0, mix: dict[
         patience: the ``local`` or ``seed`` source stops after this many refusals in a row (it has
             run dry: what it gives now repeats what it gave), as after 20 (local) or 50 (seed)
             candidates per record wanted.
+        extend: the records of an earlier set (:func:`read_prompts`): they come first and unchanged
+            (so answers already regenerated for them stay valid: ``regen`` skips their ids), and
+            the ``n`` new records must not duplicate them (:meth:`PromptSet.adopt`). ``n`` counts
+            the new records only; a top-up is typically ``mix={"magpie": 1}`` with a new ``seed``.
 
     Returns:
         ``(records, stats)``; stats: per-source counts, refusals per reason, the settings, and
@@ -978,6 +1012,7 @@ def build(target: str | os.PathLike | None, n: int, *, seed: int = 0, mix: dict[
             extra[s] = int(round(want["followup"] * w[s] / tot))
     quota = {s: want[s] + extra[s] for s in SOURCES}
     ps_ = PromptSet(Contamination(evaluation_texts(humaneval)), held_out=held_out)
+    n_old = ps_.adopt(extend) if extend else 0
     got: Counter[str] = Counter()
     dry: dict[str, dict[str, Any]] = {}
     if quota["magpie"]:
@@ -1037,7 +1072,7 @@ def build(target: str | os.PathLike | None, n: int, *, seed: int = 0, mix: dict[
     if quota["seed"]:
         fill("seed", seed_record, 50 * quota["seed"] + 100)
     for src in pool:  # turn the extra records of each source into two-turn conversations
-        chats = [r for r in ps_.records if r["source"] == src and "turns" in r]
+        chats = [r for r in ps_.records[n_old:] if r["source"] == src and "turns" in r]
         # a source run dry gives the follow-ups their share of what it has, not all of it
         k = extra[src] if got[src] >= quota[src] else round(extra[src] * got[src] / quota[src])
         for r in rng.sample(chats, min(k, len(chats))):
@@ -1049,11 +1084,13 @@ def build(target: str | os.PathLike | None, n: int, *, seed: int = 0, mix: dict[
             r["id"] = text_hash("\n".join(r["turns"]))
             got[src] -= 1
             got["followup"] += 1
-    recs = ps_.records
+    recs = ps_.records[n_old:]
     random.Random(seed + 2).shuffle(recs)
-    stats = {"n": len(recs), "wanted": want, "per_source": dict(got), "rejected": dict(ps_.rejected),
+    recs = ps_.records[:n_old] + recs
+    stats = {"n": len(recs), "n_new": len(recs) - n_old, "extended": n_old, "wanted": want,
+             "per_source": dict(got), "rejected": dict(ps_.rejected),
              "heldout": sum(r["split"] == "heldout" for r in recs), "seed": seed, "mix": mix,
-             "humaneval_checked": humaneval, "dry": dry, "per_task": dict(Counter(r["task"] for r in recs))}
+             "humaneval_checked": humaneval, "dry": dry, "per_task": dict(Counter(r["task"] for r in recs[n_old:]))}
     return recs, stats
 
 
@@ -1103,16 +1140,19 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="check only the bake-off sets (when HumanEval's wheel cannot be fetched)")
     ap.add_argument("-ngl", "--n-gpu-layers", type=int, default=-1)
     ap.add_argument("--stats", help="write the counts and refusals as JSON here")
+    ap.add_argument("--extend", help="an earlier prompt set: kept first and unchanged, --n new prompts added "
+                                     "that duplicate none of it (a Magpie top-up: --mix magpie=1, a new --seed)")
     a = ap.parse_args(argv)
     from ..errors import PyllamaSpecError
 
     try:
+        extend = read_prompts(a.extend) if a.extend else None
         recs, stats = build(a.target, a.n, seed=a.seed, mix=parse_mix(a.mix), n_parallel=a.parallel,
                             n_gpu_layers=a.n_gpu_layers, held_out=a.held_out, humaneval=not a.no_humaneval,
                             roots=a.roots, magpie_temperature=a.temperature, magpie_max_tokens=a.max_tokens,
                             n_threads=a.threads, engine=a.engine, magpie_seconds=a.magpie_seconds,
-                            patience=a.patience)
-    except (PyllamaSpecError, OSError) as exc:
+                            patience=a.patience, extend=extend)
+    except (PyllamaSpecError, OSError, json.JSONDecodeError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     write_prompts(a.out, recs)

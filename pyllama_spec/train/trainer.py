@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, SupportsInt
 
@@ -110,7 +110,7 @@ def evaluate(model: ModelT, objective: Objective[ModelT], seqs: Sequence[dict[st
 
 
 def train(seqs: Sequence[dict[str, Any]], feats: Sequence[np.ndarray] | None, objective: Objective[ModelT],
-          tc: TrainConfig, *, progress: bool = True,
+          tc: TrainConfig, *, progress: bool = True, init_state: Mapping[str, Any] | None = None,
           log: Callable[[str], object] = print) -> tuple[ModelT, list[dict[str, Any]]]:
     """Train ``objective``'s model; returns ``(model, history)`` (history: the validation results).
 
@@ -119,6 +119,8 @@ def train(seqs: Sequence[dict[str, Any]], feats: Sequence[np.ndarray] | None, ob
         feats: ``feats[i]`` = ``(len(tokens_i), n_ids·n_embd)`` target features of sequence i
             (unused by kinds without features: may be None).
         tc: steps, batch, lr, warmup, eval_every, max_seconds, max_eval_seqs, seed, device.
+        init_state: a ``state_dict`` of the same model to start from (a warm restart, as SGDR:
+            Loshchilov & Hutter 2017 — the optimizer and the cosine schedule start afresh).
 
     With ``tc.max_seconds`` the step time is measured over steps 20–50 (after the first steps' CUDA
     warm-up), the step count is cut to fit and re-fitted at every periodic evaluation (the cosine
@@ -129,6 +131,8 @@ def train(seqs: Sequence[dict[str, Any]], feats: Sequence[np.ndarray] | None, ob
     dev = torch.device(tc.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
     model = objective.build().to(dev)
+    if init_state is not None:  # a warm start: the weights of an earlier run, a fresh optimizer and schedule
+        model.load_state_dict(init_state)
     train_idx = [i for i, s in enumerate(seqs) if s["split"] == "train"]
     held_idx = [i for i, s in enumerate(seqs) if s["split"] == "heldout"][:tc.max_eval_seqs]
     if not train_idx:
