@@ -25,8 +25,8 @@
 #   call 5: bash benchmarks/h200_issue20.sh tau     loop τ of each on held-out prompts; HumanEval[:40] of the best
 #   (calls within 30 s of each other: the machine and /tmp/w stay; ≈ 7.5 + 0.5 + 8.5 + 8.5 + 3.5 min)
 #   more data in any later call (same prompts, next shard): SHARD=1/8 bash benchmarks/h200_issue20.sh regen
-#   topup: TOPUP_N (20000) new Magpie prompts (seed TOPUP_SEED, 7) added to the carried set, then their answers
-#          (carry .dev/i20 with prompts.jsonl.gz and answers/ holding the earlier answers-s0of1-*.jsonl.gz; SHARD=0/1)
+#   topup: TOPUP_N (20000) new Magpie prompts (seed TOPUP_SEED, 7) added to the committed set (DATA_DIR); then
+#          `SHARD=0/1 h200_issue20.sh regen` in the next call answers the new ones only
 #   engines: the regen engines' answer tok/s side by side (carry .dev/smol.part03, .dev/i20 with prompts.jsonl.gz)
 #   decode: one batched decode of S streams as regen runs it, by KV layout and sampler (carry .dev/smol.part03)
 #   (carry .dev/i20 holding prompts.jsonl.gz and answers/ of earlier calls to start a fresh machine from them)
@@ -100,8 +100,8 @@ data)
   regen
   ;;
 topup)
-  # more prompts for the set carried in .dev/i20 (Magpie only, our torch engine, a new seed; none duplicates
-  # the set), then answers for the new prompts only (regen skips the ids answered in the carried answers/)
+  # more prompts for the set (Magpie only, our torch engine, a new seed; none duplicates the set); the next
+  # call's `regen` (same machine, SHARD=0/1) then answers only the new ones (it skips the ids already answered)
   smol
   [ -s "$I/prompts.jsonl.gz" ] || { echo "no prompt set to extend: carry .dev/i20/prompts.jsonl.gz"; exit 2; }
   log "Magpie top-up: ${TOPUP_N:-20000} new prompts, seed ${TOPUP_SEED:-7}, ${MAGPIE_SECONDS:-150} s at most"
@@ -111,7 +111,7 @@ topup)
       | grep -v "Loading weights\|de-quantizing" | tail -25
   [ -s "$I/prompts_topup.jsonl.gz" ] || { echo "no prompt set written"; exit 1; }
   mv "$I/prompts_topup.jsonl.gz" "$I/prompts.jsonl.gz" && cp "$I/prompts.jsonl.gz" "$I/topup_stats.json" "$OUT/"
-  regen
+  ls -la "$OUT"
   ;;
 regen)
   smol

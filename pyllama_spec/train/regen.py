@@ -206,6 +206,12 @@ def _hf_cb_answers(model: Any, prompts: list[list[int]], temps: list[float], see
     return out
 
 
+def _by_temperature(temps: Sequence[float]) -> tuple[tuple[str, list[int]], tuple[str, list[int]]]:
+    """The indices of the greedy (T ≤ 0) and of the sampled prompts: each engine runs them apart."""
+    return (("greedy", [i for i, t in enumerate(temps) if t <= 0]),
+            ("sampled", [i for i, t in enumerate(temps) if t > 0]))
+
+
 def _torch_answers(model: Any, prompts: list[list[int]], temps: list[float], seeds: list[int], *, max_tokens: int,
                    batch: int, eog: list[int], deadline: float, n_ctx: int,
                    timing: dict[str, dict[str, float]], prefix: str) -> dict[int, list[int]]:
@@ -217,8 +223,7 @@ def _torch_answers(model: Any, prompts: list[list[int]], temps: list[float], see
 
     gen = StaticKVGenerator(model, n_slots=batch, n_ctx=n_ctx, prefill_tokens=max(16384, n_ctx))
     out: dict[int, list[int]] = {}
-    for name, group in (("greedy", [i for i, t in enumerate(temps) if t <= 0]),
-                        ("sampled", [i for i, t in enumerate(temps) if t > 0])):
+    for name, group in _by_temperature(temps):
         if not group or time.time() > deadline:
             continue
         tm = timing.setdefault(f"{prefix}_{name}", {})
@@ -346,8 +351,7 @@ def regenerate(target: str | os.PathLike, prompts_path: str | os.PathLike, out_d
             assert lm is not None
             # greedy and sampled prompts in separate runs, as the hf engine does: the greedy run draws in
             # the decode graph (no logits to the host), the sampled one on the host with each prompt's seed
-            for name, group in (("greedy", [i for i, t in enumerate(temps) if t <= 0]),
-                                ("sampled", [i for i, t in enumerate(temps) if t > 0])):
+            for name, group in _by_temperature(temps):
                 if not group or time.time() > deadline:
                     continue
                 tm = timing.setdefault(f"turn{turn + 1}_{name}", {})
