@@ -803,8 +803,7 @@ def magpie_requests(target: str | os.PathLike, n: int, *, seed: int = 0, tempera
             import torch
 
             from .online import load_hf_target
-            from .regen import prompt_seed
-            from .static_kv import StaticKVGenerator
+            from .static_kv import StaticKVGenerator, prompt_seed
 
             eog = [t for t in range(v.n_tokens) if v.is_eog(t)]
             hf = load_hf_target(target, dtype=torch.bfloat16 if torch.cuda.is_available() else torch.float32,

@@ -41,7 +41,6 @@ from __future__ import annotations
 import argparse
 import glob
 import gzip
-import hashlib
 import json
 import os
 import shlex
@@ -52,13 +51,9 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InvalidArgumentError
+from .static_kv import prompt_seed  # (defined there: the prompt builder draws with it too)
 
 ENGINES = ("torch", "hf", "hf-cb", "llama")
-
-
-def prompt_seed(pid: str, seed: int) -> int:
-    """A prompt's 63-bit seed: sha256 of ``"{seed}:{id}"``."""
-    return int(hashlib.sha256(f"{seed}:{pid}".encode()).hexdigest()[:16], 16) >> 1
 
 
 def temperature_of(pid: str, seed: int, sampled: float, temperature: float) -> float:

@@ -29,12 +29,19 @@ floating-point order of the kernels (exactly, in float32 on the CPU: ``tests/tes
 """
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
 
 from ..errors import InvalidArgumentError, UnsupportedError
+
+
+def prompt_seed(pid: str, seed: int) -> int:
+    """A prompt's 63-bit seed: sha256 of ``"{seed}:{id}"`` (regen's and Magpie's per-prompt seeds)."""
+    return int(hashlib.sha256(f"{seed}:{pid}".encode()).hexdigest()[:16], 16) >> 1
+
 
 # transformers model types whose decoder layer is the llama layer (with optional q/k/v biases)
 LLAMA_FAMILY = ("llama", "qwen2", "mistral")
@@ -385,4 +392,4 @@ class StaticKVGenerator:
                 tm["host_s"] = tm.get("host_s", 0.0) + (t1 - t0) + time.perf_counter() - t2
 
 
-__all__ = ["StaticKVGenerator", "gumbel_noise", "LLAMA_FAMILY"]
+__all__ = ["StaticKVGenerator", "gumbel_noise", "prompt_seed", "LLAMA_FAMILY"]
