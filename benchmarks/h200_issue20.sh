@@ -27,6 +27,9 @@
 #   more data in any later call (same prompts, next shard): SHARD=1/8 bash benchmarks/h200_issue20.sh regen
 #   topup: TOPUP_N (20000) new Magpie prompts (seed TOPUP_SEED, 7) added to the committed set (DATA_DIR); then
 #          `SHARD=0/1 h200_issue20.sh regen` in the next call answers the new ones only
+#   speed: the shipped (DRAFTER) drafter's speed, ours vs llama-completion / llama-speculative-simple, DFlash ÷ plain
+#          at n_max 3 and 7 on SPEED_PROMPTS (16) held-out prompts (carry .dev/smol.part03)
+#   tau-file: one drafter file's (DRAFTER, absolute or checkout-relative) held-out and HumanEval τ
 #   engines: the regen engines' answer tok/s side by side (carry .dev/smol.part03, .dev/i20 with prompts.jsonl.gz)
 #   decode: one batched decode of S streams as regen runs it, by KV layout and sampler (carry .dev/smol.part03)
 #   (carry .dev/i20 holding prompts.jsonl.gz and answers/ of earlier calls to start a fresh machine from them)
@@ -38,12 +41,13 @@
 # Settings: N_PROMPTS (30000), MIX, SEED (0), MAGPIE_SECONDS (150), SHARD (0/8), REGEN_SECONDS (180 in the data call, set 420 for a regen-only call),
 # MAX_TOKENS (512), BATCH (1024), CONFIGS (B8-L3,B8-L5,B16-L3,B16-L5: block size, drafter layers),
 # LAYERS (target taps, 2,15,28), TRAIN_SECONDS (400), TRAIN_SERIAL (0), CONTINUE (0: 1 = warm restart from the
-# last train call's drafter.pt of each configuration, same machine), TAU_PROMPTS (60); for a CPU dry run also W, GGUF,
+# last train call's drafter.pt of each configuration, same machine), INIT (a drafter GGUF to start from, e.g.
+# pyllama_spec/data/smollm2-135m-instruct-dflash-q8_0.gguf: the shipped drafter trained further), TAU_PROMPTS (60); for a CPU dry run also W, GGUF,
 # TRAIN_EXTRA (e.g. "--device cpu --target-dtype float32"), ENGINE (torch: train/static_kv.py, 38 k tok/s on
 # a SmolLM2-shaped target on the H200, RESULTS 15.3).
 # Results go to $OUT (≤ 8 files of ≤ 16 MiB): the prompt set, answer chunks, manifests, reports, drafters.
 set -uo pipefail
-PHASE=${1:?phase: data | topup | regen | train | tau | tau-file | engines | decode}
+PHASE=${1:?phase: data | topup | regen | train | tau | tau-file | speed | engines | decode}
 REPO=$(pwd)
 W=${W:-/tmp/w}
 I=$W/i20
@@ -127,7 +131,8 @@ train)
   for c in ${CONFIGS//,/ }; do
     B=${c%%-*}; B=${B#B}; L=${c##*-}; L=${L#L}
     # CONTINUE=1: go on from this configuration's last run on this warm machine (a warm restart: calls ≤ 10 min)
-    init=""
+    # INIT=drafter.gguf (e.g. the shipped one): start every configuration of its shape from that file's weights
+    init=""; [ -n "${INIT:-}" ] && init="--init $(realpath "$INIT")"
     if [ "${CONTINUE:-0}" = 1 ] && [ -f "$I/run/$c/drafter.pt" ]; then
       cp "$I/run/$c/drafter.pt" "$I/run/$c-init.pt" && init="--init $I/run/$c-init.pt"
       cp "$I/run/$c/report.json" "$I/run/$c-init-report.json" 2>/dev/null
@@ -201,17 +206,35 @@ decode)
   (cd /tmp && timeout 300 python3 "$REPO/benchmarks/batched_decode.py" "$GGUF" --streams 1 8 45 128 256 -ngl 99 \
       --profile --json "$OUT/batched_decode.json") 2>&1 | grep -v "^llama_context" | head -60
   ;;
+speed)
+  # the shipped (or DRAFTER) drafter's speed on natural held-out prompts: our loop against llama-completion
+  # (plain) and llama-speculative-simple (DFlash, n_max 3 and 7) in alternating runs, identical tokens checked,
+  # DFlash ÷ plain (issue 19's last two goals; item 4 on SmolLM2); ~3 min
+  smol
+  D=${DRAFTER:-pyllama_spec/data/smollm2-135m-instruct-dflash-q8_0.gguf}; case $D in /*) ;; *) D=$REPO/$D ;; esac
+  HELD=${HELD:-benchmarks/data/issue20-h200-torch/heldout-greedy.jsonl.gz}
+  log "$(basename "$D"): ours vs native, plain and n_max 3 7, ${SPEED_PROMPTS:-16} prompts × ${MAX_TOKENS:-256} tokens"
+  (cd /tmp && timeout 400 python3 "$REPO/benchmarks/compare_native.py" --target "$GGUF" --drafter "$D" --n-max 3 7 \
+      --max-tokens ${MAX_TOKENS:-256} --runs 1 -ngl 99 --prompts "$REPO/$HELD" --n-prompts ${SPEED_PROMPTS:-16} \
+      --json "$OUT/speed_h200.json") 2>&1 | grep -v "^llama_\|^load" | tail -8
+  ;;
 tau-file)
   # one drafter file (DRAFTER, default the shipped one) on held-out prompts (HELD: answers with a split, default
   # the greedy held-out answers of the 21k set, RESULTS 15.4) and HumanEval[:40] chat and raw; ~2 min
   smol
-  D=${DRAFTER:-pyllama_spec/data/smollm2-135m-instruct-dflash-q8_0.gguf}
+  D=${DRAFTER:-pyllama_spec/data/smollm2-135m-instruct-dflash-q8_0.gguf}; case $D in /*) ;; *) D=$REPO/$D ;; esac
+  # HELD: one file or several, comma-separated (e.g. also benchmarks/data/smollm2-selfdistill-9170.jsonl.gz, the
+  # first drafter's templates); each at MAX_TOKENS (256) a prompt
   HELD=${HELD:-benchmarks/data/issue20-h200-torch/heldout-greedy.jsonl.gz}
-  log "$(basename "$D"): held-out τ on $(basename "$HELD"), ${TAU_PROMPTS:-60} prompts"
-  (cd /tmp && timeout 200 python3 "$REPO/benchmarks/heldout_tau.py" "$REPO/$HELD" --target "$GGUF" --drafter "$REPO/$D" \
-      --n-prompts ${TAU_PROMPTS:-60} --n-max 7 --json "$OUT/heldout_tau_h200.json") 2>&1 | tail -2
+  for h in ${HELD//,/ }; do
+    n=$(basename "$h"); n=${n%%.*}
+    log "$(basename "$D"): held-out τ on $n, ${TAU_PROMPTS:-60} prompts × ${MAX_TOKENS:-256} tokens"
+    (cd /tmp && timeout 200 python3 "$REPO/benchmarks/heldout_tau.py" "$REPO/$h" --target "$GGUF" --drafter "$D" \
+        --n-prompts ${TAU_PROMPTS:-60} --n-max 7 --max-tokens ${MAX_TOKENS:-256} --json "$OUT/heldout_tau_h200_$n.json") \
+        2>&1 | tail -2
+  done
   log "HumanEval[:40], chat and raw"
-  (cd /tmp && timeout 250 python3 "$REPO/benchmarks/humaneval_tau.py" --target "$GGUF" --drafter "$REPO/$D" \
+  (cd /tmp && timeout 250 python3 "$REPO/benchmarks/humaneval_tau.py" --target "$GGUF" --drafter "$D" \
       --n-problems 40 --modes chat,raw --n-max 7 --json "$OUT/humaneval_tau_h200.json") 2>&1 | tail -4
   ;;
 tau)

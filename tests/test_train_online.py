@@ -153,3 +153,51 @@ def test_online_run_continues_from_its_checkpoint(tiny, seqs, tmp_path):
     again = run(tiny[0], tmp_path / "d", [str(data)], TrainConfig(steps=3, lr=1e-30, **kw), progress=False,
                 target_dtype="float32", init=tmp_path / "a" / "drafter.pt")
     assert again["steps"] == 3
+
+
+def test_online_run_continues_from_a_drafter_gguf(tiny, seqs, tmp_path):
+    """``run(init=drafter.gguf)`` (a shipped drafter is kept only as its GGUF) starts from the file's
+    weights: f16 to f16 rounding, q8_0 to its block step; ``read_dflash_gguf`` gives back what the export
+    wrote; a GGUF of another shape or architecture is refused with the fix named, the next run works."""
+    import gzip
+    import json
+
+    from pyllama_spec.errors import InvalidArgumentError
+    from pyllama_spec.train.export import read_dflash_gguf
+    from pyllama_spec.train.online import run
+
+    data = tmp_path / "answers.jsonl.gz"
+    with gzip.open(data, "wt") as f:
+        for s in seqs:
+            f.write(json.dumps({"split": s["split"], "prompt_tokens": s["tokens"][:s["n_prompt"]],
+                                "answer_tokens": s["tokens"][s["n_prompt"]:]}) + "\n")
+    kw = dict(kind="dflash", batch=4, n_blocks=4, warmup=2, eval_every=5, seed=0, device="cpu", block_size=4,
+              layers=LAYERS, drafter_layers=1, quant="q8_0")
+    run(tiny[0], tmp_path / "a", [str(data)], TrainConfig(steps=6, lr=3e-3, **kw), progress=False,
+        target_dtype="float32")
+    a = torch.load(tmp_path / "a" / "drafter.pt", weights_only=True)
+    shape, arrays = read_dflash_gguf(tmp_path / "a" / "drafter-f16.gguf")
+    assert shape == {k: a["config"][k] for k in shape} and set(arrays) == set(a["state_dict"])
+    assert arrays["fc.weight"].shape == tuple(a["state_dict"]["fc.weight"].shape) == (64, 64 * len(LAYERS))
+    for q, rtol in (("f16", 1e-3), ("q8_0", 1.0 / 127)):
+        rep = run(tiny[0], tmp_path / q, [str(data)], TrainConfig(steps=3, lr=1e-30, **kw), progress=False,
+                  target_dtype="float32", init=tmp_path / "a" / f"drafter-{q}.gguf")
+        b = torch.load(tmp_path / q / "drafter.pt", weights_only=True)
+        assert rep["init"].endswith(f"drafter-{q}.gguf") and b["config"] == a["config"]
+        for k, v in a["state_dict"].items():
+            # q8_0: each 32-weight block in steps of its largest magnitude / 127 (half a step off at most)
+            scale = v.abs().max().item() if q == "q8_0" else v.abs()
+            err = (b["state_dict"][k] - v).abs()
+            assert bool((err <= rtol * scale + 1e-7).all()), (q, k, err.max().item())
+            assert err.max().item() > 0 or v.ndim == 1, (q, k)  # the matrices came through the file's type
+    with pytest.raises(InvalidArgumentError, match="another configuration.*--drafter-layers"):
+        run(tiny[0], tmp_path / "c", [str(data)], TrainConfig(steps=3, lr=1e-30, **{**kw, "drafter_layers": 2}),
+            progress=False, target_dtype="float32", init=tmp_path / "a" / "drafter-q8_0.gguf")
+    with pytest.raises(InvalidArgumentError, match="not a DFlash drafter"):
+        run(tiny[0], tmp_path / "c", [str(data)], TrainConfig(steps=3, **kw), progress=False,
+            target_dtype="float32", init=tiny[0])
+    with pytest.raises(FileNotFoundError):
+        read_dflash_gguf(tmp_path / "none.gguf")
+    again = run(tiny[0], tmp_path / "d", [str(data)], TrainConfig(steps=3, lr=1e-30, **kw), progress=False,
+                target_dtype="float32", init=tmp_path / "a" / "drafter-q8_0.gguf")
+    assert again["steps"] == 3

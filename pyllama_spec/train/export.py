@@ -104,6 +104,62 @@ def export_hf(model: DFlashModel, out_dir: str | os.PathLike, *, extra: dict[str
     return d
 
 
+def read_dflash_gguf(path: str | os.PathLike) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """Read back a DFlash drafter GGUF (ours, or any with llama.cpp's ``dflash`` tensor names):
+    ``(shape, state)`` — ``shape`` the :class:`.model.DFlashConfig` fields the file holds (``n_embd``,
+    ``n_layer``, ``n_head``, ``n_head_kv``, ``head_dim``, ``n_ff``, ``n_vocab``, ``block_size``,
+    ``target_layer_ids``, ``mask_token_id``, ``rms_eps``), ``state`` our parameter names → float32 arrays
+    (q8_0 and f16 matrices dequantized by gguf-py: q8_0 is within half a step of 1/127 of each
+    32-weight block's largest magnitude). What ``online --init drafter.gguf`` continues from, so a
+    shipped drafter (only its GGUF is kept) can be trained further.
+
+    Raises:
+        InvalidArgumentError: not a DFlash GGUF, or a tensor this layout lacks or does not know.
+        FileNotFoundError: no such file.
+    """
+    from gguf import GGUFReader
+    from gguf.quants import dequantize
+
+    from ..errors import InvalidArgumentError
+
+    if not Path(path).is_file():
+        raise FileNotFoundError(f"no drafter GGUF at {path}")
+    try:
+        r = GGUFReader(str(path))
+    except Exception as exc:  # gguf-py's own parse errors (ValueError, struct.error, ...)
+        raise InvalidArgumentError(f"{path} cannot be read as a GGUF ({exc})") from exc
+
+    def field(key: str, default: Any = None) -> Any:
+        f = r.fields.get(key)
+        return default if f is None else f.contents()
+
+    if field("general.architecture") != "dflash":
+        raise InvalidArgumentError(f"{path} is a {field('general.architecture')!r} GGUF, not a DFlash drafter "
+                                   "(general.architecture = 'dflash')")
+    n_layer = int(field("dflash.block_count"))
+    shape = {"n_embd": int(field("dflash.embedding_length")), "n_layer": n_layer,
+             "n_head": int(field("dflash.attention.head_count")),
+             "n_head_kv": int(field("dflash.attention.head_count_kv")),
+             "head_dim": int(field("dflash.attention.key_length")), "n_ff": int(field("dflash.feed_forward_length")),
+             "n_vocab": len(field("tokenizer.ggml.tokens", [])), "block_size": int(field("dflash.block_size")),
+             "target_layer_ids": [int(i) for i in field("dflash.target_layers")],
+             "mask_token_id": int(field("tokenizer.ggml.mask_token_id")),
+             # stored as float32: the shortest decimal that rounds to it (1e-06, not 9.9999999747e-07)
+             "rms_eps": float(f'{np.float32(field("dflash.attention.layer_norm_rms_epsilon")):.7g}')}
+    by_gguf = {gg.format(i=i): ours.format(i=i) for ours, (gg, _) in _DFLASH_NAMES.items()
+               for i in (range(n_layer) if "{i}" in ours else [None])}
+    state: dict[str, np.ndarray] = {}
+    for t in r.tensors:
+        if t.name not in by_gguf:
+            raise InvalidArgumentError(f"{path}: tensor {t.name!r} is not part of a DFlash drafter of {n_layer} layers")
+        # a copy: F32 tensors come back as read-only views of the memory-mapped file
+        state[by_gguf[t.name]] = np.array(dequantize(t.data, t.tensor_type), dtype=np.float32)
+    missing = sorted(set(by_gguf.values()) - set(state))
+    if missing:
+        raise InvalidArgumentError(f"{path} lacks the tensors {missing} of a DFlash drafter")
+    return shape, state
+
+
 def export_dflash_gguf(model: DFlashModel, path: str | os.PathLike, *, target: str | os.PathLike, quant: str = "q8_0",
                        name: str = "DFlash drafter") -> dict[str, Any]:
     """Write a DFlash drafter (:class:`.model.DFlashModel`) as a GGUF (``quant``: f32, f16 or q8_0)."""
@@ -225,4 +281,5 @@ def export_gguf(model: DFlashModel | Eagle3Model | DraftLM, path: str | os.PathL
     return export_dflash_gguf(model, path, target=target, quant=quant, name=name or "DFlash drafter")
 
 
-__all__ = ["export_hf", "export_gguf", "export_dflash_gguf", "export_eagle3_gguf", "export_draft_gguf", "QUANTS"]
+__all__ = ["export_hf", "export_gguf", "export_dflash_gguf", "read_dflash_gguf", "export_eagle3_gguf",
+           "export_draft_gguf", "QUANTS"]

@@ -212,12 +212,15 @@ def run(target: str | os.PathLike, out_dir: str | os.PathLike, files: Sequence[s
     JSON lines); export it (``drafter-{q8_0,f16}.gguf``, ``hf/``, ``drafter.pt``) and write
     ``report.json`` (config, command, data hashes, history of held-out τ, seconds). Returns the report.
 
-    ``init``: the ``drafter.pt`` of an earlier run to continue from (a warm restart: fresh optimizer
-    and schedule; its mask token is kept), so training can go on across device calls of ≤ 10 min.
+    ``init``: the ``drafter.pt`` of an earlier run, or a DFlash drafter GGUF of the same shape (e.g. the
+    shipped one; q8_0 / f16 matrices dequantized: :func:`.export.read_dflash_gguf`), to continue from
+    (a warm restart: fresh optimizer and schedule; its mask token is kept), so training can go on
+    across device calls of ≤ 10 min and across sessions.
 
     Raises:
         InvalidArgumentError: ``tc.kind`` is not dflash, or no training sequences; an ``init``
-            checkpoint of another kind or shape (block size, layers, target taps, widths).
+            checkpoint or GGUF of another kind or shape (block size, layers, target taps, widths), or
+            a file that is neither.
         FileNotFoundError: ``init`` does not exist.
     """
     from ..errors import InvalidArgumentError
@@ -241,8 +244,16 @@ def run(target: str | os.PathLike, out_dir: str | os.PathLike, files: Sequence[s
     mask = pick_mask_token(target, seqs) if init is None else None
     import torch
 
-    ckpt = None
-    if init is not None:
+    ckpt: dict[str, Any] | None = None
+    if init is not None and Path(init).suffix == ".gguf":
+        # an exported drafter (a shipped one is kept only as its GGUF): its matrices dequantized, its
+        # shape checked below against this run's configuration
+        from .export import read_dflash_gguf
+
+        shape, arrays = read_dflash_gguf(init)
+        ckpt = {"kind": "dflash", "config": shape, "state_dict": {k: torch.from_numpy(v) for k, v in arrays.items()}}
+        mask = shape["mask_token_id"]
+    elif init is not None:
         try:
             ckpt = torch.load(Path(init), map_location="cpu", weights_only=True)
         except FileNotFoundError:
@@ -265,8 +276,10 @@ def run(target: str | os.PathLike, out_dir: str | os.PathLike, files: Sequence[s
     emb, head = token_matrices(hf)
     c = DFlashConfig.for_target(info, emb.shape[0], n_layer=tc.drafter_layers or 2, target_layer_ids=layers,
                                 block_size=tc.block_size, mask_token_id=mask)
-    if ckpt is not None and ckpt["config"] != c.to_dict():
-        diff = {k: (ckpt["config"].get(k), v) for k, v in c.to_dict().items() if ckpt["config"].get(k) != v}
+    # a drafter.pt holds the whole configuration, a GGUF the shape fields it stores: those must agree
+    diff = {} if ckpt is None else {k: (ckpt["config"][k], v) for k, v in c.to_dict().items()
+                                    if k in ckpt["config"] and ckpt["config"][k] != v}
+    if diff:
         feats.close()
         raise InvalidArgumentError(f"{init} was trained with another configuration: (checkpoint, now) {diff}; "
                                    "pass the same --block-size, --drafter-layers and --layers as that run")
@@ -318,8 +331,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             act.help = "answer files (JSON lines, .gz) or glob patterns, e.g. 'answers-*.jsonl.gz'"
     ap.add_argument("--target-dtype", default="bfloat16", choices=["float32", "bfloat16", "float16"],
                     help="the target's weights on the device (features are computed in this type)")
-    ap.add_argument("--init", help="drafter.pt of an earlier run with the same configuration: continue from its "
-                                   "weights (fresh optimizer and cosine schedule)")
+    ap.add_argument("--init", help="drafter.pt of an earlier run, or a DFlash drafter .gguf (e.g. the shipped one), "
+                                   "with the same configuration: continue from its weights (fresh optimizer and "
+                                   "cosine schedule)")
     a = ap.parse_args(args)
     try:
         files = data_files(a.data)
