@@ -31,6 +31,9 @@ def pair(tiny):
     gen = ps.Generator(tiny["target"], n_ctx=1024, n_batch=64, n_ubatch=32)
     gen.add_drafter("sep", Recording(gen.ctx, tiny["dflash"], fused_inject=False))
     gen.add_drafter("fused", Recording(gen.ctx, tiny["dflash"], fused_inject=True))
+    varying = Recording(gen.ctx, tiny["dflash"], fused_inject=True)
+    varying.constant_shape = False  # each step injects just what it committed: the shape follows acceptance
+    gen.add_drafter("varying", varying)
     yield gen
     gen.close()
 
@@ -162,3 +165,79 @@ def test_a_short_prompt_with_a_fresh_sampler_does_not_abort(tiny):
             ctx.stage_dflash_inject(np.zeros((1, ctx.embd_input_width), np.float32))
     finally:
         gen.close()
+
+
+@pytest.mark.parametrize("prompt", PROMPTS)
+@pytest.mark.parametrize("n_max", [3, 7])
+def test_constant_shape_drafts_equal_the_shape_following_path(pair, prompt, n_max):
+    """``constant_shape`` (the default) injects the committed rows before a step's own again, so that
+    every fused draft decode at one n_max has the same rows: the drafts are those of the path whose
+    shape follows acceptance (CPU: exactly), the output that of plain decoding."""
+    tee = Tee(pair.ctx, pair.drafters["fused"], pair.drafters["varying"])
+    pair.drafters["tee"] = tee
+    try:
+        out = pair.generate(prompt, drafter="tee", n_max=n_max, max_tokens=48).tokens
+    finally:
+        del pair.drafters["tee"]
+    same = [t for a, _ in tee.pairs for t in a]
+    vary = [t for _, b in tee.pairs for t in b]
+    assert len(tee.pairs) > 3 and len(same) == len(vary)
+    agree = np.mean(np.asarray(same) == np.asarray(vary))
+    assert agree == 1.0 if EXACT else agree >= 0.9, (agree, tee.pairs[:4])
+    assert out == pair.generate(prompt, max_tokens=48, reuse_prefix=False).tokens
+
+
+@pytest.mark.smollm2
+def test_constant_shape_lets_llama_cpp_reuse_the_drafter_graph(smollm2):
+    """With real acceptance (SmolLM2 + the shipped drafter: 0..7 rows a step) the shape-following
+    fused decode changes shape at most steps, and llama.cpp rebuilds its graph (on CUDA: no graph
+    replay); with ``constant_shape`` it reuses it at every step but the first two and those where its
+    KV view grows (``perf()["n_reused"]``). Same tokens both ways, and as plain decoding."""
+    from pyllama_spec.assets import smollm2_dflash_path
+
+    gen = ps.Generator(smollm2, n_ctx=1024)
+    try:
+        msgs = [{"role": "user", "content": "Write a Python function that checks whether a string is a palindrome."}]
+        out = {}
+        for cs in (True, False):
+            d = DFlashDrafter(gen.ctx, smollm2_dflash_path(), fused_inject=True)
+            d.constant_shape = cs
+            gen.add_drafter(f"d{cs}", d)
+            d.ctx.reset_perf()
+            r = gen.generate(messages=msgs, drafter=f"d{cs}", n_max=7, max_tokens=64, reuse_prefix=False)
+            out[cs] = (d.ctx.perf()["n_reused"], r.stats.n_steps, r.tokens, sorted(set(r.stats.acceptance_lengths)))
+        plain = gen.generate(messages=msgs, max_tokens=64, reuse_prefix=False).tokens
+    finally:
+        gen.close()
+    (n_c, steps, toks_c, lengths), (n_v, _, toks_v, _) = out[True], out[False]
+    assert toks_c == toks_v and (toks_c == plain or not EXACT)
+    assert len(lengths) >= 3, lengths  # acceptance varies: so does the other path's shape
+    assert n_c >= steps - 6, out  # (the first two, and up to two KV-view growths of two steps each)
+    assert n_v <= steps // 2, out
+
+
+def test_constant_shape_after_rollback_prefix_reuse_and_a_restored_state(pair):
+    """The kept rows follow the cache: an EOS rollback, a next chat turn that keeps the prefix, and
+    a restored state (no kept rows: it injects what it commits until it has a block again) give the
+    drafts of the shape-following path and the tokens of plain decoding."""
+    d, v = pair.drafters["fused"], pair.drafters["varying"]
+    turn = PROMPTS[1]
+    r1 = pair.generate(turn, drafter="fused", n_max=5, max_tokens=24)
+    nxt = pair.model.vocab.detokenize(r1.prompt_tokens + r1.tokens) + " and more"
+    for name in ("fused", "varying"):
+        pair.drafters[name].drafts.clear()
+    a = pair.generate(nxt, drafter="fused", n_max=5, max_tokens=24)
+    assert a.n_reused > 0  # the prefix was kept (drafter cache and its kept rows included)
+    pair.generate(turn, drafter="varying", n_max=5, max_tokens=24)
+    v.drafts.clear()
+    b = pair.generate(nxt, drafter="varying", n_max=5, max_tokens=24)
+    assert a.tokens == b.tokens == pair.generate(nxt, max_tokens=24, reuse_prefix=False).tokens
+    if EXACT:
+        assert d.drafts == v.drafts
+    state = d.save_state()
+    d.load_state(state)
+    assert d._recent is None
+    toks = pair.model.vocab.tokenize(nxt)
+    n = len(toks) - 1
+    d.rollback(n)
+    assert d._recent is None or int(d._recent[1].max()) < n

@@ -187,9 +187,18 @@ class DFlashDrafter(ModelDrafter):
                 raise UnsupportedError(f"{self.model.path.name} is a DFlash2/DSpark drafter: fused injection "
                                        "(fused_inject=True) works with plain DFlash drafters only")
             self.fused_inject = False
+        #: fused decodes of one shape (with ``fused_inject``): a step that committed fewer than
+        #: n_max + 1 rows also injects again the committed rows just before them, so every draft decode at
+        #: a given n_max has the same rows — llama.cpp then reuses its graph and, on CUDA, replays it as a
+        #: CUDA graph, where a shape that changes with each step's acceptance rebuilds the graph and
+        #: launches its kernels one by one (llama_context::decode, ggml-cuda's graph warm-up)
+        self.constant_shape = True
         # staged (features, positions) of committed rows that the next propose() injects (fused);
         # they count as held: begin() and save_state() inject them first
         self._pending: tuple[np.ndarray, np.ndarray] | None = None
+        # (features, positions) of the last block_size committed rows (consecutive positions, the
+        # staged ones included): what a constant-shape decode injects again
+        self._recent: tuple[np.ndarray, np.ndarray] | None = None
         # prefix reuse: the tokens whose features sequence 0 of the cache holds (staged rows
         # included), valid while the cache is at version _version (anything else that touched it
         # makes the record void)
@@ -215,11 +224,30 @@ class DFlashDrafter(ModelDrafter):
                 self.flush()
             self.ctx.memory.seq_rm(0, n_keep)  # features of [0, n_keep) stay; nothing after
             del self._tokens[n_keep:]
+            self._forget_from(n_keep)
         else:
             self._pending = None
+            self._recent = None
             self.ctx.memory.clear()
             self._tokens = []
         self._settle()
+
+    def _remember(self, feats: np.ndarray, pos: np.ndarray) -> None:
+        """Keep the last ``block_size`` committed rows' features (``_recent``), a run of consecutive
+        positions: rows that do not follow the kept ones start a new run."""
+        if not len(pos):
+            return
+        if self._recent is not None and int(self._recent[1][-1]) + 1 == int(pos[0]):
+            feats = np.concatenate([self._recent[0], feats])
+            pos = np.concatenate([self._recent[1], pos])
+        n = self.block_size
+        self._recent = (feats[-n:].copy(), pos[-n:].copy())
+
+    def _forget_from(self, n_past: int) -> None:
+        """Drop kept rows at positions ``>= n_past`` (rolled back)."""
+        if self._recent is not None:
+            keep = self._recent[1] < n_past
+            self._recent = (self._recent[0][keep], self._recent[1][keep]) if keep.any() else None
 
     def observe(self, tokens: list[int], positions: np.ndarray, n_commit: int, timer: StageTimer) -> None:
         # only the committed rows: the same cache as llama.cpp's inject-all-then-remove, less work
@@ -243,6 +271,7 @@ class DFlashDrafter(ModelDrafter):
         next draft decode when fused)."""
         n_commit = len(tokens)
         self.flush(timer)
+        self._remember(feats, pos)
         if self.fused_inject and n_commit <= self.block_size:
             # a verify step's rows: staged for the next propose(), which decodes them with its block
             self._pending = (feats, pos.copy())
@@ -262,6 +291,7 @@ class DFlashDrafter(ModelDrafter):
             return
         feats = self._features(slice(0, n_commit), timer)
         pos = np.asarray(positions[:n_commit], dtype=np.int32).copy()
+        self._remember(feats, pos)
         if self._pending is not None:
             feats = np.concatenate([self._pending[0], feats])
             pos = np.concatenate([self._pending[1], pos])
@@ -312,6 +342,8 @@ class DFlashDrafter(ModelDrafter):
             # fused: placeholders at the staged rows' positions, then the block (patch 0006)
             feats, pos_inj = self._pending
             self._pending = None
+            if self.constant_shape:
+                feats, pos_inj = self._pad_injection(feats, pos_inj, n_max + 1)
             n_inj = len(pos_inj)
             block = np.concatenate([np.full(n_inj, self.mask_token, dtype=np.int32), block])
             pos = np.concatenate([pos_inj, pos])
@@ -322,6 +354,23 @@ class DFlashDrafter(ModelDrafter):
         else:
             with timer("draft", self.ctx):
                 self.ctx.decode(block, pos, logits="all")
+
+    def _pad_injection(self, feats: np.ndarray, pos: np.ndarray, width: int) -> tuple[np.ndarray, np.ndarray]:
+        """Staged rows ``(feats, pos)`` grown to ``width`` rows with the committed rows just before them
+        (``constant_shape``): those are removed from the cache here and injected again from their kept
+        features, so the cache still holds each position once and the block attends to the same K/V
+        (computed in a batch of another size: equal bits on the CPU, near-equal on a GPU; the
+        target's verify keeps the output exact either way)."""
+        if self._recent is None or len(pos) >= width:
+            return feats, pos
+        rf, rp = self._recent
+        before = rp < int(pos[0])
+        m = min(width - len(pos), int(np.count_nonzero(before)))
+        # (the kept rows are consecutive and end at the staged ones: those before them end at pos[0] - 1)
+        if m == 0 or int(rp[before][-1]) != int(pos[0]) - 1:
+            return feats, pos
+        self.ctx.memory.seq_rm(0, int(pos[0]) - m)
+        return np.concatenate([rf[before][-m:], feats]), np.concatenate([rp[before][-m:], pos])
 
     def propose(self, last_token: int, n_past: int, n_max: int, sp: SamplingParams, rng: np.random.Generator,
                 timer: StageTimer) -> Draft:
@@ -422,6 +471,7 @@ class DFlashDrafter(ModelDrafter):
             feats, pos = self._pending
             keep = pos < n_past
             self._pending = (feats[keep], pos[keep]) if keep.any() else None
+        self._forget_from(n_past)
         self.ctx.memory.seq_rm(0, n_past)
         del self._tokens[n_past:]
         self._settle()
@@ -435,6 +485,7 @@ class DFlashDrafter(ModelDrafter):
 
     def load_state(self, state: dict) -> None:
         self._pending = None
+        self._recent = None  # (no features of the restored positions: the first steps inject what they commit)
         self.ctx.memory.clear()
         self._tokens = []
         self._settle()  # a failed restore leaves an empty, consistent cache
