@@ -29,6 +29,7 @@
 #          `SHARD=0/1 h200_issue20.sh regen` in the next call answers the new ones only
 #   speed: the shipped (DRAFTER) drafter's speed, ours vs llama-completion / llama-speculative-simple, DFlash ÷ plain
 #          at n_max 3 and 7 on SPEED_PROMPTS (16) held-out prompts (carry .dev/smol.part03)
+#   shape: DFlash fused decodes of one shape (constant_shape) vs varying vs split, side by side (benchmarks/drafter_shape.py)
 #   tau-file: one drafter file's (DRAFTER, absolute or checkout-relative) held-out and HumanEval τ
 #   engines: the regen engines' answer tok/s side by side (carry .dev/smol.part03, .dev/i20 with prompts.jsonl.gz)
 #   decode: one batched decode of S streams as regen runs it, by KV layout and sampler (carry .dev/smol.part03)
@@ -47,7 +48,7 @@
 # a SmolLM2-shaped target on the H200, RESULTS 15.3).
 # Results go to $OUT (≤ 8 files of ≤ 16 MiB): the prompt set, answer chunks, manifests, reports, drafters.
 set -uo pipefail
-PHASE=${1:?phase: data | topup | regen | train | tau | tau-file | speed | engines | decode}
+PHASE=${1:?phase: data | topup | regen | train | tau | tau-file | speed | shape | engines | decode}
 REPO=$(pwd)
 W=${W:-/tmp/w}
 I=$W/i20
@@ -217,6 +218,16 @@ speed)
   (cd /tmp && timeout 400 python3 "$REPO/benchmarks/compare_native.py" --target "$GGUF" --drafter "$D" --n-max 3 7 \
       --max-tokens ${MAX_TOKENS:-256} --runs 1 -ngl 99 --prompts "$REPO/$HELD" --n-prompts ${SPEED_PROMPTS:-16} \
       --json "$OUT/speed_h200.json") 2>&1 | grep -v "^llama_\|^load" | tail -8
+  ;;
+shape)
+  # the DFlash drafter's fused decode at one shape per n_max (constant_shape) vs the shape that follows
+  # acceptance vs two decodes a step, side by side: tok/s, drafter ms/call, graph reuse; ~1.5 min
+  smol
+  D=${DRAFTER:-pyllama_spec/data/smollm2-135m-instruct-dflash-q8_0.gguf}; case $D in /*) ;; *) D=$REPO/$D ;; esac
+  log "$(basename "$D"): drafter decode shapes, n_max 3 7, ${SPEED_PROMPTS:-16} prompts × ${MAX_TOKENS:-256} tokens"
+  (cd /tmp && timeout 300 python3 "$REPO/benchmarks/drafter_shape.py" --target "$GGUF" --drafter "$D" --n-max 3 7 \
+      --max-tokens ${MAX_TOKENS:-256} --n-prompts ${SPEED_PROMPTS:-16} -ngl 99 --json "$OUT/drafter_shape_h200.json") \
+      2>&1 | grep -v "^llama_\|^load" | tail -10
   ;;
 tau-file)
   # one drafter file (DRAFTER, default the shipped one) on held-out prompts (HELD: answers with a split, default
