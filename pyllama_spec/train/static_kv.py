@@ -156,6 +156,14 @@ class StaticKVGenerator:
         xf = x.to(torch.float32)
         return w * (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)).to(x.dtype)
 
+    def _mlp(self, x: Any, w_post: Any, gate: Any, up: Any, down: Any) -> Any:
+        """The residual stream after a layer's feed-forward half (post-attention norm, SwiGLU): one
+        code path for the decode step and the prefill."""
+        import torch
+
+        h = self._rms(x, w_post)
+        return x + down(torch.nn.functional.silu(gate(h)) * up(h))
+
     @staticmethod
     def _rope(x: Any, cos: Any, sin: Any) -> Any:
         import torch
@@ -201,8 +209,7 @@ class StaticKVGenerator:
             p = torch.softmax(sc, dim=-1).to(self.dtype).view(S * self.n_kv, g, C)
             o = torch.bmm(p, V).reshape(S, self.n_head * self.d)
             x = x + o_p(o)
-            h = self._rms(x, w_post)
-            x = x + down(torch.nn.functional.silu(gate(h)) * up(h))
+            x = self._mlp(x, w_post, gate, up, down)
         logits = torch.nn.functional.linear(self._rms(x, self.norm), self.head)
         self.next.copy_(self._draw(logits, pos, self.seed, self.temp, sampled))
         self.tok.copy_(self.next)
@@ -264,8 +271,7 @@ class StaticKVGenerator:
             self.v[li][sl, :, :L] = v
             o = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
             x = x + o_p(o.transpose(1, 2).reshape(n, L, self.n_head * self.d))
-            h = self._rms(x, w_post)
-            x = x + down(torch.nn.functional.silu(gate(h)) * up(h))
+            x = self._mlp(x, w_post, gate, up, down)
         xl = x[torch.arange(n, device=self.dev), last]
         logits = torch.nn.functional.linear(self._rms(xl, self.norm), self.head)
         first = self._draw(logits, last, torch.tensor(seeds, device=self.dev, dtype=torch.long),
