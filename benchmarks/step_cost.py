@@ -271,11 +271,14 @@ class Bench:
                     rows.append({"kernel": e.key[:90], "calls_per_step": e.count / n, "us_per_step": dev_us / n})
             rows.sort(key=lambda r: -r["us_per_step"])
             total = sum(r["us_per_step"] for r in rows)
+            # device activities per call (kernels, memsets, copies): inside a CUDA graph each still starts
+            # after the one before it, ~1-2 µs apart, so idle GPU time grows with their count
+            n_act = sum(r["calls_per_step"] for r in rows)
             out[name] = {"gpu_us_total": total, "wall_us": wall_us, "runtime_calls_per_step": runtime,
-                         "kernels": rows[:25]}
+                         "device_activities_per_call": n_act, "kernels": rows[:25]}
             rt = ", ".join(f"{k} {v:g}" for k, v in sorted(runtime.items(), key=lambda kv: -kv[1])[:8])
-            print(f"\nkernels of {name}: GPU busy {total:.0f} µs per call, wall {wall_us:.0f} µs unprofiled; "
-                  f"runtime calls per call: {rt}", flush=True)
+            print(f"\nkernels of {name}: GPU busy {total:.0f} µs per call, wall {wall_us:.0f} µs unprofiled, "
+                  f"{n_act:.0f} device activities per call; runtime calls per call: {rt}", flush=True)
             for r in rows[:12]:
                 print(f"  {r['us_per_step']:9.1f} µs  {r['calls_per_step']:6.1f}×  {r['kernel']}")
         return out
