@@ -43,7 +43,9 @@
 # MAX_TOKENS (512), BATCH (1024), CONFIGS (B8-L3,B8-L5,B16-L3,B16-L5: block size, drafter layers),
 # LAYERS (target taps, 2,15,28), TRAIN_SECONDS (400), TRAIN_SERIAL (0), CONTINUE (0: 1 = warm restart from the
 # last train call's drafter.pt of each configuration, same machine), INIT (a drafter GGUF to start from, e.g.
-# pyllama_spec/data/smollm2-135m-instruct-dflash-q8_0.gguf: the shipped drafter trained further), TAU_PROMPTS (60); for a CPU dry run also W, GGUF,
+# pyllama_spec/data/smollm2-135m-instruct-dflash-q8_0.gguf: the shipped drafter trained further),
+# LR (1.5e-3: the peak of each run's cosine; a warm restart from 2.67 first lost 0.24 of τ at it, RESULTS 15.5),
+# BLOCKS (32 anchor blocks a sequence), TAU_PROMPTS (60); for a CPU dry run also W, GGUF,
 # TRAIN_EXTRA (e.g. "--device cpu --target-dtype float32"), ENGINE (torch: train/static_kv.py, 38 k tok/s on
 # a SmolLM2-shaped target on the H200, RESULTS 15.3).
 # Results go to $OUT (≤ 8 files of ≤ 16 MiB): the prompt set, answer chunks, manifests, reports, drafters.
@@ -140,7 +142,7 @@ train)
     fi
     (cd /tmp && timeout $(( ${TRAIN_SECONDS:-400} + 150 )) python3 -m pyllama_spec.train.online "$GGUF" "$I/run/$c" \
         --data "$I/answers/answers-*.jsonl.gz" --layers "$LAYERS" --drafter-layers "$L" --block-size "$B" \
-        --seconds ${TRAIN_SECONDS:-400} --steps 1000000 --batch 32 --blocks 32 --lr 1.5e-3 --eval-every 400 --eval-seqs 200 \
+        --seconds ${TRAIN_SECONDS:-400} --steps 1000000 --batch 32 --blocks ${BLOCKS:-32} --lr ${LR:-1.5e-3} --eval-every 400 --eval-seqs 200 \
         --seed "$SEED" --quant q8_0 $init ${TRAIN_EXTRA:-} > "$I/log_$c.txt" 2>&1) &
     # side by side they share the GPU: 4 runs made 3.1 / 2.9 / 2.7 / 2.4 steps/s where one alone made
     # 10.1 (2026-12-03, RESULTS 15.4), so TRAIN_SERIAL=1 runs them one after another instead

@@ -116,23 +116,33 @@ def test_online_steps_reduce_the_loss(tiny, seqs):
     assert after < 0.8 * before, (before, after)
 
 
-def test_online_run_continues_from_its_checkpoint(tiny, seqs, tmp_path):
-    """``run(init=drafter.pt)`` starts from that run's weights (with lr 1e-30 they come out as they went in)
-    and keeps its mask token; a checkpoint of another shape or a file that is none is refused with
-    the fix named, and the next run still works."""
+#: the online runs of the warm-restart tests: a one-layer drafter of block 4 on the tiny target, on the CPU
+RUN_KW = dict(kind="dflash", batch=4, n_blocks=4, warmup=2, eval_every=5, seed=0, device="cpu", block_size=4,
+              layers=LAYERS, drafter_layers=1, quant="q8_0")
+
+
+def _answers_file(tmp_path, seqs):
+    """``seqs`` as an answers file of pyllama_spec.train.regen (JSON lines, gzip)."""
     import gzip
     import json
-
-    from pyllama_spec.errors import InvalidArgumentError
-    from pyllama_spec.train.online import run
 
     data = tmp_path / "answers.jsonl.gz"
     with gzip.open(data, "wt") as f:
         for s in seqs:
             f.write(json.dumps({"split": s["split"], "prompt_tokens": s["tokens"][:s["n_prompt"]],
                                 "answer_tokens": s["tokens"][s["n_prompt"]:]}) + "\n")
-    kw = dict(kind="dflash", batch=4, n_blocks=4, warmup=2, eval_every=5, seed=0, device="cpu", block_size=4,
-              layers=LAYERS, drafter_layers=1, quant="q8_0")
+    return data
+
+
+def test_online_run_continues_from_its_checkpoint(tiny, seqs, tmp_path):
+    """``run(init=drafter.pt)`` starts from that run's weights (with lr 1e-30 they come out as they went in)
+    and keeps its mask token; a checkpoint of another shape or a file that is none is refused with
+    the fix named, and the next run still works."""
+    from pyllama_spec.errors import InvalidArgumentError
+    from pyllama_spec.train.online import run
+
+    data = _answers_file(tmp_path, seqs)
+    kw = RUN_KW
     first = run(tiny[0], tmp_path / "a", [str(data)], TrainConfig(steps=6, lr=3e-3, **kw), progress=False,
                 target_dtype="float32")
     a = torch.load(tmp_path / "a" / "drafter.pt", weights_only=True)
@@ -159,20 +169,12 @@ def test_online_run_continues_from_a_drafter_gguf(tiny, seqs, tmp_path):
     """``run(init=drafter.gguf)`` (a shipped drafter is kept only as its GGUF) starts from the file's
     weights: f16 to f16 rounding, q8_0 to its block step; ``read_dflash_gguf`` gives back what the export
     wrote; a GGUF of another shape or architecture is refused with the fix named, the next run works."""
-    import gzip
-    import json
-
     from pyllama_spec.errors import InvalidArgumentError
     from pyllama_spec.train.export import read_dflash_gguf
     from pyllama_spec.train.online import run
 
-    data = tmp_path / "answers.jsonl.gz"
-    with gzip.open(data, "wt") as f:
-        for s in seqs:
-            f.write(json.dumps({"split": s["split"], "prompt_tokens": s["tokens"][:s["n_prompt"]],
-                                "answer_tokens": s["tokens"][s["n_prompt"]:]}) + "\n")
-    kw = dict(kind="dflash", batch=4, n_blocks=4, warmup=2, eval_every=5, seed=0, device="cpu", block_size=4,
-              layers=LAYERS, drafter_layers=1, quant="q8_0")
+    data = _answers_file(tmp_path, seqs)
+    kw = RUN_KW
     run(tiny[0], tmp_path / "a", [str(data)], TrainConfig(steps=6, lr=3e-3, **kw), progress=False,
         target_dtype="float32")
     a = torch.load(tmp_path / "a" / "drafter.pt", weights_only=True)

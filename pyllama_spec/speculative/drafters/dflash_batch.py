@@ -43,6 +43,7 @@ class DFlashBatch(BatchDrafter):
     def begin(self, seq: int, prompt: list[int]) -> None:
         self.parent.ctx.memory.seq_rm(seq)  # the whole stream of this sequence
         self.parent._pending = None  # rows staged by a single run (fused injection) are void
+        self.parent._recent = None  # and so are the rows it kept to inject again (constant_shape)
         self.parent._version = -1  # sequence 0's record of a single run no longer holds
 
     def observe(self, rows: list[SeqRows], timer: StageTimer) -> None:
