@@ -35,6 +35,11 @@ def _pyls_log_callback(level, text, user_data):  # noqa: ARG001 - signature fixe
         _pending_level = _LEVELS.get(level, logging.INFO)
     if text == ffi.NULL:
         return
+    if _pending_level < logging.WARNING and not log.isEnabledFor(_pending_level):
+        # a line nobody reads (and not kept for errors): not even copied out of C. Each graph reservation
+        # prints ~200 debug lines in ~3 fragments each (llama_graph_n_input_tensors), whose joining cost
+        # ~1-2 ms per reservation when they were all joined and then dropped
+        return
     # llama.cpp emits a line in fragments; join them so each record is one line.
     _pending.append(ffi.string(text).decode("utf-8", "replace"))
     if not _pending[-1].endswith("\n"):

@@ -237,8 +237,8 @@ class DFlashDrafter(ModelDrafter):
     def _remember(self, feats: np.ndarray, pos: np.ndarray) -> None:
         """Keep the last ``block_size`` committed rows' features (``_recent``), a run of consecutive
         positions: rows that do not follow the kept ones start a new run."""
-        if not len(pos):
-            return
+        if not len(pos) or not (self.fused_inject and self.constant_shape):
+            return  # (only a fused decode injects them again)
         if self._recent is not None and int(self._recent[1][-1]) + 1 == int(pos[0]):
             feats = np.concatenate([self._recent[0], feats])
             pos = np.concatenate([self._recent[1], pos])
