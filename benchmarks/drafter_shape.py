@@ -11,8 +11,9 @@ replay it as a CUDA graph (ggml-cuda resets its warm-up when a graph's shape cha
         [--n-prompts 16] [--max-tokens 256] [--n-max 3 7] [-ngl 99] [--json out.json]
 
 Defaults: SmolLM2-135M-Instruct, the shipped drafter, the held-out greedy answers of
-``benchmarks/data/issue20-h200-torch`` (their prompts). Each prompt runs every variant once per
-round, in turn (so drift hits all alike); tokens/s are means over prompts, wall clock after the prefill.
+``benchmarks/data/issue20-h200-torch`` (their prompts). For each n_max, each prompt runs plain decoding
+and every variant in turn (so drift hits all alike); tokens/s are means over prompts, wall clock after
+the prefill.
 """
 from __future__ import annotations
 
@@ -54,16 +55,15 @@ def main() -> None:
         prompts = [json.loads(x)["prompt_tokens"] for x in f][:a.n_prompts]
     gen.generate(prompt_tokens=prompts[0], max_tokens=16)  # warm-up
     rows = []
-    plain = []
-    for toks in prompts:
-        r = gen.generate(prompt_tokens=toks, max_tokens=a.max_tokens, sync_stages=False, reuse_prefix=False)
-        plain.append((r.tokens_per_s, r.tokens))
-    plain_rate = statistics.mean(p[0] for p in plain)
-    print(f"plain: {plain_rate:.1f} tok/s ({len(prompts)} prompts × ≤ {a.max_tokens} tokens)", flush=True)
+    plain_rates = []
     for n_max in a.n_max:
-        acc: dict[str, dict[str, list]] = {v: {"tok_s": [], "draft_ms": [], "reused": [], "steps": [], "tau": [],
-                                               "same": []} for v in VARIANTS}
-        for i, toks in enumerate(prompts):
+        acc: dict[str, dict[str, list]] = {v: {"tok_s": [], "draft_ms": [], "reused": [], "tau": [], "same": []}
+                                           for v in VARIANTS}
+        plain: list[float] = []
+        for toks in prompts:
+            # plain decoding in the same rotation as the variants, so that ×plain is side by side too
+            p = gen.generate(prompt_tokens=toks, max_tokens=a.max_tokens, sync_stages=False, reuse_prefix=False)
+            plain.append(p.tokens_per_s)
             for v in VARIANTS:
                 d = gen.drafters[v]
                 d.ctx.reset_perf()
@@ -79,12 +79,14 @@ def main() -> None:
                 acc[v]["draft_ms"].append(1e3 * (t["draft"]["seconds"] + t.get("inject", {}).get("seconds", 0.0))
                                           / calls)
                 acc[v]["reused"].append(reused / max(r.stats.n_steps, 1))
-                acc[v]["steps"].append(r.stats.n_steps)
                 acc[v]["tau"].append(r.stats.mean_accepted_length)
-                acc[v]["same"].append(r.tokens == plain[i][1])
+                acc[v]["same"].append(r.tokens == p.tokens)
+        plain_rate = statistics.mean(plain)
+        plain_rates.append(plain_rate)
+        print(f"n_max={n_max} plain     {plain_rate:8.1f} tok/s", flush=True)
         for v in VARIANTS:
             x = acc[v]
-            row = {"n_max": n_max, "variant": v, "tok_s": statistics.mean(x["tok_s"]),
+            row = {"n_max": n_max, "variant": v, "tok_s": statistics.mean(x["tok_s"]), "plain_tok_s": plain_rate,
                    "vs_plain": statistics.mean(x["tok_s"]) / plain_rate,
                    "draft_plus_inject_ms_per_call": statistics.mean(x["draft_ms"]),
                    "graph_reused_per_step": statistics.mean(x["reused"]), "tau": statistics.mean(x["tau"]),
@@ -99,7 +101,8 @@ def main() -> None:
         print(f"n_max={n_max}: constant ÷ varying shape = {c['tok_s'] / vr['tok_s']:.3f}", flush=True)
     info = {"date": time.strftime("%Y-%m-%d"), "host": platform.node(), "system": ps.system_info(),
             "devices": ps.devices(), "target": target, "drafter": drafter, "prompts": a.prompts,
-            "max_tokens": a.max_tokens, "n_gpu_layers": a.n_gpu_layers, "plain_tok_s": plain_rate, "rows": rows}
+            "max_tokens": a.max_tokens, "n_gpu_layers": a.n_gpu_layers, "plain_tok_s": statistics.mean(plain_rates),
+            "rows": rows}
     if a.json:
         Path(a.json).write_text(json.dumps(info, indent=2))
     gen.close()

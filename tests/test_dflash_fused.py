@@ -217,12 +217,17 @@ def test_constant_shape_lets_llama_cpp_reuse_the_drafter_graph(smollm2):
 
 
 def test_constant_shape_after_rollback_prefix_reuse_and_a_restored_state(pair):
-    """The kept rows follow the cache: an EOS rollback, a next chat turn that keeps the prefix, and
-    a restored state (no kept rows: it injects what it commits until it has a block again) give the
-    drafts of the shape-following path and the tokens of plain decoding."""
+    """The kept rows follow the cache: after a generation they are the last block of committed
+    positions; a rollback cuts them with the cache; a next chat turn that keeps the prefix drafts as the
+    shape-following path does; a restored state keeps none (it injects what it commits until it has a
+    block again) and still gives the tokens of plain decoding."""
     d, v = pair.drafters["fused"], pair.drafters["varying"]
     turn = PROMPTS[1]
     r1 = pair.generate(turn, drafter="fused", n_max=5, max_tokens=24)
+    n_past = len(r1.prompt_tokens) + len(r1.tokens) - 1  # (the last committed token is not decoded yet)
+    kept = d._recent[1].copy()
+    np.testing.assert_array_equal(kept, np.arange(n_past - d.block_size, n_past))
+    feats = d._recent[0].copy()
     nxt = pair.model.vocab.detokenize(r1.prompt_tokens + r1.tokens) + " and more"
     for name in ("fused", "varying"):
         pair.drafters[name].drafts.clear()
@@ -231,13 +236,16 @@ def test_constant_shape_after_rollback_prefix_reuse_and_a_restored_state(pair):
     pair.generate(turn, drafter="varying", n_max=5, max_tokens=24)
     v.drafts.clear()
     b = pair.generate(nxt, drafter="varying", n_max=5, max_tokens=24)
-    assert a.tokens == b.tokens == pair.generate(nxt, max_tokens=24, reuse_prefix=False).tokens
+    plain = pair.generate(nxt, max_tokens=24, reuse_prefix=False).tokens
+    assert a.tokens == b.tokens == plain
     if EXACT:
         assert d.drafts == v.drafts
+    # a rollback into the kept rows: the cut ones go, the others stay as they were
+    pair.generate(turn, drafter="fused", n_max=5, max_tokens=24, reuse_prefix=False)
+    d.rollback(n_past - 3)
+    np.testing.assert_array_equal(d._recent[1], kept[:-3])
+    np.testing.assert_allclose(d._recent[0], feats[:-3], rtol=0 if EXACT else 1e-3, atol=0 if EXACT else 1e-3)
     state = d.save_state()
     d.load_state(state)
     assert d._recent is None
-    toks = pair.model.vocab.tokenize(nxt)
-    n = len(toks) - 1
-    d.rollback(n)
-    assert d._recent is None or int(d._recent[1].max()) < n
+    assert pair.generate(nxt, drafter="fused", n_max=5, max_tokens=24).tokens == plain

@@ -220,19 +220,25 @@ class DFlashDrafter(ModelDrafter):
     def begin(self, prompt: list[int], n_keep: int = 0) -> None:
         if n_keep:
             if self._pending is not None:  # staged rows of the kept prefix go into the cache now
-                feats, pos = self._pending
-                keep = pos < n_keep
-                self._pending = (feats[keep], pos[keep]) if keep.any() else None
+                self._pending = self._rows_before(self._pending, n_keep)
                 self.flush()
             self.ctx.memory.seq_rm(0, n_keep)  # features of [0, n_keep) stay; nothing after
             del self._tokens[n_keep:]
-            self._forget_from(n_keep)
+            self._recent = self._rows_before(self._recent, n_keep)
         else:
             self._pending = None
             self._recent = None
             self.ctx.memory.clear()
             self._tokens = []
         self._settle()
+
+    @staticmethod
+    def _rows_before(rows: tuple[np.ndarray, np.ndarray] | None, n: int) -> tuple[np.ndarray, np.ndarray] | None:
+        """``(features, positions)`` cut to the positions ``< n`` (None when none is left)."""
+        if rows is None:
+            return None
+        keep = rows[1] < n
+        return (rows[0][keep], rows[1][keep]) if keep.any() else None
 
     def _remember(self, feats: np.ndarray, pos: np.ndarray) -> None:
         """Keep the last ``block_size`` committed rows' features (``_recent``), a run of consecutive
@@ -244,12 +250,6 @@ class DFlashDrafter(ModelDrafter):
             pos = np.concatenate([self._recent[1], pos])
         n = self.block_size
         self._recent = (feats[-n:].copy(), pos[-n:].copy())
-
-    def _forget_from(self, n_past: int) -> None:
-        """Drop kept rows at positions ``>= n_past`` (rolled back)."""
-        if self._recent is not None:
-            keep = self._recent[1] < n_past
-            self._recent = (self._recent[0][keep], self._recent[1][keep]) if keep.any() else None
 
     def observe(self, tokens: list[int], positions: np.ndarray, n_commit: int, timer: StageTimer) -> None:
         # only the committed rows: the same cache as llama.cpp's inject-all-then-remove, less work
@@ -469,11 +469,8 @@ class DFlashDrafter(ModelDrafter):
         return Draft(tokens=tokens, probs=probs, confidence=confidence)
 
     def rollback(self, n_past: int) -> None:
-        if self._pending is not None:
-            feats, pos = self._pending
-            keep = pos < n_past
-            self._pending = (feats[keep], pos[keep]) if keep.any() else None
-        self._forget_from(n_past)
+        self._pending = self._rows_before(self._pending, n_past)
+        self._recent = self._rows_before(self._recent, n_past)
         self.ctx.memory.seq_rm(0, n_past)
         del self._tokens[n_past:]
         self._settle()
