@@ -82,6 +82,11 @@ smol() {  # SmolLM2 from its parts, this checkout's Python over the installed wh
     || { echo "gguf/transformers/accelerate missing: install .dev/gpu wheels (h200.sh install)"; exit 2; }
 }
 
+drafter_file() {  # DRAFTER (absolute or checkout-relative; default the shipped drafter) as an absolute path
+  local d=${DRAFTER:-pyllama_spec/data/smollm2-135m-instruct-dflash-q8_0.gguf}
+  case $d in /*) echo "$d" ;; *) echo "$REPO/$d" ;; esac
+}
+
 regen() {  # one shard of answers (HF generate at large batch, bf16), then its files to $OUT
   log "answers, shard $SHARD, ${REGEN_SECONDS:-180} s"
   (cd /tmp && timeout $(( ${REGEN_SECONDS:-180} + 120 )) python3 -m pyllama_spec.train.regen "$GGUF" "$I/prompts.jsonl.gz" \
@@ -214,7 +219,7 @@ speed)
   # (plain) and llama-speculative-simple (DFlash, n_max 3 and 7) in alternating runs, identical tokens checked,
   # DFlash ÷ plain (issue 19's last two goals; item 4 on SmolLM2); ~3 min
   smol
-  D=${DRAFTER:-pyllama_spec/data/smollm2-135m-instruct-dflash-q8_0.gguf}; case $D in /*) ;; *) D=$REPO/$D ;; esac
+  D=$(drafter_file)
   HELD=${HELD:-benchmarks/data/issue20-h200-torch/heldout-greedy.jsonl.gz}
   log "$(basename "$D"): ours vs native, plain and n_max 3 7, ${SPEED_PROMPTS:-16} prompts × ${MAX_TOKENS:-256} tokens"
   (cd /tmp && timeout 400 python3 "$REPO/benchmarks/compare_native.py" --target "$GGUF" --drafter "$D" --n-max 3 7 \
@@ -225,7 +230,7 @@ shape)
   # the DFlash drafter's fused decode at one shape per n_max (constant_shape) vs the shape that follows
   # acceptance vs two decodes a step, side by side: tok/s, drafter ms/call, graph reuse; ~1.5 min
   smol
-  D=${DRAFTER:-pyllama_spec/data/smollm2-135m-instruct-dflash-q8_0.gguf}; case $D in /*) ;; *) D=$REPO/$D ;; esac
+  D=$(drafter_file)
   log "$(basename "$D"): drafter decode shapes, n_max 3 7, ${SPEED_PROMPTS:-16} prompts × ${MAX_TOKENS:-256} tokens"
   (cd /tmp && timeout 300 python3 "$REPO/benchmarks/drafter_shape.py" --target "$GGUF" --drafter "$D" --n-max 3 7 \
       --max-tokens ${MAX_TOKENS:-256} --n-prompts ${SPEED_PROMPTS:-16} -ngl 99 --json "$OUT/drafter_shape_h200.json") \
@@ -235,7 +240,7 @@ tau-file)
   # one drafter file (DRAFTER, default the shipped one) on held-out prompts (HELD: answers with a split, default
   # the greedy held-out answers of the 21k set, RESULTS 15.4) and HumanEval[:40] chat and raw; ~2 min
   smol
-  D=${DRAFTER:-pyllama_spec/data/smollm2-135m-instruct-dflash-q8_0.gguf}; case $D in /*) ;; *) D=$REPO/$D ;; esac
+  D=$(drafter_file)
   # HELD: one file or several, comma-separated (e.g. also benchmarks/data/smollm2-selfdistill-9170.jsonl.gz, the
   # first drafter's templates); each at MAX_TOKENS (256) a prompt
   HELD=${HELD:-benchmarks/data/issue20-h200-torch/heldout-greedy.jsonl.gz}
