@@ -24,7 +24,9 @@
 #                                    # llama-speculative-simple with and without sbmm; P: kernel tables of verify
 #                                    # batches of 1 / 8 / 16 rows (torch.profiler: kernels, wall, CUDA runtime calls);
 #                                    # G: verify of 1 / 2 / 8 / 16 rows with CUDA graphs on and off (SBMM_DTYPES=f16 for
-#                                    # one dtype, ~1 min). Each packs $OUT/sbmm-A|B|P|G.tar.gz
+#                                    # one dtype, ~1 min); F: the fusions (GGML_CUDA_SBMM_FUSE=1 / 0) -- verify logits
+#                                    # compared, verify of 1..16 rows, device activities, step ÷ plain. Each packs
+#                                    # $OUT/sbmm-A|B|P|G|F.tar.gz
 #   bash benchmarks/h200.sh ops test   # issue 19, after install (our wheel, built with test-backend-ops): llama.cpp's
 #   bash benchmarks/h200.sh ops staged # op tests of MUL_MAT (must pass) and its op benchmark with sbmm on / off (test),
 #                                    # staged / register loads / MMVQ (staged) (benchmarks/kernels/ggml_op_check.sh),
@@ -70,7 +72,8 @@ build() {
   start=$(date +%s)
   python3 -m pip wheel . --no-deps --no-build-isolation -w "$W/wheels" \
       -C cmake.define.PYLLAMA_SPEC_LLAMA_CPP_DIR="$W/llama.cpp" -C cmake.define.PYLLAMA_SPEC_NATIVE_TOOLS=ON \
-      -C cmake.define.CMAKE_CUDA_ARCHITECTURES=90 -C build-dir="$W/build" > "$OUT/build.log" 2>&1
+      -C cmake.define.CMAKE_CUDA_ARCHITECTURES=90 -C build-dir="$W/build" \
+      $([ -f "$W/llama.cpp/tests/test-backend-ops.cpp" ] && echo -C cmake.define.PYLLAMA_SPEC_OP_TESTS=ON) > "$OUT/build.log" 2>&1
   rc=$?
   echo "build rc=$rc seconds=$(( $(date +%s) - start ))" | tee -a "$OUT/gpu.txt"
   [ $rc -eq 0 ] || { tail -50 "$OUT/build.log"; exit 1; }
@@ -255,7 +258,7 @@ step-big)
 sbmm)
   # Issue 19 stage 2 (patch 0008 in the installed wheel). Part A writes the pairs (f16 ~17 GB, Q4_K ~6 GB; kept in
   # /tmp/w/big while the machine stays warm) and measures verify batches; part B the loop on the same pairs.
-  PART=${2:?part: A | B | P | G}
+  PART=${2:?part: A | B | P | G | F}
   B=$W/big; mkdir -p "$B" "$OUT/sbmm"
   (cd pyllama_spec && tar -cf - $(find . -name "*.py")) | tar -xf - -C "$W/pkg/pyllama_spec"
   DTS=${SBMM_DTYPES:-f16 q4_K q4_0}
@@ -285,6 +288,31 @@ sbmm)
       log "verify kernels, $dt"
       (cd /tmp && timeout 200 python3 "$REPO/benchmarks/step_cost.py" --target $T --drafter $D --label "qwen3-8b-$dt" \
           --sections verify --rows 1 8 16 --n-max 7 --reps 20 --profile --json "$OUT/sbmm/profile_${dt}.json") 2>&1 | head -80
+    done
+  elif [ "$PART" = F ]; then
+    # stage 6 (the fusions of ggml_patch/sbmm.cu: sibling MUL_MATs in one launch, MUL_MAT + residual ADD in one
+    # kernel; GGML_CUDA_SBMM_FUSE=0 turns them off): the same verify logits both ways, verify batches of 1..16
+    # rows, the device activities per verify call, and the loop's step ÷ plain, each side by side
+    for dt in $DTS; do
+      T=$B/target-qwen3-8b-$dt.gguf; D=$B/dflash-qwen3-8b-$dt.gguf
+      for env in GGML_CUDA_SBMM_FUSE=1 GGML_CUDA_SBMM_FUSE=0; do
+        log "verify + logits, $dt, $env"
+        (cd /tmp && env $env timeout 150 python3 "$REPO/benchmarks/step_cost.py" --target $T --drafter $D \
+            --label "qwen3-8b-$dt $env" --sections verify --rows 1 2 4 8 12 16 --reps 20 \
+            --dump-logits "$OUT/sbmm/logits_${dt}_${env}.npz" --json "$OUT/sbmm/verify_${dt}_${env}.json") 2>&1 | grep "verify\|#\|rows"
+      done
+      (cd /tmp && python3 "$REPO/benchmarks/step_cost.py" --compare-logits "$OUT/sbmm/logits_${dt}_GGML_CUDA_SBMM_FUSE=1.npz" \
+          "$OUT/sbmm/logits_${dt}_GGML_CUDA_SBMM_FUSE=0.npz" --json "$OUT/sbmm/logits_${dt}_compare.json")
+      rm -f "$OUT"/sbmm/logits_${dt}_*.npz
+      [ "${SBMM_F_PROFILE:-1}" = 1 ] && (cd /tmp && timeout 200 python3 "$REPO/benchmarks/step_cost.py" --target $T --drafter $D \
+          --label "qwen3-8b-$dt fused" --sections verify --rows 1 8 16 --n-max 7 --reps 10 --profile \
+          --json "$OUT/sbmm/profile_${dt}.json") 2>&1 | grep -A10 "^kernels of" | head -60
+      for env in GGML_CUDA_SBMM_FUSE=1 GGML_CUDA_SBMM_FUSE=0; do
+        log "loop (step ÷ plain), $dt, $env"
+        (cd /tmp && env $env timeout 150 python3 "$REPO/benchmarks/step_cost.py" --target $T --drafter $D \
+            --label "qwen3-8b-$dt $env" --sections loop --n-max 3 7 --runs 1 --max-tokens 96 \
+            --json "$OUT/sbmm/loop_${dt}_${env}.json") 2>&1 | grep "loop\|#\|plain\|n_max"
+      done
     done
   elif [ "$PART" = A ]; then
     for dt in $DTS; do

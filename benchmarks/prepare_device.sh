@@ -24,7 +24,9 @@ skip=()
 for b in vulkan sycl metal opencl hexagon cann openvino webgpu et virtgpu zdnn musa blas; do
     skip+=(--exclude="llama.cpp/ggml/src/ggml-$b")
 done
-tar -C vendor -cJf .dev/gpu/llama.cpp.tar.xz "${skip[@]}" --exclude=llama.cpp/tests --exclude=llama.cpp/gguf-py \
+# of tests/ only test-backend-ops.cpp travels (the device build makes the op test program: PYLLAMA_SPEC_OP_TESTS)
+tar -C vendor -cJf .dev/gpu/llama.cpp.tar.xz "${skip[@]}" --exclude="llama.cpp/tests/[!t]*" \
+    --exclude="llama.cpp/tests/t[!e]*" --exclude="llama.cpp/tests/test-[!b]*" --exclude=llama.cpp/gguf-py \
     --exclude=llama.cpp/conversion --exclude=llama.cpp/tools/server --exclude=llama.cpp/requirements \
     --exclude=llama.cpp/examples/llama.android --exclude=llama.cpp/examples/llama.swiftui llama.cpp
 # pyllama_spec.assets from the installed package (not the source tree), or, on a checkout with no CPU build

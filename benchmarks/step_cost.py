@@ -15,7 +15,8 @@ For a target + DFlash drafter pair it measures, on the machine at hand:
 
     python benchmarks/step_cost.py [--target T.gguf --drafter D.gguf] [--label NAME]
         [--n-max 1 3 7 15] [--rows 1 2 4 8 12 16] [--depth 256] [--reps 40] [--max-tokens 128]
-        [--sections verify,drafter,loop] [--profile] [--json out.json]
+        [--sections verify,drafter,loop] [--profile] [--dump-logits L.npz] [--json out.json]
+    python benchmarks/step_cost.py --compare-logits A.npz B.npz
 
 Defaults: SmolLM2-135M-Instruct and the DFlash drafter shipped with the package. For a large
 random pair: ``python -m pyllama_spec.fixtures big DIR --dtype f16`` (Qwen3-8B-shaped).
@@ -41,7 +42,7 @@ from pyllama_spec.speculative.timing import StageTimer
 
 ENV_KNOBS = ("GGML_CUDA_MMVF_MAX_COLS", "GGML_CUDA_DISABLE_MMF", "GGML_CUDA_MMVQ_MAX_COLS", "GGML_CUDA_DISABLE_GRAPHS",
              "GGML_CUDA_FORCE_MMQ", "GGML_CUDA_FORCE_CUBLAS", "GGML_CUDA_SBMM", "GGML_CUDA_SBMM_MIN_COLS",
-             "GGML_CUDA_SBMM_MAX_COLS", "GGML_CUDA_SBMM_STAGE", "GGML_CUDA_SBMM_F16_HALF")
+             "GGML_CUDA_SBMM_MAX_COLS", "GGML_CUDA_SBMM_STAGE", "GGML_CUDA_SBMM_F16_HALF", "GGML_CUDA_SBMM_FUSE")
 
 
 def _ms(fn, reps: int, warmup: int = 5) -> float:
@@ -110,10 +111,25 @@ class Bench:
                 out.append(row)
                 print(f"verify R={R:<3} taps={'on ' if taps else 'off'} decode {row['decode_ms']:7.3f} ms   "
                       f"+ logits argmax {row['decode_argmax_ms']:7.3f} ms", flush=True)
+        if self.a.dump_logits:
+            self.dump_logits(self.a.dump_logits)
         base = next(r for r in out if r["rows"] == 1 and not r["taps"])["decode_argmax_ms"]
         for r in out:
             r["vs_plain"] = r["decode_argmax_ms"] / base
         return out
+
+    def dump_logits(self, path: str) -> None:
+        """Writes the logits of one verify batch per row count (taps off) to ``path`` (npz, ``R<rows>``:
+        float32 [R, n_vocab]), to compare two dispatch variants of the same build (``--compare-logits``)."""
+        P = self.a.depth
+        self._fill(False)
+        arrays = {}
+        for R in self.a.rows:
+            toks = self.prompt[P - R + 1:P + 1] if R <= P else [self.prompt[-1]] * R
+            self.ctx.decode(toks, np.arange(P, P + R, dtype=np.int32), logits="all")
+            arrays[f"R{R}"] = np.array(self.ctx.logits(), dtype=np.float32)
+            self.ctx.memory.seq_rm(0, P)
+        np.savez_compressed(path, **arrays)
 
     # -- the drafter -----------------------------------------------------------------------------
     def drafter_calls(self) -> list[dict]:
@@ -284,6 +300,23 @@ class Bench:
         return out
 
 
+def compare_logits(a_path: str, b_path: str) -> list[dict]:
+    """Per row count of two ``--dump-logits`` files: the largest |difference| of the logits, relative to the
+    largest |logit|, and how many rows have the same argmax (greedy verification's token)."""
+    a, b = np.load(a_path), np.load(b_path)
+    out = []
+    for key in sorted(a.files, key=lambda k: int(k[1:])):
+        x, y = a[key], b[key]
+        same = int((np.argmax(x, axis=1) == np.argmax(y, axis=1)).sum())
+        row = {"rows": int(key[1:]), "max_abs_diff": float(np.abs(x - y).max()), "max_abs": float(np.abs(x).max()),
+               "argmax_same": same}
+        out.append(row)
+        print(f"R={row['rows']:<3} max |a-b| {row['max_abs_diff']:.3e} (max |a| {row['max_abs']:.3e}, "
+              f"relative {row['max_abs_diff'] / max(row['max_abs'], 1e-30):.2e}); argmax equal in {same} of "
+              f"{row['rows']} rows", flush=True)
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--target")
@@ -303,8 +336,17 @@ def main() -> None:
                     help="the target's greedy tokens drawn in the decode graph (on) or by the host (off, auto)")
     ap.add_argument("--drafter-backend", choices=["on", "off"], default="on",
                     help="the DFlash drafter's greedy draft drawn in its decode graph (on) or by the host's argmax")
+    ap.add_argument("--dump-logits", help="npz: the verify logits of every --rows count (taps off)")
+    ap.add_argument("--compare-logits", nargs=2, metavar=("A", "B"),
+                    help="compare two --dump-logits files (no model is loaded)")
     ap.add_argument("--json")
     a = ap.parse_args()
+    if a.compare_logits:
+        res = compare_logits(*a.compare_logits)
+        if a.json:
+            with open(a.json, "w") as f:
+                json.dump(res, f, indent=1)
+        return
     b = Bench(a)
     dft_n_max = b.dft.n_max_limit
     a.n_max = sorted({min(n, dft_n_max) for n in a.n_max})

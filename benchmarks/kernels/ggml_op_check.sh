@@ -5,6 +5,7 @@
 #   bash benchmarks/kernels/ggml_op_check.sh build   # untar, configure, ninja test-backend-ops
 #   bash benchmarks/kernels/ggml_op_check.sh test    # eval (must pass) + perf, sbmm on and off -> $OUT
 #   bash benchmarks/kernels/ggml_op_check.sh f16half # f16 (f16 activations, the default) vs GGML_CUDA_SBMM_F16_HALF=0: eval + perf
+#   bash benchmarks/kernels/ggml_op_check.sh fuse    # the fusions (op SBMM_FUSION) and every MUL_MAT case: eval; perf n=1,2,8,16
 #   bash benchmarks/kernels/ggml_op_check.sh staged  # q4_0 / q8_0 with GGML_CUDA_SBMM=1: eval of the staged
 #                                                    # path, perf staged vs register path vs MMVQ/MMQ -> $OUT
 # The build stays in /tmp/lcw-sbmm while the machine is warm (h200.md: files outside the checkout persist).
@@ -67,6 +68,18 @@ staged)
     echo "## sbmm, register loads (GGML_CUDA_SBMM=1 GGML_CUDA_SBMM_STAGE=0)"; cat "$OUT/perf_register.txt"
     echo "## MMVQ/MMQ (GGML_CUDA_SBMM=0)"; cat "$OUT/perf_mmvq.txt"
     ;;
+fuse)
+    tbo
+    # the fusions (stage 6): sibling MUL_MATs as one launch of 2 / 3 segments, MUL_MAT + ADD in the kernel,
+    # against the CPU (op SBMM_FUSION, whole graphs); then every MUL_MAT case (single launches), the changed kernel
+    timeout 200 $TBO -o SBMM_FUSION -b CUDA0 > "$OUT/eval_fuse.txt" 2>&1
+    echo "eval (fuse) rc=$?: $(grep -cE '^ +SBMM_FUSION.*OK' "$OUT/eval_fuse.txt") OK, $(grep -cE 'FAIL' "$OUT/eval_fuse.txt") FAIL"
+    grep FAIL "$OUT/eval_fuse.txt" | head -10
+    evaluate sbmm 300 'f16|q4_0|q8_0|q4_K'
+    P='type_a=(f16|q4_0|q4_K|q8_0),type_b=f32,m=4096,n=(1|2|8|16),k=14336,'
+    perf sbmm 100
+    echo "## sbmm (patch 0008, segments)"; cat "$OUT/perf_sbmm.txt"
+    ;;
 f16half)
     tbo
     # f16 with its activations converted to f16 and the weights staged (the default since 2026-12-02) vs the
@@ -77,5 +90,5 @@ f16half)
     perf f16half 100; GGML_CUDA_SBMM_F16_HALF=0 perf f16 100
     ;;
 *)
-    echo "usage: bash benchmarks/kernels/ggml_op_check.sh build|test|staged|f16half"; exit 2 ;;
+    echo "usage: bash benchmarks/kernels/ggml_op_check.sh build|test|staged|f16half|fuse"; exit 2 ;;
 esac

@@ -73,6 +73,27 @@ DISPATCH = """\
         return;
     }
 """
+FUSE_ANCHOR = "    if (node->op == GGML_OP_MUL) {\n        ggml_cuda_moe_weighted_reduction_match match;\n"
+FUSE = """\
+    // pyllama_spec (patch 0008-cuda-sbmm-small-batch-matmul): a verify batch's sibling MUL_MATs (Q, K, V; gate, up)
+    // in one launch, a MUL_MAT + residual ADD in one kernel
+    if (node->op == GGML_OP_MUL_MAT) {
+        const int n_sbmm = ggml_cuda_sbmm_try_fuse(*cuda_ctx, cgraph, i);
+        if (n_sbmm > 0) {
+            return n_sbmm - 1;
+        }
+    }
+
+"""
+ORDER_ANCHOR = "    if (!disable_fusion) {\n        // add alloc deps for performance positive fusions. This may increase the overall compute buffer size.\n"
+ORDER = """\
+    // pyllama_spec (patch 0008-cuda-sbmm-small-batch-matmul): the MUL_MATs of a verify batch that read the same
+    // activations next to each other (before the graph is allocated), for ggml_cuda_sbmm_try_fuse
+    if (!disable_fusion) {
+        ggml_cuda_sbmm_group_siblings(cuda_ctx->device, cgraph);
+    }
+
+"""
 INCLUDE_ANCHOR = '#include "ggml-cuda/quantize.cuh"\n'
 INCLUDE = '#include "ggml-cuda/sbmm.cuh"\n'
 
@@ -82,6 +103,13 @@ EVAL_TESTS = """\
     // edges: a partial 16-row tile (m = 1023), k split over the grid (few rows, k = 4096), one q4_K
     // super-block per row (k = 256), both 8-column tiles (n = 9..16); then the Qwen3-8B shapes
     for (ggml_type type_a : { GGML_TYPE_F16, GGML_TYPE_Q4_0, GGML_TYPE_Q8_0, GGML_TYPE_Q4_K }) {
+        for (int n : { 2, 5, 8, 9, 16 }) { // the fusions (one launch of 2 / 3 segments; MUL_MAT + ADD)
+            for (int64_t m : { 1023, 4096 }) {
+                test_cases.emplace_back(new test_sbmm_fusion(type_a, m, n, 4096, 2, false));
+                test_cases.emplace_back(new test_sbmm_fusion(type_a, m, n, 4096, 3, false));
+                test_cases.emplace_back(new test_sbmm_fusion(type_a, m, n, 4096, 1, true));
+            }
+        }
         for (int n = 1; n <= 16; ++n) {
             test_cases.emplace_back(new test_mul_mat(type_a, GGML_TYPE_F32, 1023, n, 4096, { 1, 1 }, { 1, 1 }));
             test_cases.emplace_back(new test_mul_mat(type_a, GGML_TYPE_F32,   64, n,  256, { 1, 1 }, { 1, 1 }));
@@ -91,6 +119,64 @@ EVAL_TESTS = """\
             test_cases.emplace_back(new test_mul_mat(type_a, GGML_TYPE_F32, 1024, n,  4096, { 1, 1 }, { 1, 1 }));
         }
     }
+
+"""
+CLASS_ANCHOR = "static std::vector<std::unique_ptr<test_case>> make_test_cases_eval() {\n"
+CLASS = """\
+// pyllama_spec (patch 0008-cuda-sbmm-small-batch-matmul): the sbmm fusions of a verify batch, against the CPU.
+// n_sib = 2 or 3: MUL_MATs of m, m/2, m/4 rows on the same activations, adjacent in the graph (concat(mm0,
+// concat(mm1, mm2)) is built depth first), which ggml-cuda runs as one launch of several segments; with_add:
+// MUL_MAT + ADD of a same-shaped tensor, which the kernel writes as W x + r (k split over the grid where m is
+// small: zeroed dst, the first slice adding r).
+struct test_sbmm_fusion : public test_case {
+    const ggml_type type;
+    const int64_t m;
+    const int64_t n;
+    const int64_t k;
+    const int n_sib;
+    const bool with_add;
+
+    test_sbmm_fusion(ggml_type type, int64_t m, int64_t n, int64_t k, int n_sib, bool with_add)
+        : type(type), m(m), n(n), k(k), n_sib(n_sib), with_add(with_add) {}
+
+    std::string vars() override {
+        return VARS_TO_STR6(type, m, n, k, n_sib, with_add);
+    }
+
+    std::string op_desc(ggml_tensor * t) override {
+        GGML_UNUSED(t);
+        return "SBMM_FUSION";
+    }
+
+    bool run_whole_graph() override { return true; }
+
+    double max_nmse_err() override {
+        return 5e-4;
+    }
+
+    ggml_tensor * build_graph(ggml_context * ctx) override {
+        ggml_tensor * x = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, k, n);
+        ggml_set_name(x, "x");
+        if (with_add) {
+            ggml_tensor * w = ggml_new_tensor_2d(ctx, type, k, m);
+            ggml_tensor * r = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, m, n);
+            ggml_tensor * out = ggml_add(ctx, ggml_mul_mat(ctx, w, x), r);
+            ggml_set_name(out, "out");
+            return out;
+        }
+        ggml_tensor * mm[3] = {};
+        for (int i = 0; i < n_sib; ++i) {
+            ggml_tensor * w = ggml_new_tensor_2d(ctx, type, k, m >> i);
+            mm[i] = ggml_mul_mat(ctx, w, x);
+        }
+        ggml_tensor * out = mm[n_sib - 1];
+        for (int i = n_sib - 2; i >= 0; --i) {
+            out = ggml_concat(ctx, mm[i], out, 0);
+        }
+        ggml_set_name(out, "out");
+        return out;
+    }
+};
 
 """
 PERF_ANCHOR = "    // Q4_K multi-column mat-vec\n"
@@ -169,10 +255,13 @@ def build_patch() -> str:
     new = insert_before(old, INCLUDE_ANCHOR, INCLUDE, "the include")
     new = new.replace(INCLUDE + INCLUDE_ANCHOR, INCLUDE_ANCHOR + INCLUDE)  # after quantize.cuh, alphabetical-ish
     new = insert_before(new, DISPATCH_ANCHOR, DISPATCH, "the dispatch in ggml_cuda_mul_mat")
+    new = insert_before(new, FUSE_ANCHOR, FUSE, "the fusions in ggml_cuda_try_fuse")
+    new = insert_before(new, ORDER_ANCHOR, ORDER, "the sibling order in ggml_backend_cuda_graph_optimize")
     parts.append(changed_file_diff(cu_path, old, new))
     t_path = "tests/test-backend-ops.cpp"
     old = base_text(t_path)
-    new = insert_before(old, EVAL_ANCHOR, EVAL_TESTS, "the eval tests")
+    new = insert_before(old, CLASS_ANCHOR, CLASS, "the fusion test case")
+    new = insert_before(new, EVAL_ANCHOR, EVAL_TESTS, "the eval tests")
     new = insert_before(new, PERF_ANCHOR, PERF_TESTS, "the perf tests")
     parts.append(changed_file_diff(t_path, old, new))
     return HEADER + "".join(parts)

@@ -1,6 +1,7 @@
 // Small-batch matmul kernels for sm_80+ (tuned for the H200, sm_90): see sbmm_blocks.h for the layouts.
 //
-// Grid: x = row tiles of 16*MT rows, y = KSPLIT slices of k (atomicAdd into a zeroed dst when > 1).
+// Grid: x = row tiles of 16*MT rows of each segment in turn (struct seg below), y = KSPLIT slices of k
+// (atomicAdd into a zeroed dst when > 1).
 // Block: NW warps that all work on the same rows and split k among themselves, interleaved in chunks of
 // U units, so that together they stream one contiguous stretch of each row; their partial sums meet in
 // shared memory at the end. Each lane keeps U units of raw weight and activation data in registers before
@@ -63,19 +64,56 @@ template <int T, int NT, int MT, int NW, int U, int ST, bool SB> struct sbmm_sme
     static_assert(ST > 0 || !SB, "SB (staged activations) needs the staged weights (ST > 0)");
 };
 
-// W: row-major weights, row_bytes apart (ggml nb01); Y: block_q8_1 [ncols][stride_col_y] (int8 types) or
-// float [ncols][stride_col_y] (f16); dst: float, column c at dst + c * stride_col_dst (ggml nb1 / 4).
+// One weight matrix of a launch. A launch covers 1..max_segs matrices that read the same activations (a
+// layer's Q, K and V projections, or gate and up): one kernel instead of one per matrix, and a grid of all
+// their row tiles, wide enough that k need not be split over the grid (no zeroing of dst, no atomics).
+// W: row-major weights, row_bytes apart (ggml nb01); dst: float, column c at dst + c * stride_col_dst (ggml
+// nb1 / 4); add (nullable): dst = W y + add, column c at add + c * stride_col_add (the fused residual ADD;
+// where k is split over the grid, dst must be zeroed first and must not be add); m rows in tiles of 16*MT.
+struct seg {
+    const char * W;
+    long long row_bytes;
+    float * dst;
+    long long stride_col_dst;
+    const float * add;
+    long long stride_col_add;
+    int m;
+    int tiles;
+};
+constexpr int max_segs = 3;
+struct segs {
+    seg s[max_segs];
+    int n;
+};
+
+// Y: block_q8_1 [ncols][stride_col_y] (int8 types) or float [ncols][stride_col_y] (f16), shared by all segments.
 // HB (f16 only): the activations are f16 ([ncols][stride_col_y] halves), not f32 -- half the bytes per column.
-template <int T, int NT, int MT, int NW, int U, int ST = 0, bool SB = false, bool HB = false>
-__global__ void __launch_bounds__(NW * 32) sbmm_kernel(
+// The segment of this block (x tiles run over the segments in order) and its first tile's x.
+__device__ __forceinline__ int seg_of_block(const segs & sg, int & bx) {
+    bx = blockIdx.x;
+    int si = 0;
+#pragma unroll
+    for (int i = 1; i < max_segs; ++i) {
+        if (i < sg.n && si == i - 1 && bx >= sg.s[i - 1].tiles) {
+            bx -= sg.s[i - 1].tiles;
+            si = i;
+        }
+    }
+    return si;
+}
+
+// The work of one block: rows row_base.. of one segment (sbmm_kernel below picks it). A function of its own so
+// that the weights and dst reach the loads as __restrict__ parameters, as they did when they were the
+// kernel's (read-only weight loads: ld.global.nc).
+template <int T, int NT, int MT, int NW, int U, int ST, bool SB, bool HB>
+__device__ __forceinline__ void sbmm_block(
         const char * __restrict__ W, long long row_bytes, const void * __restrict__ Y, long long stride_col_y,
-        float * __restrict__ dst, long long stride_col_dst, int m, int nunits, int ncols) {
+        const segs & sg, int si, int m, int row_base, int nunits, int ncols) {
     static_assert(!HB || T == W_F16, "HB: f16 activations, for f16 weights");
     const int lane = threadIdx.x & 31;
     const int w = threadIdx.x >> 5;
     const int g = lane >> 2;
     const int t = lane & 3;
-    const int row_base = blockIdx.x * 16 * MT;
 
     const char * rp[MT][2];
 #pragma unroll
@@ -248,6 +286,21 @@ __global__ void __launch_bounds__(NW * 32) sbmm_kernel(
     }
 
     // combine the NW warps' partial sums and write (or add, when k is also split over the grid)
+    // dst and add of segment si, read from the kernel parameters only now (constant indices): nothing of them
+    // is live in the main loop, where the largest configurations use all 255 registers
+    float * dst = sg.s[0].dst;
+    long long stride_col_dst = sg.s[0].stride_col_dst;
+    const float * add = sg.s[0].add; // may be dst (an in-place ADD): no __restrict__ on either
+    long long stride_col_add = sg.s[0].stride_col_add;
+#pragma unroll
+    for (int i = 1; i < max_segs; ++i) {
+        if (si == i) {
+            dst = sg.s[i].dst;
+            stride_col_dst = sg.s[i].stride_col_dst;
+            add = sg.s[i].add;
+            stride_col_add = sg.s[i].stride_col_add;
+        }
+    }
     auto store = [&](int e, int l, float v) {
         const int mt = e / (NT * 4);
         const int nt = (e / 4) % NT;
@@ -256,6 +309,11 @@ __global__ void __launch_bounds__(NW * 32) sbmm_kernel(
         const int col = 8 * nt + 2 * (l & 3) + (r & 1);
         if (row < m && col < ncols) {
             float * p = dst + (long long) col * stride_col_dst + row;
+            // the fused ADD: each element of add is read by the one thread that writes that element of dst
+            // (dst may be add itself: ggml's allocator lets an ADD overwrite its input), and by one slice of k
+            if (add != nullptr && blockIdx.y == 0) {
+                v += add[(long long) col * stride_col_add + row];
+            }
             if (gridDim.y == 1) {
                 *p = v;
             } else {
@@ -285,6 +343,33 @@ __global__ void __launch_bounds__(NW * 32) sbmm_kernel(
             }
             store(e, l, v);
         }
+    }
+}
+
+// MS: the launch may hold several segments (sg.n > 1). Without it the kernel reads segment 0's weights, rows
+// and dst straight from its parameters (the constant bank), as when they were plain parameters: the segment
+// choice costs ~5 registers, which the largest configurations (255 registers) do not have to spare.
+template <int T, int NT, int MT, int NW, int U, int ST = 0, bool SB = false, bool HB = false, bool MS = false>
+__global__ void __launch_bounds__(NW * 32) sbmm_kernel(
+        const segs sg, const void * __restrict__ Y, long long stride_col_y, int nunits, int ncols) {
+    if constexpr (!MS) {
+        sbmm_block<T, NT, MT, NW, U, ST, SB, HB>(sg.s[0].W, sg.s[0].row_bytes, Y, stride_col_y, sg, 0, sg.s[0].m,
+                                                 blockIdx.x * 16 * MT, nunits, ncols);
+    } else {
+        int bx;
+        const int si = seg_of_block(sg, bx);
+        const char * W = sg.s[0].W;
+        long long row_bytes = sg.s[0].row_bytes;
+        int m = sg.s[0].m;
+#pragma unroll
+        for (int i = 1; i < max_segs; ++i) {
+            if (si == i) {
+                W = sg.s[i].W;
+                row_bytes = sg.s[i].row_bytes;
+                m = sg.s[i].m;
+            }
+        }
+        sbmm_block<T, NT, MT, NW, U, ST, SB, HB>(W, row_bytes, Y, stride_col_y, sg, si, m, bx * 16 * MT, nunits, ncols);
     }
 }
 

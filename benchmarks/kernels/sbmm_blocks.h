@@ -164,6 +164,20 @@ SB_HD int get_int_b2(const void * x, int i32) {
 SB_HD int get_int_b4(const void * x, int i32) {
     return ((const int *) x)[i32];
 }
+// The same for the weights, which no kernel writes: read-only loads (ld.global.nc) on the GPU. The kernel
+// picks its weight matrix from a list (sbmm.cuh, struct segs), so the compiler no longer sees a __restrict__
+// kernel parameter and would otherwise issue plain loads.
+SB_HD uint16_t ro_u16(const uint16_t * p) {
+#ifdef __CUDA_ARCH__
+    return __ldg(p);
+#else
+    return *p;
+#endif
+}
+SB_HD int get_int_b2_ro(const void * x, int i32) {
+    const uint16_t * x16 = (const uint16_t *) x;
+    return (int) ((uint32_t) ro_u16(x16 + 2 * i32 + 0) | ((uint32_t) ro_u16(x16 + 2 * i32 + 1) << 16));
+}
 
 // ggml-quants.c get_scale_min_k4: the 6-bit scale and min of sub-block j (0..7) of a q4_K super-block,
 // read from its 12 scale bytes given as 3 ints.
@@ -193,20 +207,20 @@ template <> struct RawA<W_F16>  { uint32_t h[2][4]; };
 SB_HD void load_a(RawA<W_Q4_0> & r, const char * row0, const char * row1, int u, int t) {
     const block_q4_0 * b0 = (const block_q4_0 *) row0 + u;
     const block_q4_0 * b1 = (const block_q4_0 *) row1 + u;
-    r.q[0] = get_int_b2(b0->qs, t); // bytes 4t..4t+3: elements 4t.. (low nibbles), 16+4t.. (high)
-    r.q[1] = get_int_b2(b1->qs, t);
-    r.d[0] = b0->d;
-    r.d[1] = b1->d;
+    r.q[0] = get_int_b2_ro(b0->qs, t); // bytes 4t..4t+3: elements 4t.. (low nibbles), 16+4t.. (high)
+    r.q[1] = get_int_b2_ro(b1->qs, t);
+    r.d[0] = ro_u16(&b0->d);
+    r.d[1] = ro_u16(&b1->d);
 }
 SB_HD void load_a(RawA<W_Q8_0> & r, const char * row0, const char * row1, int u, int t) {
     const block_q8_0 * b0 = (const block_q8_0 *) row0 + u;
     const block_q8_0 * b1 = (const block_q8_0 *) row1 + u;
-    r.q[0][0] = get_int_b2(b0->qs, t);
-    r.q[0][1] = get_int_b2(b0->qs, t + 4);
-    r.q[1][0] = get_int_b2(b1->qs, t);
-    r.q[1][1] = get_int_b2(b1->qs, t + 4);
-    r.d[0] = b0->d;
-    r.d[1] = b1->d;
+    r.q[0][0] = get_int_b2_ro(b0->qs, t);
+    r.q[0][1] = get_int_b2_ro(b0->qs, t + 4);
+    r.q[1][0] = get_int_b2_ro(b1->qs, t);
+    r.q[1][1] = get_int_b2_ro(b1->qs, t + 4);
+    r.d[0] = ro_u16(&b0->d);
+    r.d[1] = ro_u16(&b1->d);
 }
 SB_HD void load_a(RawA<W_Q4_K> & r, const char * row0, const char * row1, int u, int t) {
     // 144-byte blocks in rows of k/256 * 144 bytes: 16-byte aligned wherever the weights are (the dispatch
@@ -215,14 +229,14 @@ SB_HD void load_a(RawA<W_Q4_K> & r, const char * row0, const char * row1, int u,
     const block_q4_K * b[2] = {(const block_q4_K *) row0 + u, (const block_q4_K *) row1 + u};
     for (int i = 0; i < 2; ++i) {
 #ifdef __CUDA_ARCH__
-        const uint4 h = *(const uint4 *) b[i];
+        const uint4 h = __ldg((const uint4 *) b[i]);
         r.d[i] = (uint16_t) (h.x & 0xFFFF);
         r.dmin[i] = (uint16_t) (h.x >> 16);
         r.sc[i][0] = (int) h.y;
         r.sc[i][1] = (int) h.z;
         r.sc[i][2] = (int) h.w;
         for (int p = 0; p < 4; ++p) { // bytes 32p + 8t .. 32p + 8t + 7 of qs
-            const int2 v = *(const int2 *) (b[i]->qs + 32 * p + 8 * t);
+            const int2 v = __ldg((const int2 *) (b[i]->qs + 32 * p + 8 * t));
             r.q[i][p][0] = v.x;
             r.q[i][p][1] = v.y;
         }
@@ -242,8 +256,8 @@ SB_HD void load_a(RawA<W_Q4_K> & r, const char * row0, const char * row1, int u,
 SB_HD void load_a(RawA<W_F16> & r, const char * row0, const char * row1, int u, int t) {
     // 8 contiguous halves (16 bytes) at k = 32u + 8t of each row
 #ifdef __CUDA_ARCH__
-    const uint4 v0 = *((const uint4 *) row0 + 4 * u + t);
-    const uint4 v1 = *((const uint4 *) row1 + 4 * u + t);
+    const uint4 v0 = __ldg((const uint4 *) row0 + 4 * u + t);
+    const uint4 v1 = __ldg((const uint4 *) row1 + 4 * u + t);
     r.h[0][0] = v0.x; r.h[0][1] = v0.y; r.h[0][2] = v0.z; r.h[0][3] = v0.w;
     r.h[1][0] = v1.x; r.h[1][1] = v1.y; r.h[1][2] = v1.z; r.h[1][3] = v1.w;
 #else

@@ -20,7 +20,10 @@ void launch_sbmm(const char * W, long long row_bytes, const void * Y, long long 
             raised = true;
         }
     }
-    kernel<<<grid, NW * 32, smem, stream>>>(W, row_bytes, Y, stride_col_y, dst, stride_col_dst, m, nunits, ncols);
+    segs sg{};
+    sg.s[0] = seg{W, row_bytes, dst, stride_col_dst, nullptr, 0, m, (int) grid.x};
+    sg.n = 1;
+    kernel<<<grid, NW * 32, smem, stream>>>(sg, Y, stride_col_y, nunits, ncols);
 }
 
 // ST: 0 = the register load path, 1 / 2 = the staged path with 1 / 2 shared-memory buffers per warp;

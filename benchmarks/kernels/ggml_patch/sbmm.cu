@@ -22,6 +22,8 @@ struct sbmm_env {
                        // path everywhere, =1 the staged (cp.async) path everywhere
     bool f16_half = true;  // f16: the activations converted to f16, staged weight loads (config <W_F16, NT, true>);
                            // GGML_CUDA_SBMM_F16_HALF=0: f32 activations, register loads (the first version)
+    bool fuse = true;      // sibling MUL_MATs in one launch, MUL_MAT + ADD in one kernel, and the graph order that
+                           // makes siblings adjacent; GGML_CUDA_SBMM_FUSE=0: one launch per MUL_MAT (for measuring)
     sbmm_env() {
         if (const char * e = getenv("GGML_CUDA_SBMM")) {
             mode = atoi(e) > 0 ? 1 : 0;
@@ -37,6 +39,9 @@ struct sbmm_env {
         }
         if (const char * e = getenv("GGML_CUDA_SBMM_STAGE")) {
             staged = atoi(e) != 0 ? 1 : 0;
+        }
+        if (const char * e = getenv("GGML_CUDA_SBMM_FUSE")) {
+            fuse = atoi(e) != 0;
         }
     }
 };
@@ -128,56 +133,191 @@ bool staged_path(int t, int64_t ncols) {
     return env().staged == 1 || t != sbmm::W_Q4_K || ncols > 8;
 }
 
+// The launch's segments (sbmm::seg): weights sharing one set of activations (same type, k and row bytes),
+// each with its rows, dst and optional fused ADD operand.
+struct sbmm_job {
+    sbmm::seg s[sbmm::max_segs];
+    int n = 0;
+    void add(const char * W, int64_t row_bytes, float * dst, int64_t stride_col_dst, const float * add_src,
+             int64_t stride_col_add, int m) {
+        GGML_ASSERT(n < sbmm::max_segs);
+        s[n++] = sbmm::seg{W, (long long) row_bytes, dst, (long long) stride_col_dst, add_src, (long long) stride_col_add, m, 0};
+    }
+};
+
+// the split of k over the grid that launch() makes: while the grid is short of FILL blocks per SM and each
+// warp keeps >= 2 chunks (1: not split)
 template <int T, int NT, bool STAGED>
-void launch(const char * W, int64_t row_bytes, const void * Y, int64_t stride_col_y, float * dst, int64_t stride_col_dst,
-            int m, int k, int ncols, int nsm, cudaStream_t stream) {
+int ksplit_of(int64_t gx, int k, int nsm) {
     using C = sbmm_config<T, NT, STAGED>;
     const int nunits  = k / sbmm::wtraits<T>::unit_k;
-    const int gx      = (m + 16 * C::MT - 1) / (16 * C::MT);
     const int nchunks = (nunits + C::U - 1) / C::U;
-    // split k over the grid while it is short of ~2 blocks per SM and each warp keeps >= 2 chunks
     int ks = 1;
-    while (ks < C::KS && (int64_t) gx * ks < C::FILL * nsm && nchunks / (C::NW * ks * 2) >= 2) {
+    while (ks < C::KS && gx * ks < C::FILL * nsm && nchunks / (C::NW * ks * 2) >= 2) {
         ks *= 2;
     }
-    if (ks > 1) {
-        CUDA_CHECK(cudaMemsetAsync(dst, 0, sizeof(float) * (size_t) (ncols - 1) * stride_col_dst + sizeof(float) * m, stream));
-    }
-    const dim3 grid(gx, ks, 1);
-    // the staged path keeps its buffers in dynamic shared memory; above 48 KB a kernel must opt in (once per device)
-    constexpr int smem = sbmm::sbmm_smem<T, NT, C::MT, C::NW, C::U, C::ST, C::SB>::dynamic;
-    constexpr auto kernel = sbmm::sbmm_kernel<T, NT, C::MT, C::NW, C::U, C::ST, C::SB, C::HB>;
-    if constexpr (smem > 48 * 1024) {
-        static bool raised[GGML_CUDA_MAX_DEVICES] = {};
-        const int id = ggml_cuda_get_device();
-        if (!raised[id]) {
-            CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-            raised[id] = true;
+    return ks;
+}
+
+template <int T, int NT, bool STAGED>
+int64_t tiles_of(int64_t m) {
+    return (m + 16 * sbmm_config<T, NT, STAGED>::MT - 1) / (16 * sbmm_config<T, NT, STAGED>::MT);
+}
+
+// whether a configuration has the ~5 registers that a launch of several segments needs (MS): the q4_K staged
+// configurations and q8_0's register path use 245..255 and spill with it (ptxas, sm_90), so their siblings
+// run as one launch each, on the one conversion of their activations
+template <int T, int NT, bool STAGED>
+constexpr bool multi_seg_ok = !(T == sbmm::W_Q4_K && STAGED) && !(T == sbmm::W_Q8_0 && !STAGED);
+
+template <int T, int NT, bool STAGED>
+void launch(sbmm_job job, const void * Y, int64_t stride_col_y, int k, int ncols, int nsm, cudaStream_t stream) {
+    using C = sbmm_config<T, NT, STAGED>;
+    if constexpr (!multi_seg_ok<T, NT, STAGED>) {
+        if (job.n > 1) {
+            for (int i = 0; i < job.n; ++i) {
+                sbmm_job one;
+                one.s[0] = job.s[i];
+                one.n = 1;
+                launch<T, NT, STAGED>(one, Y, stride_col_y, k, ncols, nsm, stream);
+            }
+            return;
         }
     }
-    kernel<<<grid, C::NW * 32, smem, stream>>>(
-        W, row_bytes, Y, stride_col_y, dst, stride_col_dst, m, nunits, ncols);
+    const int nunits = k / sbmm::wtraits<T>::unit_k;
+    int64_t gx = 0;
+    for (int i = 0; i < job.n; ++i) {
+        job.s[i].tiles = (int) tiles_of<T, NT, STAGED>(job.s[i].m);
+        gx += job.s[i].tiles;
+    }
+    const int ks = ksplit_of<T, NT, STAGED>(gx, k, nsm);
+    if (ks > 1) { // the slices of k add into dst: zero it first (the fused-ADD callers check that add is not dst)
+        for (int i = 0; i < job.n; ++i) {
+            CUDA_CHECK(cudaMemsetAsync(job.s[i].dst, 0, sizeof(float) * (size_t) (ncols - 1) * job.s[i].stride_col_dst +
+                                       sizeof(float) * job.s[i].m, stream));
+        }
+    }
+    sbmm::segs sg{};
+    for (int i = 0; i < job.n; ++i) {
+        sg.s[i] = job.s[i];
+    }
+    sg.n = job.n;
+    const dim3 grid((unsigned) gx, ks, 1);
+    // the staged path keeps its buffers in dynamic shared memory; above 48 KB a kernel must opt in (once per
+    // device and kernel)
+    constexpr int smem = sbmm::sbmm_smem<T, NT, C::MT, C::NW, C::U, C::ST, C::SB>::dynamic;
+    auto run = [&](auto kernel, bool * raised) {
+        if constexpr (smem > 48 * 1024) {
+            const int id = ggml_cuda_get_device();
+            if (!raised[id]) {
+                CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+                raised[id] = true;
+            }
+        }
+        kernel<<<grid, C::NW * 32, smem, stream>>>(sg, Y, stride_col_y, nunits, ncols);
+    };
+    if (job.n == 1) {
+        static bool raised[GGML_CUDA_MAX_DEVICES] = {};
+        run(sbmm::sbmm_kernel<T, NT, C::MT, C::NW, C::U, C::ST, C::SB, C::HB, false>, raised);
+    } else if constexpr (multi_seg_ok<T, NT, STAGED>) {
+        static bool raised[GGML_CUDA_MAX_DEVICES] = {};
+        run(sbmm::sbmm_kernel<T, NT, C::MT, C::NW, C::U, C::ST, C::SB, C::HB, true>, raised);
+    }
     CUDA_CHECK(cudaGetLastError());
 }
 
 template <int T, bool STAGED = false>
-void launch_nt(const char * W, int64_t row_bytes, const void * Y, int64_t stride_col_y, float * dst, int64_t stride_col_dst,
-               int m, int k, int ncols, int nsm, cudaStream_t stream) {
+void launch_nt(const sbmm_job & job, const void * Y, int64_t stride_col_y, int k, int ncols, int nsm, cudaStream_t stream) {
     if (ncols <= 8) {
-        launch<T, 1, STAGED>(W, row_bytes, Y, stride_col_y, dst, stride_col_dst, m, k, ncols, nsm, stream);
+        launch<T, 1, STAGED>(job, Y, stride_col_y, k, ncols, nsm, stream);
     } else {
-        launch<T, 2, STAGED>(W, row_bytes, Y, stride_col_y, dst, stride_col_dst, m, k, ncols, nsm, stream);
+        launch<T, 2, STAGED>(job, Y, stride_col_y, k, ncols, nsm, stream);
     }
 }
 
 template <int T>
-void launch_path(const char * W, int64_t row_bytes, const void * Y, int64_t stride_col_y, float * dst, int64_t stride_col_dst,
-                 int m, int k, int ncols, int nsm, cudaStream_t stream) {
+void launch_path(const sbmm_job & job, const void * Y, int64_t stride_col_y, int k, int ncols, int nsm, cudaStream_t stream) {
     if (staged_path(T, ncols)) {
-        launch_nt<T, true>(W, row_bytes, Y, stride_col_y, dst, stride_col_dst, m, k, ncols, nsm, stream);
+        launch_nt<T, true>(job, Y, stride_col_y, k, ncols, nsm, stream);
     } else {
-        launch_nt<T, false>(W, row_bytes, Y, stride_col_y, dst, stride_col_dst, m, k, ncols, nsm, stream);
+        launch_nt<T, false>(job, Y, stride_col_y, k, ncols, nsm, stream);
     }
+}
+
+// whether run_job takes the staged configurations for weights of sbmm type t on the activations src1
+bool job_staged(int t, const ggml_tensor * src1) {
+    return staged_path(t, src1->ne[1]) && (t != sbmm::W_F16 || ggml_is_contiguous(src1));
+}
+
+// the split of k that run_job makes for one matrix of m rows (the configuration launch_nt picks)
+template <int T>
+int ksplit_job(int64_t m, int k, int ncols, bool staged, int nsm) {
+    if (staged) {
+        return ncols <= 8 ? ksplit_of<T, 1, true>(tiles_of<T, 1, true>(m), k, nsm) : ksplit_of<T, 2, true>(tiles_of<T, 2, true>(m), k, nsm);
+    }
+    return ncols <= 8 ? ksplit_of<T, 1, false>(tiles_of<T, 1, false>(m), k, nsm) : ksplit_of<T, 2, false>(tiles_of<T, 2, false>(m), k, nsm);
+}
+
+int ksplit_any(int t, int64_t m, const ggml_tensor * src1, int nsm) {
+    const int k = (int) src1->ne[0];
+    const int ncols = (int) src1->ne[1];
+    const bool staged = job_staged(t, src1);
+    switch (t) {
+        case sbmm::W_F16:  return ksplit_job<sbmm::W_F16>(m, k, ncols, staged, nsm);
+        case sbmm::W_Q4_0: return ksplit_job<sbmm::W_Q4_0>(m, k, ncols, staged, nsm);
+        case sbmm::W_Q8_0: return ksplit_job<sbmm::W_Q8_0>(m, k, ncols, staged, nsm);
+        case sbmm::W_Q4_K: return ksplit_job<sbmm::W_Q4_K>(m, k, ncols, staged, nsm);
+        default:           return 1;
+    }
+}
+
+// Runs job (its segments: weights of type src0_type with ne10 = k columns each) on the activations src1 (k x
+// ncols f32), converted to f16 / quantized to q8_1 once for all the job's segments.
+void run_job(ggml_backend_cuda_context & ctx, ggml_type src0_type, const ggml_tensor * src1, const sbmm_job & job) {
+    cudaStream_t stream = ctx.stream();
+    const int     nsm   = ggml_cuda_info().devices[ctx.device].nsm;
+    const int     t     = sbmm_type(src0_type);
+    const int64_t ne10  = src1->ne[0];
+    const int64_t ne11  = src1->ne[1];
+    const int     ncols = (int) ne11;
+    const int     k     = (int) ne10;
+
+    if (t == sbmm::W_F16) {
+        if (job_staged(t, src1)) {
+            // the activations as f16, [ncols][ne10] halves (16-byte aligned: a pool buffer, ne10 % 256 == 0)
+            ggml_cuda_pool_alloc<half> src1_f16(ctx.pool(), ne10 * ne11);
+            ggml_get_to_fp16_cuda(GGML_TYPE_F32)(src1->data, src1_f16.get(), ne10 * ne11, stream);
+            launch_nt<sbmm::W_F16, true>(job, src1_f16.get(), ne10, k, ncols, nsm, stream);
+        } else {
+            launch_nt<sbmm::W_F16>(job, src1->data, src1->nb[1] / sizeof(float), k, ncols, nsm, stream);
+        }
+        return;
+    }
+
+    // the activations as MMVQ has them: q8_1, each column padded to MATRIX_ROW_PADDING values
+    const int64_t ne10_padded = GGML_PAD(ne10, MATRIX_ROW_PADDING);
+    ggml_cuda_pool_alloc<char> src1_q8_1(ctx.pool(), ne11 * ne10_padded * sizeof(block_q8_1) / QK8_1);
+    {
+        const int64_t s11 = src1->nb[1] / sizeof(float);
+        const int64_t s12 = src1->nb[2] / sizeof(float);
+        const int64_t s13 = src1->nb[3] / sizeof(float);
+        quantize_row_q8_1_cuda((const float *) src1->data, nullptr, src1_q8_1.get(), src0_type, ne10, s11, s12, s13,
+                               ne10_padded, ne11, 1, 1, stream);
+    }
+    const int64_t stride_col_y = ne10_padded / QK8_1;
+    switch (t) {
+        case sbmm::W_Q4_0: launch_path<sbmm::W_Q4_0>(job, src1_q8_1.get(), stride_col_y, k, ncols, nsm, stream); break;
+        case sbmm::W_Q8_0: launch_path<sbmm::W_Q8_0>(job, src1_q8_1.get(), stride_col_y, k, ncols, nsm, stream); break;
+        case sbmm::W_Q4_K: launch_path<sbmm::W_Q4_K>(job, src1_q8_1.get(), stride_col_y, k, ncols, nsm, stream); break;
+        default:           GGML_ABORT("sbmm: unsupported type");
+    }
+}
+
+// whether [a, a + na) and [b, b + nb) share a byte
+bool overlaps(const void * a, size_t na, const void * b, size_t nb) {
+    const char * pa = (const char *) a;
+    const char * pb = (const char *) b;
+    return pa < pb + nb && pb < pa + na;
 }
 
 } // namespace
@@ -229,53 +369,122 @@ bool ggml_cuda_should_use_sbmm(const ggml_tensor * src0, const ggml_tensor * src
 }
 
 void ggml_cuda_mul_mat_sbmm(ggml_backend_cuda_context & ctx, const ggml_tensor * src0, const ggml_tensor * src1, ggml_tensor * dst) {
-    GGML_TENSOR_BINARY_OP_LOCALS;
+    sbmm_job job;
+    job.add((const char *) src0->data, src0->nb[1], (float *) dst->data, dst->nb[1] / sizeof(float), nullptr, 0, (int) src0->ne[1]);
+    run_job(ctx, src0->type, src1, job);
+}
 
-    cudaStream_t stream = ctx.stream();
-    const int    nsm    = ggml_cuda_info().devices[ctx.device].nsm;
-    const int    t      = sbmm_type(src0->type);
-    const int    ncols  = (int) ne11;
+// ---- fusions of a verify batch's graph (stage 6 of issue 19) ------------------------------------------------
+// At 2..16 rows a Qwen3-8B-shaped f16 decode ran 953 device activities against 485 at one row (H200,
+// 2026-12-03, RESULTS.md 13.4): per layer one f16 conversion of the activations per matmul (7, where 4 distinct
+// inputs exist), two split-K memsets (K and V have too few rows to fill the GPU), and the residual ADDs and
+// the SwiGLU that ggml fuses into mul_mat_vec_f at one row only. With ~3 us of idle GPU per activity that was
+// most of what made a verify of 8 rows cost 1.28 decodes. Here: the MUL_MATs that read the same activations
+// (Q, K, V; gate, up) run as one launch on one conversion, over a grid wide enough not to split k; a MUL_MAT
+// whose only use is an ADD of a same-shaped tensor (the residual) writes dst = W x + residual itself.
 
-    const char * W              = (const char *) src0->data;
-    float      * dst_d          = (float *) dst->data;
-    const int64_t stride_col_dst = nb1 / sizeof(float);
+static bool sbmm_fusable_mm(const ggml_tensor * node, int cc) {
+    return node->op == GGML_OP_MUL_MAT && (node->flags & GGML_TENSOR_FLAG_COMPUTE) &&
+           ggml_cuda_should_use_sbmm(node->src[0], node->src[1], node, cc);
+}
 
-    if (t == sbmm::W_F16) {
-        if (staged_path(t, ncols) && ggml_is_contiguous(src1)) {
-            // the activations as f16, [ncols][ne10] halves (16-byte aligned: a pool buffer, ne10 % 256 == 0)
-            ggml_cuda_pool_alloc<half> src1_f16(ctx.pool(), ne10 * ne11);
-            ggml_get_to_fp16_cuda(GGML_TYPE_F32)(src1->data, src1_f16.get(), ne10 * ne11, stream);
-            launch_nt<sbmm::W_F16, true>(W, nb01, src1_f16.get(), ne10, dst_d, stride_col_dst, (int) ne01, (int) ne00,
-                                         ncols, nsm, stream);
-        } else {
-            launch_nt<sbmm::W_F16>(W, nb01, src1->data, nb11 / sizeof(float), dst_d, stride_col_dst, (int) ne01,
-                                   (int) ne00, ncols, nsm, stream);
-        }
+// whether b can join a's launch: the same activations, weight type and row layout (same k, hence row bytes)
+static bool sbmm_siblings(const ggml_tensor * a, const ggml_tensor * b) {
+    return b->src[1] == a->src[1] && b->src[0]->type == a->src[0]->type && b->src[0]->ne[0] == a->src[0]->ne[0] &&
+           b->src[0]->nb[1] == a->src[0]->nb[1];
+}
+
+void ggml_cuda_sbmm_group_siblings(int device, ggml_cgraph * cgraph) {
+    if (!env().fuse) {
         return;
     }
+    const int cc = ggml_cuda_info().devices[device].cc;
+    // how far ahead to look: Qwen3's K projection comes 7 nodes after Q (q_norm, rope and V in between)
+    constexpr int window = 32;
+    for (int i = 0; i < cgraph->n_nodes; ++i) {
+        ggml_tensor * a = cgraph->nodes[i];
+        if (!sbmm_fusable_mm(a, cc)) {
+            continue;
+        }
+        int n = 1;
+        for (int j = i + 1; j < cgraph->n_nodes && j <= i + window && n < sbmm::max_segs; ++j) {
+            ggml_tensor * b = cgraph->nodes[j];
+            // b may move up to i + n: its activations are computed before a, its weights are not computed in
+            // this graph (a leaf), so every input of b is ready there; the graph is allocated after this, in the
+            // new order
+            if (!sbmm_fusable_mm(b, cc) || !sbmm_siblings(a, b) || b->src[0]->op != GGML_OP_NONE) {
+                continue;
+            }
+            if (j != i + n) {
+                memmove(&cgraph->nodes[i + n + 1], &cgraph->nodes[i + n], sizeof(ggml_tensor *) * (size_t) (j - i - n));
+                cgraph->nodes[i + n] = b;
+            }
+            ++n;
+        }
+        i += n - 1;
+    }
+}
 
-    // the activations as MMVQ has them: q8_1, each column padded to MATRIX_ROW_PADDING values
-    const int64_t ne10_padded = GGML_PAD(ne10, MATRIX_ROW_PADDING);
-    ggml_cuda_pool_alloc<char> src1_q8_1(ctx.pool(), ne11 * ne10_padded * sizeof(block_q8_1) / QK8_1);
-    {
-        const int64_t s11 = nb11 / sizeof(float);
-        const int64_t s12 = nb12 / sizeof(float);
-        const int64_t s13 = nb13 / sizeof(float);
-        quantize_row_q8_1_cuda((const float *) src1->data, nullptr, src1_q8_1.get(), src0->type, ne10, s11, s12, s13,
-                               ne10_padded, ne11, 1, 1, stream);
+int ggml_cuda_sbmm_try_fuse(ggml_backend_cuda_context & ctx, ggml_cgraph * cgraph, int i) {
+    if (!env().fuse) {
+        return 0;
     }
-    const int64_t stride_col_y = ne10_padded / QK8_1;
-    switch (t) {
-        case sbmm::W_Q4_0:
-            launch_path<sbmm::W_Q4_0>(W, nb01, src1_q8_1.get(), stride_col_y, dst_d, stride_col_dst, (int) ne01, (int) ne00, ncols, nsm, stream);
-            break;
-        case sbmm::W_Q8_0:
-            launch_path<sbmm::W_Q8_0>(W, nb01, src1_q8_1.get(), stride_col_y, dst_d, stride_col_dst, (int) ne01, (int) ne00, ncols, nsm, stream);
-            break;
-        case sbmm::W_Q4_K:
-            launch_path<sbmm::W_Q4_K>(W, nb01, src1_q8_1.get(), stride_col_y, dst_d, stride_col_dst, (int) ne01, (int) ne00, ncols, nsm, stream);
-            break;
-        default:
-            GGML_ABORT("sbmm: unsupported type");
+    const int cc = ggml_cuda_info().devices[ctx.device].cc;
+    ggml_tensor * a = cgraph->nodes[i];
+    if (!sbmm_fusable_mm(a, cc)) {
+        return 0;
     }
+    const ggml_tensor * src1 = a->src[1];
+    const int ncols = (int) src1->ne[1];
+
+    // siblings: consecutive MUL_MATs on the same activations (adjacent after ggml_cuda_sbmm_group_siblings)
+    int n = 1;
+    while (i + n < cgraph->n_nodes && n < sbmm::max_segs && sbmm_fusable_mm(cgraph->nodes[i + n], cc) &&
+           sbmm_siblings(a, cgraph->nodes[i + n])) {
+        ++n;
+    }
+    if (n > 1) {
+        sbmm_job job;
+        for (int j = 0; j < n; ++j) {
+            const ggml_tensor * mm = cgraph->nodes[i + j];
+            job.add((const char *) mm->src[0]->data, mm->src[0]->nb[1], (float *) mm->data, mm->nb[1] / sizeof(float),
+                    nullptr, 0, (int) mm->src[0]->ne[1]);
+        }
+        run_job(ctx, a->src[0]->type, src1, job);
+        return n;
+    }
+
+    // MUL_MAT + ADD of a tensor of the same shape (the residual): dst = W x + residual, in the ADD's tensor
+    const ggml_op ops[2] = { GGML_OP_MUL_MAT, GGML_OP_ADD };
+    if (!ggml_can_fuse(cgraph, i, ops, 2)) {
+        return 0;
+    }
+    ggml_tensor * add = cgraph->nodes[i + 1];
+    const ggml_tensor * res = add->src[0] == a ? add->src[1] : add->src[0];
+    if (res == a || res->type != GGML_TYPE_F32 || add->type != GGML_TYPE_F32 || !ggml_are_same_shape(res, a) ||
+        !ggml_are_same_shape(add, a) || res->nb[0] != sizeof(float) || add->nb[0] != sizeof(float) ||
+        res->ne[2] != 1 || res->ne[3] != 1) {
+        return 0;
+    }
+    const int64_t m = a->src[0]->ne[1];
+    const size_t dst_bytes = add->nb[1] * (size_t) (ncols - 1) + sizeof(float) * (size_t) m;
+    const size_t res_bytes = res->nb[1] * (size_t) (ncols - 1) + sizeof(float) * (size_t) m;
+    // where k is split the slices add into a zeroed dst: then the residual must not be dst (an in-place ADD);
+    // otherwise each element of the residual is read by the thread that writes it, so dst may be the residual.
+    // The kernel never reads src1 itself (it reads the f16 / q8_1 copy) except f16 with f32 activations: there
+    // dst must not be src1 (which the allocator may hand to the ADD once the MUL_MAT has read it).
+    const int t = sbmm_type(a->src[0]->type);
+    const bool split = ksplit_any(t, m, src1, ggml_cuda_info().devices[ctx.device].nsm) > 1;
+    if (split && overlaps(add->data, dst_bytes, res->data, res_bytes)) {
+        return 0;
+    }
+    const bool reads_src1 = t == sbmm::W_F16 && !job_staged(t, src1);
+    if (reads_src1 && overlaps(add->data, dst_bytes, src1->data, ggml_nbytes(src1))) {
+        return 0;
+    }
+    sbmm_job job;
+    job.add((const char *) a->src[0]->data, a->src[0]->nb[1], (float *) add->data, add->nb[1] / sizeof(float),
+            (const float *) res->data, res->nb[1] / sizeof(float), (int) m);
+    run_job(ctx, a->src[0]->type, src1, job);
+    return 2;
 }

@@ -14,3 +14,14 @@
 bool ggml_cuda_should_use_sbmm(const ggml_tensor * src0, const ggml_tensor * src1, const ggml_tensor * dst, int cc);
 
 void ggml_cuda_mul_mat_sbmm(ggml_backend_cuda_context & ctx, const ggml_tensor * src0, const ggml_tensor * src1, ggml_tensor * dst);
+
+// Graph order (called from the CUDA backend's graph_optimize, before the graph is allocated): moves MUL_MATs that
+// sbmm takes and that read the same activations (a layer's Q, K, V) next to the first of them, so that
+// ggml_cuda_sbmm_try_fuse runs them as one launch. GGML_CUDA_SBMM_FUSE=0 turns this and the fusions off.
+void ggml_cuda_sbmm_group_siblings(int device, ggml_cgraph * cgraph);
+
+// Fusions at node i of a graph being computed: up to 3 adjacent sibling MUL_MATs (one launch, one conversion
+// of their activations), or a MUL_MAT whose only use is an ADD of a same-shaped f32 tensor (the residual),
+// written by the kernel as dst = W x + residual. Returns the number of nodes computed (0: none; the caller
+// computes node i as usual).
+int ggml_cuda_sbmm_try_fuse(ggml_backend_cuda_context & ctx, ggml_cgraph * cgraph, int i);
