@@ -293,7 +293,7 @@ def smollm2_f16_path() -> Path:
 # The DFlash drafter for SmolLM2 trained by pyllama_spec.train and shipped in the package
 # (pyllama_spec/data/; its model card lies beside it).
 SMOLLM2_DFLASH_FILE = "smollm2-135m-instruct-dflash-q8_0.gguf"
-SMOLLM2_DFLASH_SHA256 = "302dc7ea430c3cc3a02d578369be0a8177d39089ad50d50c006f90621ab07629"
+SMOLLM2_DFLASH_SHA256 = "3ddad1a51acdfd23138e793836e655331086eeaa64fb220d4b8013a76251c9f8"
 SMOLLM2_DFLASH = {"block_size": 8, "target_layer_ids": [2, 15, 28], "mask_token_id": 16, "n_layer": 3}
 _verified: set = set()  # paths whose sha256 was checked in this process
 
