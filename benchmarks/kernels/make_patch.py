@@ -92,7 +92,8 @@ FUSE = """\
     }
 
 """
-ORDER_ANCHOR = "    if (!disable_fusion) {\n        // add alloc deps for performance positive fusions. This may increase the overall compute buffer size.\n"
+ORDER_ANCHOR = ("    if (!disable_fusion) {\n        // add alloc deps for performance positive fusions. "
+                "This may increase the overall compute buffer size.\n")
 ORDER = """\
     // pyllama_spec (patch 0008-cuda-sbmm-small-batch-matmul): the MUL_MATs of a verify batch that read the same
     // activations next to each other (before the graph is allocated), for ggml_cuda_sbmm_try_fuse
