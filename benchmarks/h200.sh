@@ -291,23 +291,30 @@ sbmm)
     done
   elif [ "$PART" = F ]; then
     # stage 6 (the fusions of ggml_patch/sbmm.cu: sibling MUL_MATs in one launch, MUL_MAT + residual ADD in one
-    # kernel; GGML_CUDA_SBMM_FUSE=0 turns them off): the same verify logits both ways, verify batches of 1..16
-    # rows, the device activities per verify call, and the loop's step ÷ plain, each side by side
+    # kernel; GGML_CUDA_SBMM_FUSE=0 turns them off, =2 adds the f16 activations written by the RMS_NORM / SwiGLU
+    # before f16 weights): the verify logits of each variant against the last of SBMM_F_ENVS, verify batches of
+    # 1..16 rows, the device activities per verify call (first variant), and the loop's step ÷ plain, side by side
+    FENVS=${SBMM_F_ENVS:-GGML_CUDA_SBMM_FUSE=2 GGML_CUDA_SBMM_FUSE=1 GGML_CUDA_SBMM_FUSE=0}
+    REF=${FENVS##* }
     for dt in $DTS; do
       T=$B/target-qwen3-8b-$dt.gguf; D=$B/dflash-qwen3-8b-$dt.gguf
-      for env in GGML_CUDA_SBMM_FUSE=1 GGML_CUDA_SBMM_FUSE=0; do
+      for env in $FENVS; do
         log "verify + logits, $dt, $env"
         (cd /tmp && env $env timeout 150 python3 "$REPO/benchmarks/step_cost.py" --target $T --drafter $D \
             --label "qwen3-8b-$dt $env" --sections verify --rows 1 2 4 8 12 16 --reps 20 \
             --dump-logits "$OUT/sbmm/logits_${dt}_${env}.npz" --json "$OUT/sbmm/verify_${dt}_${env}.json") 2>&1 | grep "verify\|#\|rows"
       done
-      (cd /tmp && python3 "$REPO/benchmarks/step_cost.py" --compare-logits "$OUT/sbmm/logits_${dt}_GGML_CUDA_SBMM_FUSE=1.npz" \
-          "$OUT/sbmm/logits_${dt}_GGML_CUDA_SBMM_FUSE=0.npz" --json "$OUT/sbmm/logits_${dt}_compare.json")
+      for env in $FENVS; do
+        [ "$env" = "$REF" ] && continue
+        log "logits, $dt: $env vs $REF"
+        (cd /tmp && python3 "$REPO/benchmarks/step_cost.py" --compare-logits "$OUT/sbmm/logits_${dt}_${env}.npz" \
+            "$OUT/sbmm/logits_${dt}_${REF}.npz" --json "$OUT/sbmm/logits_${dt}_${env}_vs_ref.json")
+      done
       rm -f "$OUT"/sbmm/logits_${dt}_*.npz
-      [ "${SBMM_F_PROFILE:-1}" = 1 ] && (cd /tmp && timeout 200 python3 "$REPO/benchmarks/step_cost.py" --target $T --drafter $D \
-          --label "qwen3-8b-$dt fused" --sections verify --rows 1 8 16 --n-max 7 --reps 10 --profile \
-          --json "$OUT/sbmm/profile_${dt}.json") 2>&1 | grep -A10 "^kernels of" | head -60
-      for env in GGML_CUDA_SBMM_FUSE=1 GGML_CUDA_SBMM_FUSE=0; do
+      [ "${SBMM_F_PROFILE:-1}" = 1 ] && (cd /tmp && env ${FENVS%% *} timeout 200 python3 "$REPO/benchmarks/step_cost.py" \
+          --target $T --drafter $D --label "qwen3-8b-$dt ${FENVS%% *}" --sections verify --rows 1 8 16 --n-max 7 --reps 10 \
+          --profile --json "$OUT/sbmm/profile_${dt}.json") 2>&1 | grep -A10 "^kernels of" | head -60
+      for env in $FENVS; do
         log "loop (step ÷ plain), $dt, $env"
         (cd /tmp && env $env timeout 150 python3 "$REPO/benchmarks/step_cost.py" --target $T --drafter $D \
             --label "qwen3-8b-$dt $env" --sections loop --n-max 3 7 --runs 1 --max-tokens 96 \

@@ -67,7 +67,8 @@ launch of up to three segments on one conversion of the activations (graph_optim
 the graph is allocated), and a MUL_MAT whose only use is an ADD of a same-shaped tensor (the residual) writes
 W x + r itself: a Qwen3-8B-shaped f16 verify of 8 rows ran 594 device activities instead of 953 and took 5.81
 instead of 6.48 ms (1.17 decodes; Q4_K 4.33 vs 5.31 ms), test-backend-ops -o SBMM_FUSION 120/120 OK (H200,
-RESULTS.md 13.5). GGML_CUDA_SBMM_FUSE=0 turns the fusions off.
+RESULTS.md 13.5). GGML_CUDA_SBMM_FUSE=0 turns the fusions off; =2 (not yet measured, off by default) also has the
+RMS_NORM + MUL and the SwiGLU before f16 weights write their activations as f16, with no conversion kernel.
 
 """
 
@@ -83,8 +84,9 @@ DISPATCH = """\
 FUSE_ANCHOR = "    if (node->op == GGML_OP_MUL) {\n        ggml_cuda_moe_weighted_reduction_match match;\n"
 FUSE = """\
     // pyllama_spec (patch 0008-cuda-sbmm-small-batch-matmul): a verify batch's sibling MUL_MATs (Q, K, V; gate, up)
-    // in one launch, a MUL_MAT + residual ADD in one kernel
-    if (node->op == GGML_OP_MUL_MAT) {
+    // in one launch, a MUL_MAT + residual ADD in one kernel (GGML_CUDA_SBMM_FUSE=2: the f16 activations of f16
+    // weights written by the RMS_NORM + MUL or the SwiGLU before them)
+    if (node->op == GGML_OP_MUL_MAT || node->op == GGML_OP_RMS_NORM || node->op == GGML_OP_GLU) {
         const int n_sbmm = ggml_cuda_sbmm_try_fuse(*cuda_ctx, cgraph, i);
         if (n_sbmm > 0) {
             return n_sbmm - 1;
@@ -116,6 +118,10 @@ EVAL_TESTS = """\
                 test_cases.emplace_back(new test_sbmm_fusion(type_a, m, n, 4096, 2, false));
                 test_cases.emplace_back(new test_sbmm_fusion(type_a, m, n, 4096, 3, false));
                 test_cases.emplace_back(new test_sbmm_fusion(type_a, m, n, 4096, 1, true));
+                test_cases.emplace_back(new test_sbmm_fusion(type_a, m, n, 4096, 3, false, 1));
+                test_cases.emplace_back(new test_sbmm_fusion(type_a, m, n, 4096, 1, false, 1));
+                test_cases.emplace_back(new test_sbmm_fusion(type_a, m, n, 4096, 1, true, 2));
+                test_cases.emplace_back(new test_sbmm_fusion(type_a, m, n, 4096, 1, false, 2));
             }
         }
         for (int n = 1; n <= 16; ++n) {
@@ -135,7 +141,8 @@ CLASS = """\
 // n_sib = 2 or 3: MUL_MATs of m, m/2, m/4 rows on the same activations, adjacent in the graph (concat(mm0,
 // concat(mm1, mm2)) is built depth first), which ggml-cuda runs as one launch of several segments; with_add:
 // MUL_MAT + ADD of a same-shaped tensor, which the kernel writes as W x + r (k split over the grid where m is
-// small: zeroed dst, the first slice adding r).
+// small: zeroed dst, the first slice adding r). pre = 1: the activations are RMS_NORM(x) * w, pre = 2:
+// SWIGLU(g, u) (split): with GGML_CUDA_SBMM_FUSE=2 and f16 weights that op writes them as f16 for the MUL_MATs.
 struct test_sbmm_fusion : public test_case {
     const ggml_type type;
     const int64_t m;
@@ -143,12 +150,13 @@ struct test_sbmm_fusion : public test_case {
     const int64_t k;
     const int n_sib;
     const bool with_add;
+    const int pre;
 
-    test_sbmm_fusion(ggml_type type, int64_t m, int64_t n, int64_t k, int n_sib, bool with_add)
-        : type(type), m(m), n(n), k(k), n_sib(n_sib), with_add(with_add) {}
+    test_sbmm_fusion(ggml_type type, int64_t m, int64_t n, int64_t k, int n_sib, bool with_add, int pre = 0)
+        : type(type), m(m), n(n), k(k), n_sib(n_sib), with_add(with_add), pre(pre) {}
 
     std::string vars() override {
-        return VARS_TO_STR6(type, m, n, k, n_sib, with_add);
+        return VARS_TO_STR7(type, m, n, k, n_sib, with_add, pre);
     }
 
     std::string op_desc(ggml_tensor * t) override {
@@ -165,6 +173,13 @@ struct test_sbmm_fusion : public test_case {
     ggml_tensor * build_graph(ggml_context * ctx) override {
         ggml_tensor * x = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, k, n);
         ggml_set_name(x, "x");
+        if (pre == 1) {
+            ggml_tensor * wn = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, k);
+            x = ggml_mul(ctx, ggml_rms_norm(ctx, x, 1e-6f), wn);
+        } else if (pre == 2) {
+            ggml_tensor * u = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, k, n);
+            x = ggml_swiglu_split(ctx, x, u);
+        }
         if (with_add) {
             ggml_tensor * w = ggml_new_tensor_2d(ctx, type, k, m);
             ggml_tensor * r = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, m, n);

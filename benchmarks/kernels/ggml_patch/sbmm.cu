@@ -8,6 +8,7 @@
 #include "sbmm.cuh"
 #include "quantize.cuh"
 #include "convert.cuh"
+#include "unary.cuh"
 #include "sbmm-kernel.cuh"
 
 #include <cstdlib>
@@ -24,6 +25,9 @@ struct sbmm_env {
                            // GGML_CUDA_SBMM_F16_HALF=0: f32 activations, register loads (the first version)
     bool fuse = true;      // sibling MUL_MATs in one launch, MUL_MAT + ADD in one kernel, and the graph order that
                            // makes siblings adjacent; GGML_CUDA_SBMM_FUSE=0: one launch per MUL_MAT (for measuring)
+    bool fuse_act = false; // GGML_CUDA_SBMM_FUSE=2: also the f16 activations of f16 weights written by the op before
+                           // them (RMS_NORM + MUL, SwiGLU) instead of f32 + a conversion kernel (not yet measured
+                           // on a GPU: off by default until the op tests and a verify profile have run)
     sbmm_env() {
         if (const char * e = getenv("GGML_CUDA_SBMM")) {
             mode = atoi(e) > 0 ? 1 : 0;
@@ -42,6 +46,7 @@ struct sbmm_env {
         }
         if (const char * e = getenv("GGML_CUDA_SBMM_FUSE")) {
             fuse = atoi(e) != 0;
+            fuse_act = atoi(e) >= 2;
         }
     }
 };
@@ -273,7 +278,10 @@ int ksplit_any(int t, int64_t m, const ggml_tensor * src1, int nsm) {
 
 // Runs job (its segments: weights of type src0_type with ne10 = k columns each) on the activations src1 (k x
 // ncols f32), converted to f16 / quantized to q8_1 once for all the job's segments.
-void run_job(ggml_backend_cuda_context & ctx, ggml_type src0_type, const ggml_tensor * src1, const sbmm_job & job) {
+// act_f16 (f16 weights on the staged path only): the activations already as f16, [ncols][ne10] halves, made by
+// the op before (fused_act_f16 below): no conversion here.
+void run_job(ggml_backend_cuda_context & ctx, ggml_type src0_type, const ggml_tensor * src1, const sbmm_job & job,
+             const half * act_f16 = nullptr) {
     cudaStream_t stream = ctx.stream();
     const int     nsm   = ggml_cuda_info().devices[ctx.device].nsm;
     const int     t     = sbmm_type(src0_type);
@@ -283,7 +291,10 @@ void run_job(ggml_backend_cuda_context & ctx, ggml_type src0_type, const ggml_te
     const int     k     = (int) ne10;
 
     if (t == sbmm::W_F16) {
-        if (job_staged(t, src1)) {
+        if (act_f16 != nullptr) {
+            GGML_ASSERT(job_staged(t, src1));
+            launch_nt<sbmm::W_F16, true>(job, act_f16, ne10, k, ncols, nsm, stream);
+        } else if (job_staged(t, src1)) {
             // the activations as f16, [ncols][ne10] halves (16-byte aligned: a pool buffer, ne10 % 256 == 0)
             ggml_cuda_pool_alloc<half> src1_f16(ctx.pool(), ne10 * ne11);
             ggml_get_to_fp16_cuda(GGML_TYPE_F32)(src1->data, src1_f16.get(), ne10 * ne11, stream);
@@ -311,6 +322,50 @@ void run_job(ggml_backend_cuda_context & ctx, ggml_type src0_type, const ggml_te
         case sbmm::W_Q4_K: launch_path<sbmm::W_Q4_K>(job, src1_q8_1.get(), stride_col_y, k, ncols, nsm, stream); break;
         default:           GGML_ABORT("sbmm: unsupported type");
     }
+}
+
+// f16 activations written by the op that makes them (GGML_CUDA_SBMM_FUSE=2), so that f16 weights need no
+// conversion kernel (145 of a Qwen3-8B-shaped verify's 594 device activities, RESULTS.md 13.5).
+// RMS_NORM then MUL by the norm weight, as ggml-cuda's rms_norm_f32<..., do_multiply> computes it
+// (scale = rsqrt(mean(x^2) + eps), y = scale * x * w), rounded to f16 as ggml_get_to_fp16_cuda does:
+// one block of 256 threads per column (token) of x; y: [ncols][n] halves.
+__global__ void __launch_bounds__(256) rms_norm_mul_to_f16(const float * __restrict__ x, long long stride_col_x,
+                                                           const float * __restrict__ w, half * __restrict__ y, int n,
+                                                           float eps) {
+    const float * xc = x + (long long) blockIdx.x * stride_col_x;
+    half * yc = y + (long long) blockIdx.x * n;
+    float sum = 0.0f;
+    for (int i = threadIdx.x; i < n; i += 256) {
+        const float v = xc[i];
+        sum += v * v;
+    }
+    __shared__ float partial[8];
+    sum = warp_reduce_sum(sum);
+    if ((threadIdx.x & 31) == 0) {
+        partial[threadIdx.x >> 5] = sum;
+    }
+    __syncthreads();
+    sum = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+        sum += partial[i];
+    }
+    const float scale = rsqrtf(sum / n + eps);
+    for (int i = threadIdx.x; i < n; i += 256) {
+        yc[i] = __float2half(scale * xc[i] * w[i]);
+    }
+}
+
+// SwiGLU of split gate and up (ggml's GLU op, SWIGLU, not swapped): y = silu(gate) * up, [ncols][n] halves
+__global__ void swiglu_to_f16(const float * __restrict__ gate, long long stride_col_g, const float * __restrict__ up,
+                              long long stride_col_u, half * __restrict__ y, int n, int ncols) {
+    const long long i = (long long) blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (long long) n * ncols) {
+        return;
+    }
+    const long long c = i / n;
+    const long long r = i - c * n;
+    y[i] = __float2half(ggml_cuda_op_silu_single(gate[c * stride_col_g + r]) * up[c * stride_col_u + r]);
 }
 
 // whether [a, a + na) and [b, b + nb) share a byte
@@ -425,17 +480,139 @@ void ggml_cuda_sbmm_group_siblings(int device, ggml_cgraph * cgraph) {
     }
 }
 
+// The job of MUL_MAT node i (sbmm takes it) writing W x + r into the ADD at node i + 1, where that ADD is the
+// MUL_MAT's only use and r has the same shape (the residual). act_ready: the kernel will read activations made
+// elsewhere (f16 from the op before), never src1 itself. false: no such ADD, or one the kernel cannot write.
+static bool residual_job(ggml_backend_cuda_context & ctx, ggml_cgraph * cgraph, int i, bool act_ready, sbmm_job & job) {
+    const ggml_op ops[2] = { GGML_OP_MUL_MAT, GGML_OP_ADD };
+    if (!ggml_can_fuse(cgraph, i, ops, 2)) {
+        return false;
+    }
+    const ggml_tensor * a = cgraph->nodes[i];
+    const ggml_tensor * src1 = a->src[1];
+    const int ncols = (int) src1->ne[1];
+    ggml_tensor * add = cgraph->nodes[i + 1];
+    const ggml_tensor * res = add->src[0] == a ? add->src[1] : add->src[0];
+    if (res == a || res->type != GGML_TYPE_F32 || add->type != GGML_TYPE_F32 || !ggml_are_same_shape(res, a) ||
+        !ggml_are_same_shape(add, a) || res->nb[0] != sizeof(float) || add->nb[0] != sizeof(float) ||
+        res->ne[2] != 1 || res->ne[3] != 1) {
+        return false;
+    }
+    const int64_t m = a->src[0]->ne[1];
+    const size_t dst_bytes = add->nb[1] * (size_t) (ncols - 1) + sizeof(float) * (size_t) m;
+    const size_t res_bytes = res->nb[1] * (size_t) (ncols - 1) + sizeof(float) * (size_t) m;
+    // where k is split the slices add into a zeroed dst: then the residual must not be dst (an in-place ADD);
+    // otherwise each element of the residual is read by the thread that writes it, so dst may be the residual.
+    // The kernel never reads src1 itself (it reads the f16 / q8_1 copy) except f16 with f32 activations: there
+    // dst must not be src1 (which the allocator may hand to the ADD once the MUL_MAT has read it).
+    const int t = sbmm_type(a->src[0]->type);
+    const bool split = ksplit_any(t, m, src1, ggml_cuda_info().devices[ctx.device].nsm) > 1;
+    if (split && overlaps(add->data, dst_bytes, res->data, res_bytes)) {
+        return false;
+    }
+    const bool reads_src1 = !act_ready && t == sbmm::W_F16 && !job_staged(t, src1);
+    if (reads_src1 && overlaps(add->data, dst_bytes, src1->data, ggml_nbytes(src1))) {
+        return false;
+    }
+    job.add((const char *) a->src[0]->data, a->src[0]->nb[1], (float *) add->data, add->nb[1] / sizeof(float),
+            (const float *) res->data, res->nb[1] / sizeof(float), (int) m);
+    return true;
+}
+
+// GGML_CUDA_SBMM_FUSE=2, f16 weights: the f16 activations of the MUL_MATs after node i written by node i's op
+// itself. Node i is RMS_NORM followed by the MUL by its weight, whose every use is one of the up to 3 sibling
+// MUL_MATs right after it (a layer's Q, K, V; gate, up; the output head); or a SwiGLU (split, not swapped) whose
+// only use is the MUL_MAT right after it (ffn_down), with its residual ADD if there is one. Returns the nodes
+// computed (0: none).
+static int fused_act_f16(ggml_backend_cuda_context & ctx, ggml_cgraph * cgraph, int i, int cc) {
+    ggml_tensor * node = cgraph->nodes[i];
+    cudaStream_t stream = ctx.stream();
+    auto f32_cols = [](const ggml_tensor * x) { // f32, rows of ne[0] contiguous values, 2-D
+        return x->type == GGML_TYPE_F32 && x->nb[0] == sizeof(float) && x->ne[2] == 1 && x->ne[3] == 1;
+    };
+    auto f16_mm = [&](const ggml_tensor * mm, const ggml_tensor * act) {
+        return sbmm_fusable_mm(mm, cc) && mm->src[1] == act && mm->src[0]->type == GGML_TYPE_F16 &&
+               job_staged(sbmm::W_F16, act);
+    };
+    if (node->op == GGML_OP_RMS_NORM && i + 2 < cgraph->n_nodes) {
+        ggml_tensor * mul = cgraph->nodes[i + 1];
+        if (mul->op != GGML_OP_MUL || (mul->src[0] != node && mul->src[1] != node) || !ggml_node_has_n_uses(cgraph, i, 1)) {
+            return 0;
+        }
+        const ggml_tensor * w = mul->src[0] == node ? mul->src[1] : mul->src[0];
+        const ggml_tensor * x = node->src[0];
+        if (!f32_cols(x) || !f32_cols(node) || !f32_cols(mul) || !ggml_are_same_shape(mul, node) || !ggml_is_contiguous(mul) ||
+            w->type != GGML_TYPE_F32 || w->ne[0] != x->ne[0] || ggml_nrows(w) != 1 || !ggml_is_contiguous(w)) {
+            return 0;
+        }
+        int n = 0;
+        while (i + 2 + n < cgraph->n_nodes && n < sbmm::max_segs && f16_mm(cgraph->nodes[i + 2 + n], mul) &&
+               (n == 0 || sbmm_siblings(cgraph->nodes[i + 2], cgraph->nodes[i + 2 + n]))) {
+            ++n;
+        }
+        if (n == 0 || !ggml_node_has_n_uses(cgraph, i + 1, n)) {
+            return 0; // the f32 norm output is read by something else too: it must exist
+        }
+        float eps;
+        memcpy(&eps, node->op_params, sizeof(float));
+        const int64_t ne0 = x->ne[0];
+        const int64_t ncols = x->ne[1];
+        ggml_cuda_pool_alloc<half> act(ctx.pool(), ne0 * ncols);
+        rms_norm_mul_to_f16<<<(unsigned) ncols, 256, 0, stream>>>((const float *) x->data, x->nb[1] / sizeof(float),
+                                                                  (const float *) w->data, act.get(), (int) ne0, eps);
+        CUDA_CHECK(cudaGetLastError());
+        sbmm_job job;
+        for (int j = 0; j < n; ++j) {
+            const ggml_tensor * mm = cgraph->nodes[i + 2 + j];
+            job.add((const char *) mm->src[0]->data, mm->src[0]->nb[1], (float *) mm->data, mm->nb[1] / sizeof(float),
+                    nullptr, 0, (int) mm->src[0]->ne[1]);
+        }
+        run_job(ctx, GGML_TYPE_F16, mul, job, act.get());
+        return 2 + n;
+    }
+    if (node->op == GGML_OP_GLU && i + 1 < cgraph->n_nodes && ggml_get_glu_op(node) == GGML_GLU_OP_SWIGLU &&
+        node->src[1] != nullptr && ggml_get_op_params_i32(node, 1) == 0 && ggml_node_has_n_uses(cgraph, i, 1) &&
+        f16_mm(cgraph->nodes[i + 1], node)) {
+        const ggml_tensor * g = node->src[0];
+        const ggml_tensor * u = node->src[1];
+        if (!f32_cols(g) || !f32_cols(u) || !f32_cols(node) || !ggml_is_contiguous(node) ||
+            !ggml_are_same_shape(g, node) || !ggml_are_same_shape(u, node)) {
+            return 0;
+        }
+        const ggml_tensor * mm = cgraph->nodes[i + 1];
+        sbmm_job job;
+        const bool with_add = residual_job(ctx, cgraph, i + 1, true, job);
+        if (!with_add) {
+            job.add((const char *) mm->src[0]->data, mm->src[0]->nb[1], (float *) mm->data, mm->nb[1] / sizeof(float),
+                    nullptr, 0, (int) mm->src[0]->ne[1]);
+        }
+        const int64_t n = node->ne[0];
+        const int64_t ncols = node->ne[1];
+        ggml_cuda_pool_alloc<half> act(ctx.pool(), n * ncols);
+        const int64_t total = n * ncols;
+        swiglu_to_f16<<<(unsigned) ((total + 255) / 256), 256, 0, stream>>>(
+            (const float *) g->data, g->nb[1] / sizeof(float), (const float *) u->data, u->nb[1] / sizeof(float),
+            act.get(), (int) n, (int) ncols);
+        CUDA_CHECK(cudaGetLastError());
+        run_job(ctx, GGML_TYPE_F16, node, job, act.get());
+        return with_add ? 3 : 2;
+    }
+    return 0;
+}
+
 int ggml_cuda_sbmm_try_fuse(ggml_backend_cuda_context & ctx, ggml_cgraph * cgraph, int i) {
     if (!env().fuse) {
         return 0;
     }
     const int cc = ggml_cuda_info().devices[ctx.device].cc;
     ggml_tensor * a = cgraph->nodes[i];
+    if (env().fuse_act && (a->op == GGML_OP_RMS_NORM || a->op == GGML_OP_GLU)) {
+        return fused_act_f16(ctx, cgraph, i, cc);
+    }
     if (!sbmm_fusable_mm(a, cc)) {
         return 0;
     }
     const ggml_tensor * src1 = a->src[1];
-    const int ncols = (int) src1->ne[1];
 
     // siblings: consecutive MUL_MATs on the same activations (adjacent after ggml_cuda_sbmm_group_siblings)
     int n = 1;
@@ -455,36 +632,10 @@ int ggml_cuda_sbmm_try_fuse(ggml_backend_cuda_context & ctx, ggml_cgraph * cgrap
     }
 
     // MUL_MAT + ADD of a tensor of the same shape (the residual): dst = W x + residual, in the ADD's tensor
-    const ggml_op ops[2] = { GGML_OP_MUL_MAT, GGML_OP_ADD };
-    if (!ggml_can_fuse(cgraph, i, ops, 2)) {
-        return 0;
-    }
-    ggml_tensor * add = cgraph->nodes[i + 1];
-    const ggml_tensor * res = add->src[0] == a ? add->src[1] : add->src[0];
-    if (res == a || res->type != GGML_TYPE_F32 || add->type != GGML_TYPE_F32 || !ggml_are_same_shape(res, a) ||
-        !ggml_are_same_shape(add, a) || res->nb[0] != sizeof(float) || add->nb[0] != sizeof(float) ||
-        res->ne[2] != 1 || res->ne[3] != 1) {
-        return 0;
-    }
-    const int64_t m = a->src[0]->ne[1];
-    const size_t dst_bytes = add->nb[1] * (size_t) (ncols - 1) + sizeof(float) * (size_t) m;
-    const size_t res_bytes = res->nb[1] * (size_t) (ncols - 1) + sizeof(float) * (size_t) m;
-    // where k is split the slices add into a zeroed dst: then the residual must not be dst (an in-place ADD);
-    // otherwise each element of the residual is read by the thread that writes it, so dst may be the residual.
-    // The kernel never reads src1 itself (it reads the f16 / q8_1 copy) except f16 with f32 activations: there
-    // dst must not be src1 (which the allocator may hand to the ADD once the MUL_MAT has read it).
-    const int t = sbmm_type(a->src[0]->type);
-    const bool split = ksplit_any(t, m, src1, ggml_cuda_info().devices[ctx.device].nsm) > 1;
-    if (split && overlaps(add->data, dst_bytes, res->data, res_bytes)) {
-        return 0;
-    }
-    const bool reads_src1 = t == sbmm::W_F16 && !job_staged(t, src1);
-    if (reads_src1 && overlaps(add->data, dst_bytes, src1->data, ggml_nbytes(src1))) {
-        return 0;
-    }
     sbmm_job job;
-    job.add((const char *) a->src[0]->data, a->src[0]->nb[1], (float *) add->data, add->nb[1] / sizeof(float),
-            (const float *) res->data, res->nb[1] / sizeof(float), (int) m);
+    if (!residual_job(ctx, cgraph, i, false, job)) {
+        return 0;
+    }
     run_job(ctx, a->src[0]->type, src1, job);
     return 2;
 }
