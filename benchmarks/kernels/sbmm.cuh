@@ -102,6 +102,19 @@ __device__ __forceinline__ int seg_of_block(const segs & sg, int & bx) {
     return si;
 }
 
+// Segment si of sg, read with constant indices only (a dynamic index would copy the parameters to local
+// memory); the fields a caller does not use cost no registers.
+__device__ __forceinline__ seg pick_seg(const segs & sg, int si) {
+    seg r = sg.s[0];
+#pragma unroll
+    for (int i = 1; i < max_segs; ++i) {
+        if (si == i) {
+            r = sg.s[i];
+        }
+    }
+    return r;
+}
+
 // The work of one block: rows row_base.. of one segment (sbmm_kernel below picks it). A function of its own so
 // that the weights and dst reach the loads as __restrict__ parameters, as they did when they were the
 // kernel's (read-only weight loads: ld.global.nc).
@@ -288,19 +301,11 @@ __device__ __forceinline__ void sbmm_block(
     // combine the NW warps' partial sums and write (or add, when k is also split over the grid)
     // dst and add of segment si, read from the kernel parameters only now (constant indices): nothing of them
     // is live in the main loop, where the largest configurations use all 255 registers
-    float * dst = sg.s[0].dst;
-    long long stride_col_dst = sg.s[0].stride_col_dst;
-    const float * add = sg.s[0].add; // may be dst (an in-place ADD): no __restrict__ on either
-    long long stride_col_add = sg.s[0].stride_col_add;
-#pragma unroll
-    for (int i = 1; i < max_segs; ++i) {
-        if (si == i) {
-            dst = sg.s[i].dst;
-            stride_col_dst = sg.s[i].stride_col_dst;
-            add = sg.s[i].add;
-            stride_col_add = sg.s[i].stride_col_add;
-        }
-    }
+    const seg out = pick_seg(sg, si);
+    float * dst = out.dst;
+    const long long stride_col_dst = out.stride_col_dst;
+    const float * add = out.add; // may be dst (an in-place ADD): no __restrict__ on either
+    const long long stride_col_add = out.stride_col_add;
     auto store = [&](int e, int l, float v) {
         const int mt = e / (NT * 4);
         const int nt = (e / 4) % NT;
@@ -358,18 +363,9 @@ __global__ void __launch_bounds__(NW * 32) sbmm_kernel(
     } else {
         int bx;
         const int si = seg_of_block(sg, bx);
-        const char * W = sg.s[0].W;
-        long long row_bytes = sg.s[0].row_bytes;
-        int m = sg.s[0].m;
-#pragma unroll
-        for (int i = 1; i < max_segs; ++i) {
-            if (si == i) {
-                W = sg.s[i].W;
-                row_bytes = sg.s[i].row_bytes;
-                m = sg.s[i].m;
-            }
-        }
-        sbmm_block<T, NT, MT, NW, U, ST, SB, HB>(W, row_bytes, Y, stride_col_y, sg, si, m, bx * 16 * MT, nunits, ncols);
+        const seg in = pick_seg(sg, si);
+        sbmm_block<T, NT, MT, NW, U, ST, SB, HB>(in.W, in.row_bytes, Y, stride_col_y, sg, si, in.m, bx * 16 * MT, nunits,
+                                                 ncols);
     }
 }
 
