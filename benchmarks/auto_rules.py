@@ -1,9 +1,10 @@
 """n_max="auto" side by side with plain decoding and fixed n_max, its rules as rows of one run
 (issue 25): the cost rule (calibrated confidences, ``AutoState.rule="cost"``) against AdaEDL's entropy
-stop rule (``"adaedl"``), each with and without resting where no draft length pays.
+stop rule (``"adaedl"``), each with and without resting where no draft length pays, and resting with
+the drafter awake in long rests (``AutoState.dormant=False``: it sees every row).
 
     python benchmarks/auto_rules.py [--prompts builtin:mixed] [-n 64] [--rounds 2] [--n-max 1,3,7]
-        [-ngl 0] [--json out.json]
+        [-ngl 0] [--only NAME,NAME] [--json out.json]
 
 Every prompt runs every configuration in turn (round-robin, so a loaded machine slows all alike);
 tok/s counts the tokens after prefill over the time after prefill, pooled over prompts and rounds.
@@ -22,6 +23,8 @@ from pyllama_spec.study.prompts import load_prompts
 
 #: (name, drafter entry, n_max, AutoState settings)
 AUTO = [("auto cost+rest", "dflash", {"rule": "cost", "rest": True}),
+        # deep in a long rest the drafter sees no rows (observe_dormant, the default) vs every row
+        ("auto cost+rest awake", "dflash-awake", {"rule": "cost", "rest": True, "dormant": False}),
         ("auto adaedl+rest", "dflash-adaedl", {"rule": "adaedl", "rest": True}),
         ("auto cost", "dflash-norest", {"rule": "cost", "rest": False}),
         ("auto adaedl", "dflash-adaedl-norest", {"rule": "adaedl", "rest": False})]
@@ -36,6 +39,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--n-max", default="1,3,7")
     ap.add_argument("-ngl", "--n-gpu-layers", type=int, default=0)
+    ap.add_argument("--only", help="comma-separated configuration names to run (default: all), e.g. "
+                    "'plain,auto cost+rest,auto cost+rest awake'")
     ap.add_argument("--json")
     a = ap.parse_args()
     target = a.target or str(smollm2_path())
@@ -49,6 +54,9 @@ def main() -> None:
     configs: list[tuple[str, str | None, int | str | None]] = [("plain", None, None)]
     configs += [(f"n_max {n}", "dflash", int(n)) for n in a.n_max.split(",")]
     configs += [(label, name, "auto") for label, name, _ in AUTO]
+    if a.only:
+        keep = {c.strip() for c in a.only.split(",")} | {"plain"}
+        configs = [c for c in configs if c[0] in keep]
     convs = load_prompts(a.prompts)
     gen.verify_ms(gen.resolve_n_max("dflash", "auto") + 1, drafter="dflash")  # (measured once, not timed)
     pooled = {c[0]: {"tokens": 0, "seconds": 0.0, "steps": 0, "rest_steps": 0, "same_as_plain": 0, "runs": 0}

@@ -271,3 +271,74 @@ def test_an_unsynchronized_verify_reading_is_not_taken_for_the_verify():
         clock.t += 0.038
     assert st.verify_scale == 1.0 and not np.any(st.verify_seen > 0)
     assert st.other_ms == pytest.approx(38.0 - 31.0, abs=0.05)  # wall − the table's V(2)
+
+
+def test_dormant_is_the_part_of_a_long_rest_before_its_last_window():
+    from pyllama_spec.speculative.costmodel import DORMANT_WINDOW
+
+    stats = _thirty_percent()
+    st = AutoState(other_ms=1e6, rest_ms=1.0, max_rest=DORMANT_WINDOW + 10)
+    pol = AutoDraftLength([10, 12, 14, 16], stats, state=st, clock=FakeClock())
+    flags = []
+    for _ in range(DORMANT_WINDOW + 10 + 1):  # one whole rest (the first is max_rest long here), then the probe
+        ask = pol.plan(3)
+        flags.append((ask, pol.dormant()))
+        stats.record(ask, 0)
+    # 74 resting steps: the first 10 have ≥ 64 more before the probe, the last 64 do not; the probe drafts
+    assert [d for _, d in flags] == [True] * 10 + [False] * (DORMANT_WINDOW + 1)
+    assert [a for a, _ in flags] == [0] * (DORMANT_WINDOW + 10) + [1]
+    off = AutoDraftLength([10, 12, 14, 16], _thirty_percent(), state=AutoState(other_ms=1e6, rest_ms=1.0,
+                                                                                  max_rest=200, dormant=False))
+    assert off.plan(3) == 0 and not off.dormant()
+
+
+@pytest.mark.parametrize("dormant", [True, False])
+def test_a_long_rest_skips_the_features_of_all_but_its_last_window(tiny_gen, dormant):
+    """A rest of 80 steps: DFlash is handed its first 16 rows with observe_dormant (no features: those positions
+    are never injected, a gap in its cache) and the last 64 with observe_deferred (injected at the probe); the
+    output is plain decoding's either way. dormant=False: every resting row is deferred and injected."""
+    from pyllama_spec.speculative.costmodel import DORMANT_WINDOW
+
+    d = tiny_gen.drafters["dflash"]
+    seen = {"dormant": [], "deferred": [], "injected": set()}
+    orig_dormant, orig_deferred, orig_decode = d.observe_dormant, d.observe_deferred, d.ctx.decode_embd
+
+    def dormant_call(tokens, positions, n_commit, timer):
+        seen["dormant"] += [int(p) for p in positions[:n_commit]]
+        return orig_dormant(tokens, positions, n_commit, timer)
+
+    def deferred_call(tokens, positions, n_commit, timer):
+        seen["deferred"] += [int(p) for p in positions[:n_commit]]
+        return orig_deferred(tokens, positions, n_commit, timer)
+
+    def decode_embd(feats, pos):
+        seen["injected"].update(int(p) for p in pos)
+        return orig_decode(feats, pos)
+
+    prompt, n_tok = PROMPTS[1], 90
+    ref = tiny_gen.generate(prompt, max_tokens=n_tok, reuse_prefix=False)
+    if len(ref.tokens) < n_tok:
+        pytest.skip("the tiny target ends this prompt early")
+    d.observe_dormant, d.observe_deferred, d.ctx.decode_embd = dormant_call, deferred_call, decode_embd
+    tiny_gen._auto_state.pop("dflash", None)
+    st = tiny_gen.auto_state("dflash")
+    st.other_ms, st.rest_ms, st.max_rest, st.dormant = 1e6, 0.0, DORMANT_WINDOW + 16, dormant
+    try:
+        r = tiny_gen.generate(prompt, drafter="dflash", n_max="auto", max_tokens=n_tok, reuse_prefix=False)
+    finally:
+        del d.observe_dormant, d.observe_deferred
+        d.ctx.decode_embd = orig_decode
+        tiny_gen._auto_state.pop("dflash", None)
+    assert r.tokens == ref.tokens  # lossless
+    # nothing measured says drafting pays: the first step starts a rest of 80 steps (the last prompt token's
+    # position p0 onwards), a one-token probe follows, then the next rest begins (its first 16 steps dormant)
+    p0 = len(tiny_gen.tokenize_prompt(prompt)) - 1
+    first_rest = list(range(p0, p0 + DORMANT_WINDOW + 16))
+    if dormant:
+        assert seen["dormant"][:16] == first_rest[:16] and len(seen["dormant"]) > 16
+        assert seen["deferred"] == first_rest[16:]
+        assert not seen["injected"] & set(seen["dormant"])  # the gap: never injected
+        assert set(first_rest[16:]) <= seen["injected"]  # the window: injected (at the probe)
+    else:
+        assert seen["dormant"] == [] and seen["deferred"][:len(first_rest)] == first_rest
+        assert set(first_rest) <= seen["injected"]

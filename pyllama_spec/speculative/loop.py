@@ -4,7 +4,8 @@
     repeat:
         draft   = drafter.propose(last, n_past, n_max)            # DFlash: one non-causal pass
                                                                   # (n_max="auto" may rest: no draft, and
-                                                                  # observe_deferred instead of observe)
+                                                                  # observe_deferred instead of observe;
+                                                                  # observe_dormant deep in a long rest)
         verify  = target.decode([last] + draft)                   # one batch, every row an output
         k, bonus = accept(verify rows, draft)                     # greedy / match / rejection
         drafter.observe([last] + draft, n_commit=k + 1)           # DFlash: inject committed features
@@ -217,7 +218,9 @@ def _run(target, drafter, prompt, vocab, mem, chain, *, max_tokens, n_max, sp, d
             for t in committed:  # llama.cpp's seeded draw advances only over accepted rows
                 chain.accept(t)
         if drafter is not None:
-            if rest:  # the drafter may postpone its work (DFlash: inject the rows at its next propose)
+            if rest and draft_length is not None and draft_length.dormant():  # deep in a long rest: may skip
+                drafter.observe_dormant(batch, pos, k + 1, timer)
+            elif rest:  # the drafter may postpone its work (DFlash: inject the rows at its next propose)
                 drafter.observe_deferred(batch, pos, k + 1, timer)
             elif step is None:  # (a tree step has observed its accepted path's rows)
                 drafter.observe(batch, pos, k + 1, timer)

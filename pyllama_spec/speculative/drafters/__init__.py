@@ -13,11 +13,15 @@ A drafter is created for one target :class:`~pyllama_spec.Context` (it keeps it 
     observe_deferred(tokens, positions, n_commit, timer)
                                                     # instead of observe after a step that drafted
                                                     # nothing (n_max="auto" resting): may postpone
+    observe_dormant(tokens, positions, n_commit, timer)
+                                                    # the same inside a long rest: may skip the rows'
+                                                    # work, leaving a gap (DFlash: no features)
     on_accept(n_drafted, n_accepted)                # after each verify step (adaptive drafters)
     rollback(n_past)                                # forget everything at positions ≥ n_past
 
 so that, between steps, the drafter's state covers exactly the committed positions
-``[0, n_past)`` — the loop's invariant (``loop.py``). ``observe`` is called for the prefill
+``[0, n_past)`` — the loop's invariant (``loop.py``; after ``observe_dormant`` it may lack the
+features of those rows, never hold anything beyond ``n_past``). ``observe`` is called for the prefill
 chunks (every row committed) and after each verify (``[last, drafts…]``, the first ``k + 1``
 committed); a drafter may use the rejected rows (e.g. inject all rows with one fixed shape and
 drop the rejected ones in ``rollback``), as llama.cpp's drafters do.

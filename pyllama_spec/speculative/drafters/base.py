@@ -122,6 +122,15 @@ class Drafter(ABC):
         long as its state then covers every committed position. Default: :meth:`observe` now."""
         self.observe(tokens, positions, n_commit, timer)
 
+    def observe_dormant(self, tokens: list[int], positions: np.ndarray, n_commit: int,
+                        timer: StageTimer) -> None:
+        """As :meth:`observe_deferred`, inside a long rest (``n_max="auto"`` will not draft for at least
+        ``costmodel.DORMANT_WINDOW`` more steps): the drafter may skip the work these rows would cost
+        (DFlash: their target features — its cache then has a gap at these positions, which its next
+        drafts see less context for; the loop feeds it the last ``DORMANT_WINDOW`` rows before the probe
+        with :meth:`observe_deferred`). What is committed stays the target's. Default: :meth:`observe_deferred`."""
+        self.observe_deferred(tokens, positions, n_commit, timer)
+
     @abstractmethod
     def propose(self, last_token: int, n_past: int, n_max: int, sp: SamplingParams,
                 rng: np.random.Generator, timer: StageTimer) -> Draft:

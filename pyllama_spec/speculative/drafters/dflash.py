@@ -206,6 +206,11 @@ class DFlashDrafter(ModelDrafter):
         # makes the record void)
         self._tokens: list[int] = []
         self._version = -1
+        # the first position whose features a long rest skipped (observe_dormant), None: no hole. llama.cpp
+        # takes a sequence's rows only right after its last cached position (llama-batch.cpp: Y = X + 1),
+        # so before the next rows go in the cache is emptied (_close_gap): the drafter then drafts from the
+        # rows after the rest only
+        self._skipped_from: int | None = None
 
     def _settle(self) -> None:
         self._version = self.ctx.cache_version
@@ -217,7 +222,19 @@ class DFlashDrafter(ModelDrafter):
         mismatch = np.flatnonzero(np.asarray(prompt[:n]) != np.asarray(self._tokens[:n], dtype=np.int64))
         return int(mismatch[0]) if mismatch.size else n
 
+    def _close_gap(self) -> None:
+        """Before rows go into the cache after a hole (``observe_dormant``): empty it (the rows before
+        the hole cannot be followed by later ones), so that it holds only what comes next."""
+        if self._skipped_from is None:
+            return
+        self._skipped_from = None
+        self.ctx.memory.seq_rm(0, 0)  # (_recent holds rows after the hole only: observe_dormant dropped the rest)
+        self._settle()
+
     def begin(self, prompt: list[int], n_keep: int = 0) -> None:
+        if self._skipped_from is not None and n_keep <= self._skipped_from:
+            self._skipped_from = None  # the hole goes with the positions >= n_keep (removed below)
+        self._close_gap()  # a kept prefix with a hole in it: the cache is emptied, the prefill fills it again
         if n_keep:
             if self._pending is not None:  # staged rows of the kept prefix go into the cache now
                 self._pending = self._rows_before(self._pending, n_keep)
@@ -273,6 +290,7 @@ class DFlashDrafter(ModelDrafter):
         next draft decode when fused)."""
         n_commit = len(tokens)
         self.flush(timer)
+        self._close_gap()
         self._remember(feats, pos)
         if self.fused_inject and n_commit <= self.block_size:
             # a verify step's rows: staged for the next propose(), which decodes them with its block
@@ -304,6 +322,21 @@ class DFlashDrafter(ModelDrafter):
         self._tokens.extend(int(t) for t in tokens[:n_commit])
         self._settle()
 
+    def observe_dormant(self, tokens: list[int], positions: np.ndarray, n_commit: int,
+                        timer: StageTimer) -> None:
+        # a long rest: these rows' features are neither copied nor injected (the extract and the 64-row
+        # deferred decodes were ~0.2 ms of a resting step's ~1 ms excess over plain on 2 CPU cores, RESULTS.md
+        # 19.1); the cache keeps a gap here, the token record follows
+        if not n_commit:
+            return
+        self.flush(timer)  # rows staged before the hole go in first (a batch never spans it)
+        if self._skipped_from is None:
+            self._skipped_from = int(positions[0])
+            self._recent = None
+        del self._tokens[int(positions[0]):]
+        self._tokens.extend(int(t) for t in tokens[:n_commit])
+        self._settle()
+
     def flush(self, timer: StageTimer | None = None) -> None:
         """Inject staged features now (a separate decode), so that the drafter's cache holds every
         committed position; ``propose`` does it in its own decode otherwise."""
@@ -311,6 +344,7 @@ class DFlashDrafter(ModelDrafter):
             return
         feats, pos = self._pending
         self._pending = None
+        self._close_gap()
         if timer is None:
             self.ctx.decode_embd(feats, pos)
             return
@@ -340,6 +374,7 @@ class DFlashDrafter(ModelDrafter):
         block = np.full(n_max + 1, self.mask_token, dtype=np.int32)
         block[0] = last_token
         pos = np.arange(n_past, n_past + n_max + 1, dtype=np.int32)
+        self._close_gap()
         if self._pending is not None:
             # fused: placeholders at the staged rows' positions, then the block (patch 0006)
             feats, pos_inj = self._pending
@@ -469,6 +504,8 @@ class DFlashDrafter(ModelDrafter):
         return Draft(tokens=tokens, probs=probs, confidence=confidence)
 
     def rollback(self, n_past: int) -> None:
+        if self._skipped_from is not None and n_past <= self._skipped_from:
+            self._skipped_from = None  # the hole is gone with the positions it was at
         self._pending = self._rows_before(self._pending, n_past)
         self._recent = self._rows_before(self._recent, n_past)
         self.ctx.memory.seq_rm(0, n_past)
@@ -479,10 +516,12 @@ class DFlashDrafter(ModelDrafter):
         if self.ctx.cache_version != self._version:
             return None
         self.flush()  # staged rows belong to the state
+        self._close_gap()  # (a state with a hole could not be followed: it is saved empty of features)
         self._settle()
         return {"tokens": list(self._tokens), "data": self.ctx.memory.state_get(0)}
 
     def load_state(self, state: dict) -> None:
+        self._skipped_from = None
         self._pending = None
         self._recent = None  # (no features of the restored positions: the first steps inject what they commit)
         self.ctx.memory.clear()
