@@ -342,3 +342,31 @@ def test_a_long_rest_skips_the_features_of_all_but_its_last_window(tiny_gen, dor
     else:
         assert seen["dormant"] == [] and seen["deferred"][:len(first_rest)] == first_rest
         assert set(first_rest) <= seen["injected"]
+
+
+def test_a_rest_that_goes_on_into_the_next_generation_skips_its_prompt_too(tiny_gen):
+    """The first generation starts a rest of 512 steps and ends after 24 of them: the next one's prompt
+    rows and steps all go to observe_dormant (nothing injected into the drafter); outputs are plain's."""
+    d = tiny_gen.drafters["dflash"]
+    injected = []
+    orig_decode = d.ctx.decode_embd
+
+    def decode_embd(feats, pos):
+        injected.append((int(pos[0]), len(pos)))
+        return orig_decode(feats, pos)
+
+    refs = [tiny_gen.generate(p, max_tokens=24, reuse_prefix=False).tokens for p in PROMPTS]
+    tiny_gen._auto_state.pop("dflash", None)
+    st = tiny_gen.auto_state("dflash")
+    st.other_ms, st.rest_ms, st.max_rest = 1e6, 0.0, 512
+    try:
+        r1 = tiny_gen.generate(PROMPTS[0], drafter="dflash", n_max="auto", max_tokens=24, reuse_prefix=False)
+        left = st.rest_left
+        d.ctx.decode_embd = decode_embd
+        r2 = tiny_gen.generate(PROMPTS[1], drafter="dflash", n_max="auto", max_tokens=24, reuse_prefix=False)
+    finally:
+        d.ctx.decode_embd = orig_decode
+        tiny_gen._auto_state.pop("dflash", None)
+    assert [r1.tokens, r2.tokens] == refs
+    assert left >= 64 and injected == []  # no row of the second generation reached the drafter
+    assert sum(r2.stats.draft_lengths) == 0

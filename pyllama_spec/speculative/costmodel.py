@@ -914,6 +914,13 @@ class AutoDraftLength:
         st = self.state
         return st.dormant and self._prev == "rest" and st.rest_left >= DORMANT_WINDOW
 
+    def dormant_prefill(self) -> bool:
+        """Whether the prompt's rows may skip the drafter too: the last generation's rest goes on for at
+        least ``DORMANT_WINDOW`` more steps (``AutoState.rest_left``), so the probe drafts from generated
+        rows only."""
+        st = self.state
+        return st.dormant and st.rest and st.rest_left >= DORMANT_WINDOW
+
     def trim(self, draft):
         """The prefix of ``draft`` worth verifying (a :class:`~pyllama_spec.Draft`, never longer)."""
         if not self._planned:  # (used without plan(): each trim begins a step)

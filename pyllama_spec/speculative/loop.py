@@ -168,7 +168,9 @@ def _run(target, drafter, prompt, vocab, mem, chain, *, max_tokens, n_max, sp, d
         pos = np.arange(i, i + len(chunk), dtype=np.int32)
         with timer("prefill", target):
             target.decode(chunk, pos, logits="none")
-        if drafter is not None:
+        if drafter is not None and draft_length is not None and draft_length.dormant_prefill():
+            drafter.observe_dormant(chunk, pos, len(chunk), timer)  # the last generation's long rest goes on
+        elif drafter is not None:
             drafter.observe(chunk, pos, len(chunk), timer)
 
     timer.mark("prefill_done")
@@ -218,7 +220,10 @@ def _run(target, drafter, prompt, vocab, mem, chain, *, max_tokens, n_max, sp, d
             for t in committed:  # llama.cpp's seeded draw advances only over accepted rows
                 chain.accept(t)
         if drafter is not None:
-            if rest and draft_length is not None and draft_length.dormant():  # deep in a long rest: may skip
+            # deep in a long rest (or the generation's last step, too short to draft, inside one): may skip
+            dormant = draft_length is not None and ((rest and draft_length.dormant()) or (
+                step is None and room <= 0 and draft_length.dormant_prefill()))
+            if dormant:
                 drafter.observe_dormant(batch, pos, k + 1, timer)
             elif rest:  # the drafter may postpone its work (DFlash: inject the rows at its next propose)
                 drafter.observe_deferred(batch, pos, k + 1, timer)
