@@ -25,6 +25,7 @@ PATCHES = (
     "0008-cuda-sbmm-small-batch-matmul",
     "0009-backend-greedy-all-rows",
     "0010-completion-flush-log",
+    "0011-sampler-top-k-logprobs",
 )
 
 

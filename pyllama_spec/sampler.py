@@ -44,6 +44,7 @@ class SamplerChain:
         self._attached = False  # set by Context.set_sampler: llama.cpp sets a chain up for one context once
         self._attached_to: weakref.ref[Context] | None = None
         self.draws = True  # ends in a draw: one token per row (False: candidates only, see candidates())
+        self.logprobs = False  # candidates() only: the kept values are log-probabilities, not logits
         if self.params.greedy:
             lib.llama_sampler_chain_add(chain, lib.llama_sampler_init_greedy())
             return
@@ -58,11 +59,13 @@ class SamplerChain:
             chain, lib.llama_sampler_init_dist(lib.LLAMA_DEFAULT_SEED if seed is None else seed))
 
     @classmethod
-    def candidates(cls, k: int = 10) -> SamplerChain:
+    def candidates(cls, k: int = 10, *, logprobs: bool = False) -> SamplerChain:
         """top-k alone, without a draw: attached to a context, each output row keeps its ``k`` best
         token ids and their logits (:meth:`Context.sampled_candidates`) instead of one token — the
         draft chain of llama.cpp's DFlash drafter (common/speculative.cpp), which takes the argmax
-        and its probability over these candidates from it.
+        and its probability over these candidates from it. ``logprobs``: their log-probabilities under
+        the softmax of the whole row instead (``logit − log Σ exp`` over every token, computed in the
+        graph: vendor/patches/0011-sampler-top-k-logprobs), what a token tree ranks its paths by.
 
         Raises:
             InvalidTypeError, InvalidArgumentError: ``k`` is not an int ≥ 1.
@@ -77,7 +80,9 @@ class SamplerChain:
         self._attached = False
         self._attached_to = None
         self.draws = False
-        lib.llama_sampler_chain_add(chain, lib.llama_sampler_init_top_k(k))
+        self.logprobs = bool(logprobs)
+        init = lib.llama_sampler_init_top_k_logprobs if logprobs else lib.llama_sampler_init_top_k
+        lib.llama_sampler_chain_add(chain, init(k))
         return self
 
     @classmethod
@@ -94,7 +99,9 @@ class SamplerChain:
         return self._ptr
 
     def __repr__(self) -> str:
-        return f"SamplerChain({self.params})" if self.draws else f"SamplerChain.candidates({self.params.top_k})"
+        if self.draws:
+            return f"SamplerChain({self.params})"
+        return f"SamplerChain.candidates({self.params.top_k}{', logprobs=True' if self.logprobs else ''})"
 
     @locked
     def sample(self, ctx: Context, idx: int = -1) -> int:

@@ -7,6 +7,7 @@ int32_t llama_sampler_chain_n(const struct llama_sampler * chain);
 struct llama_sampler * llama_sampler_init_greedy(void);
 struct llama_sampler * llama_sampler_init_dist(uint32_t seed);
 struct llama_sampler * llama_sampler_init_top_k(int32_t k);
+struct llama_sampler * llama_sampler_init_top_k_logprobs(int32_t k);  /* patch 0011 */
 struct llama_sampler * llama_sampler_init_top_p(float p, size_t min_keep);
 struct llama_sampler * llama_sampler_init_min_p(float p, size_t min_keep);
 struct llama_sampler * llama_sampler_init_temp(float t);

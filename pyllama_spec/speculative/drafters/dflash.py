@@ -176,6 +176,12 @@ class DFlashDrafter(ModelDrafter):
         #: False: by the softmax over the 10 candidates the backend keeps, which overrates every row and so
         #: favours depth (held-out SmolLM2, 16 nodes: τ 1.20× the chain's vs 1.16×, RESULTS.md)
         self.tree_full_softmax = True
+        #: with backend sampling that full softmax is taken in the decode graph (vendor/patches/0011: the 10 best
+        #: candidates of each row come back as log-probabilities; no row of logits is copied). Default: when the
+        #: drafter runs on a GPU; on 2 CPU cores the graph's softmax over 8 × 49 152 logits cost more than the host
+        #: path it saves (SmolLM2, tree 16: draft +2.3 ms, draft_sample −1.0 ms a step). False: the logits come back
+        #: and the host normalises them (float64: the trees of before, bit for bit)
+        self.tree_logprobs_in_graph = (supports_gpu_offload() and n_gpu_layers != 0 and self.device != "CPU")
         #: inject a step's committed features in the same decode as the next draft block
         #: (vendor/patches/0006-dflash-fused-inject: one drafter call per step instead of two). Default:
         #: when the drafter runs on a GPU; on the CPU the placeholder rows' extra layer compute costs
@@ -352,16 +358,19 @@ class DFlashDrafter(ModelDrafter):
             self.ctx.decode_embd(feats, pos)
 
     def _decode_block(self, last_token: int, n_past: int, n_max: int, sp: SamplingParams, timer: StageTimer,
-                      candidates: bool, host: bool = False) -> None:
+                      candidates: bool, host: bool = False, logprobs: bool = False) -> None:
         """Decode the noise block ``[last, mask × n_max]`` at ``n_past`` (with the staged features, when
         fused). With greedy ``sp`` and backend sampling, each row's pick is made in the decode graph
         (llama.cpp's backend sampling, no logits copied): its argmax, or with ``candidates`` its 10 best
-        ids and logits; otherwise (sampling from q needs q itself, or ``host``) the logits come back."""
+        ids and logits (``logprobs``: their log-probabilities under the whole row's softmax); otherwise
+        (sampling from q needs q itself, or ``host``) the logits come back."""
         if sp.greedy and self.backend_sampling and not host:
             chain = self.ctx.samplers.get(0)
-            if chain is None or chain.draws == candidates or (not candidates and not chain.params.greedy):
+            if (chain is None or chain.draws == candidates or (not candidates and not chain.params.greedy)
+                    or (candidates and chain.logprobs != logprobs)):
                 # none yet, the other kind, or a batched draft's draw chain: fresh (llama.cpp sets each up once)
-                self.ctx.set_sampler(SamplerChain.candidates(DRAFT_TOP_K) if candidates else SamplerChain())
+                self.ctx.set_sampler(SamplerChain.candidates(DRAFT_TOP_K, logprobs=logprobs) if candidates
+                                     else SamplerChain())
         else:
             for seq in list(self.ctx.samplers):  # (a batched draft may have left chains on other sequences)
                 self.ctx.set_sampler(None, seq)
@@ -458,9 +467,16 @@ class DFlashDrafter(ModelDrafter):
         n_max = min(n_max, self.n_max_limit)
         if n_max <= 0 or budget <= 0:
             return TreeDraft(tokens=[], parents=np.zeros(0, dtype=np.int64))
-        self._decode_block(last_token, n_past, n_max, sp, timer, candidates=True, host=self.tree_full_softmax)
+        in_graph = self.tree_full_softmax and self.tree_logprobs_in_graph
+        self._decode_block(last_token, n_past, n_max, sp, timer, candidates=True,
+                           host=self.tree_full_softmax and not in_graph, logprobs=in_graph)
         with timer("draft_sample"):
-            if 0 in self.ctx.samplers:  # the top-10 chain: softmax over each row's 10 best logits
+            chain = self.ctx.samplers.get(0)
+            if chain is not None and chain.logprobs:  # each row's 10 best with their full-softmax log-probabilities
+                cands = [self.ctx.sampled_candidates(i) for i in range(1, n_max + 1)]
+                tree = build_tree(np.stack([c[0] for c in cands]),
+                                  np.stack([c[1] for c in cands]).astype(np.float64), budget)
+            elif chain is not None:  # the top-10 chain: softmax over each row's 10 best logits
                 cands = [self.ctx.sampled_candidates(i) for i in range(1, n_max + 1)]
                 ids = np.stack([c[0] for c in cands])
                 lg = np.stack([c[1] for c in cands]).astype(np.float64)
