@@ -39,6 +39,10 @@ def main() -> None:
     ap.add_argument("--sync-stages", action="store_true", help="wait for the GPU at every stage boundary")
     ap.add_argument("--split", choices=["heldout", "all"], default="heldout",
                     help="all: every prompt of DATA (a set the drafter was not trained on: issue 20's natural prompts)")
+    ap.add_argument("--host-softmax-too", action="store_true",
+                    help="also run each budget with the trees ranked on the host (DFlashDrafter."
+                         "tree_logprobs_in_graph = False: the rows' logits copied and normalised by numpy), side by "
+                         "side (issue 22, patch 0011)")
     ap.add_argument("--json")
     a = ap.parse_args()
     budgets = [int(b) for b in a.budgets.split(",") if b]
@@ -48,6 +52,10 @@ def main() -> None:
     gen = ps.Generator(target, drafters={"dflash": drafter}, n_ctx=4096, n_gpu_layers=a.n_gpu_layers,
                        tree=max(budgets), n_threads=a.threads)
     runs = {"plain": None, "chain": 0, **{f"tree{b}": b for b in budgets}}
+    if a.host_softmax_too:
+        runs.update({f"tree{b}-host": b for b in budgets})
+    d = gen.drafters["dflash"]
+    in_graph = d.tree_logprobs_in_graph  # (the default: on a GPU, in the graph)
     acc = {name: {"stats": ps.SpecStats(n_max=a.n_max), "s": 0.0, "n": 0, "same": True, "stages": {}}
            for name in runs}
     t0 = time.time()
@@ -60,6 +68,7 @@ def main() -> None:
                 ref = r.tokens
             else:
                 spec = ps.SpecConfig(drafter="dflash", n_max=a.n_max, tree=budget, sync_stages=a.sync_stages)
+                d.tree_logprobs_in_graph = in_graph and not name.endswith("-host")
                 r = gen.generate(prompt_tokens=toks, max_tokens=a.max_tokens, spec=spec)
                 acc[name]["stats"].merge(r.stats)
             acc[name]["s"] += r.generation_seconds
