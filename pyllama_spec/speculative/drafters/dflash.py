@@ -181,13 +181,13 @@ class DFlashDrafter(ModelDrafter):
         #: drafter runs on a GPU; on 2 CPU cores the graph's softmax over 8 × 49 152 logits cost more than the host
         #: path it saves (SmolLM2, tree 16: draft +2.3 ms, draft_sample −1.0 ms a step). False: the logits come back
         #: and the host normalises them (float64: the trees of before, bit for bit)
-        self.tree_logprobs_in_graph = (supports_gpu_offload() and n_gpu_layers != 0 and self.device != "CPU")
+        on_gpu = supports_gpu_offload() and n_gpu_layers != 0 and self.device != "CPU"
+        self.tree_logprobs_in_graph = on_gpu
         #: inject a step's committed features in the same decode as the next draft block
         #: (vendor/patches/0006-dflash-fused-inject: one drafter call per step instead of two). Default:
         #: when the drafter runs on a GPU; on the CPU the placeholder rows' extra layer compute costs
         #: more than the call it saves
-        self.fused_inject = ((supports_gpu_offload() and n_gpu_layers != 0 and self.device != "CPU")
-                             if fused_inject is None else bool(fused_inject))
+        self.fused_inject = on_gpu if fused_inject is None else bool(fused_inject)
         if meta["selector_top_k"] > 0 or meta["markov"]:
             # patch 0006 injects for plain DFlash graphs only; DFlash2 / DSpark inject separately
             if fused_inject:
@@ -295,8 +295,7 @@ class DFlashDrafter(ModelDrafter):
         """Inject committed rows ``feats`` ``(n, width)`` of ``tokens`` at positions ``pos`` (staged for the
         next draft decode when fused)."""
         n_commit = len(tokens)
-        self.flush(timer)
-        self._close_gap()
+        self.flush(timer)  # (closes a hole a long rest left, too)
         self._remember(feats, pos)
         if self.fused_inject and n_commit <= self.block_size:
             # a verify step's rows: staged for the next propose(), which decodes them with its block
@@ -335,7 +334,8 @@ class DFlashDrafter(ModelDrafter):
         # 19.1); the cache keeps a gap here, the token record follows
         if not n_commit:
             return
-        self.flush(timer)  # rows staged before the hole go in first (a batch never spans it)
+        if self._pending is not None:
+            self.flush(timer)  # rows staged before the hole go in first (a batch never spans it)
         if self._skipped_from is None:
             self._skipped_from = int(positions[0])
             self._recent = None
@@ -345,12 +345,13 @@ class DFlashDrafter(ModelDrafter):
 
     def flush(self, timer: StageTimer | None = None) -> None:
         """Inject staged features now (a separate decode), so that the drafter's cache holds every
-        committed position; ``propose`` does it in its own decode otherwise."""
+        committed position; ``propose`` does it in its own decode otherwise. A hole a long rest left
+        (``observe_dormant``) is closed first, so that the cache takes whatever rows come next."""
+        self._close_gap()
         if self._pending is None:
             return
         feats, pos = self._pending
         self._pending = None
-        self._close_gap()
         if timer is None:
             self.ctx.decode_embd(feats, pos)
             return
@@ -472,16 +473,14 @@ class DFlashDrafter(ModelDrafter):
                            host=self.tree_full_softmax and not in_graph, logprobs=in_graph)
         with timer("draft_sample"):
             chain = self.ctx.samplers.get(0)
-            if chain is not None and chain.logprobs:  # each row's 10 best with their full-softmax log-probabilities
-                cands = [self.ctx.sampled_candidates(i) for i in range(1, n_max + 1)]
-                tree = build_tree(np.stack([c[0] for c in cands]),
-                                  np.stack([c[1] for c in cands]).astype(np.float64), budget)
-            elif chain is not None:  # the top-10 chain: softmax over each row's 10 best logits
+            if chain is not None:  # each row's 10 best from the graph
                 cands = [self.ctx.sampled_candidates(i) for i in range(1, n_max + 1)]
                 ids = np.stack([c[0] for c in cands])
                 lg = np.stack([c[1] for c in cands]).astype(np.float64)
-                lg -= lg.max(axis=1, keepdims=True)
-                tree = build_tree(ids, lg - np.log(np.exp(lg).sum(axis=1, keepdims=True)), budget)
+                if not chain.logprobs:  # logits: the softmax over the 10 (with logprobs: the whole row's, done)
+                    lg -= lg.max(axis=1, keepdims=True)
+                    lg -= np.log(np.exp(lg).sum(axis=1, keepdims=True))
+                tree = build_tree(ids, lg, budget)
             elif sp.greedy:
                 tree = tree_from_logits(self.ctx.logits()[1:n_max + 1], budget, DRAFT_TOP_K)
             else:  # verify="rejection": the children are draws from q (a shape that does not depend on them)
@@ -531,8 +530,7 @@ class DFlashDrafter(ModelDrafter):
     def save_state(self) -> dict | None:
         if self.ctx.cache_version != self._version:
             return None
-        self.flush()  # staged rows belong to the state
-        self._close_gap()  # (a state with a hole could not be followed: it is saved empty of features)
+        self.flush()  # staged rows belong to the state (and a hole is closed: it could not be followed)
         self._settle()
         return {"tokens": list(self._tokens), "data": self.ctx.memory.state_get(0)}
 

@@ -65,8 +65,7 @@ class DFlash2Drafter(DFlashDrafter):
         n_max = min(n_max, self.n_max_limit)
         if n_max <= 0:
             return Draft(tokens=[])
-        self.flush(timer)  # rows deferred while n_max="auto" rested (observe_deferred)
-        self._close_gap()  # (rows a long rest skipped: the block must follow what the cache holds)
+        self.flush(timer)  # rows deferred while n_max="auto" rested (observe_deferred); closes a hole of a long rest
         block = np.full(n_max + 1, self.mask_token, dtype=np.int32)
         block[0] = last_token
         with timer("draft", self.ctx):

@@ -60,8 +60,7 @@ class DSparkDrafter(DFlashDrafter):
         n_max = min(n_max, self.n_max_limit)
         if n_max <= 0:
             return Draft(tokens=[])
-        self.flush(timer)  # rows deferred while n_max="auto" rested (observe_deferred)
-        self._close_gap()  # (rows a long rest skipped: the block must follow what the cache holds)
+        self.flush(timer)  # rows deferred while n_max="auto" rested (observe_deferred); closes a hole of a long rest
         first = 0 if self.from_anchor else 1  # the row that predicts the first draft token
         n_block = n_max + first
         block = np.full(n_block, self.mask_token, dtype=np.int32)
