@@ -24,7 +24,7 @@
 #                                    # llama-speculative-simple with and without sbmm; P: kernel tables of verify
 #                                    # batches of 1 / 8 / 16 rows (torch.profiler: kernels, wall, CUDA runtime calls);
 #                                    # G: verify of 1 / 2 / 8 / 16 rows with CUDA graphs on and off (SBMM_DTYPES=f16 for
-#                                    # one dtype, ~1 min); F: the fusions (GGML_CUDA_SBMM_FUSE=1 / 0) -- verify logits
+#                                    # one dtype, ~1 min); F: the fusions (GGML_CUDA_SBMM_FUSE=2 / 1 / 0) -- verify logits
 #                                    # compared, verify of 1..16 rows, device activities, step ÷ plain. Each packs
 #                                    # $OUT/sbmm-A|B|P|G|F.tar.gz
 #   bash benchmarks/h200.sh ops test   # issue 19, after install (our wheel, built with test-backend-ops): llama.cpp's
@@ -291,8 +291,8 @@ sbmm)
     done
   elif [ "$PART" = F ]; then
     # stage 6 (the fusions of ggml_patch/sbmm.cu: sibling MUL_MATs in one launch, MUL_MAT + residual ADD in one
-    # kernel; GGML_CUDA_SBMM_FUSE=0 turns them off, =2 adds the f16 activations written by the RMS_NORM / SwiGLU
-    # before f16 weights): the verify logits of each variant against the last of SBMM_F_ENVS, verify batches of
+    # kernel, the f16 activations written by the RMS_NORM / SwiGLU before f16 weights; GGML_CUDA_SBMM_FUSE=0 turns
+    # them off, =1 keeps the conversion kernels, =2 is the default): the verify logits of each variant against the last of SBMM_F_ENVS, verify batches of
     # 1..16 rows, the device activities per verify call (first variant), and the loop's step ÷ plain, side by side
     FENVS=${SBMM_F_ENVS:-GGML_CUDA_SBMM_FUSE=2 GGML_CUDA_SBMM_FUSE=1 GGML_CUDA_SBMM_FUSE=0}
     REF=${FENVS##* }

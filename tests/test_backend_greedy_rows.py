@@ -7,6 +7,8 @@ import pyllama_spec as ps
 from pyllama_spec._ffi import ffi, lib
 from pyllama_spec.sampler import SamplerChain
 
+from .conftest import EXACT, close_logits
+
 
 @pytest.mark.parametrize("n_rows", [1, 3, 8])
 def test_greedy_rows_match_host_argmax_without_logits_copies(tiny_model, n_rows):
@@ -69,7 +71,10 @@ def test_greedy_rows_of_many_streams_interleaved_and_one_without_a_sampler(tiny_
             assert int(lib.llama_get_sampled_token_ith(dev.ptr, row)) < 0
             got = np.frombuffer(ffi.buffer(lib.llama_get_logits_ith(dev.ptr, row), 4 * n_vocab),
                                 dtype=np.float32)
-            np.testing.assert_allclose(got, want[4][j], rtol=1e-4, atol=1e-4)
+            if EXACT:
+                np.testing.assert_allclose(got, want[4][j], rtol=1e-4, atol=1e-4)
+            else:  # (a batch of 15 rows runs other kernels than one of 3 on a GPU: near-equal logits)
+                close_logits(got, want[4][j])
             continue
         assert int(lib.llama_get_sampled_token_ith(dev.ptr, row)) == int(np.argmax(want[k][j])), (row, j, k)
         assert int(lib.llama_get_sampled_logits_count_ith(dev.ptr, row)) == 0

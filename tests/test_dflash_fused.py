@@ -8,7 +8,7 @@ import pyllama_spec as ps
 from pyllama_spec.speculative.drafters import Drafter
 from pyllama_spec.speculative.drafters.dflash import DFlashDrafter
 
-from .conftest import EXACT
+from .conftest import EXACT, assert_same_tokens_but_near_ties
 
 PROMPTS = ["hello there, how are you", "def add(a, b):\n    return a + b\n\ndef sub(a, b):\n"]
 
@@ -176,7 +176,7 @@ def test_constant_shape_drafts_equal_the_shape_following_path(pair, prompt, n_ma
     tee = Tee(pair.ctx, pair.drafters["fused"], pair.drafters["varying"])
     pair.drafters["tee"] = tee
     try:
-        out = pair.generate(prompt, drafter="tee", n_max=n_max, max_tokens=48).tokens
+        spec = pair.generate(prompt, drafter="tee", n_max=n_max, max_tokens=48)
     finally:
         del pair.drafters["tee"]
     same = [t for a, _ in tee.pairs for t in a]
@@ -184,7 +184,9 @@ def test_constant_shape_drafts_equal_the_shape_following_path(pair, prompt, n_ma
     assert len(tee.pairs) > 3 and len(same) == len(vary)
     agree = np.mean(np.asarray(same) == np.asarray(vary))
     assert agree == 1.0 if EXACT else agree >= 0.9, (agree, tee.pairs[:4])
-    assert out == pair.generate(prompt, max_tokens=48, reuse_prefix=False).tokens
+    # (CPU: token for token; GPU: the verify batches of another shape may flip a near-tie, nothing else)
+    ref = pair.generate(prompt, max_tokens=48, reuse_prefix=False)
+    assert_same_tokens_but_near_ties(pair.ctx, ref.prompt_tokens, spec.tokens, ref.tokens)
 
 
 @pytest.mark.smollm2

@@ -36,6 +36,12 @@ ALLOWED = ("libc.so", "libm.so", "libstdc++", "libgcc_s", "ld-linux", "libpython
 # another library's copy. Our API by name, wherever it binds; everything else by destination: no
 # binding to a library outside ALLOWED (libtorch, libc10, ...).
 OUR_SYMBOLS = ("llama_", "ggml_", "gguf_")
+# C++ runtime statics that exist to be one per process, whose copies are interchangeable: the tag whose
+# address std::make_shared compares (std::_Sp_make_shared_tag::_S_ti()::__tag). The H200 image's
+# compiler links libstdc++ statically into our libraries (no libstdc++.so among their NEEDED; readelf,
+# 2026-12-04), so they carry the runtime's own unique symbols, and the libcufile.so.0 that torch's cu13
+# wheels load exports this one first: the extension binds to it, by design of unique symbols.
+RUNTIME_TAGS = ("_ZZNSt19_Sp_make_shared_tag5_S_tiEvE5__tag",)
 
 
 INTERPRETER = os.path.basename(os.path.realpath(sys.executable))
@@ -58,6 +64,8 @@ def foreign_bindings(lines, interpreter: str = "") -> list[str]:
         if symbol.startswith(OUR_SYMBOLS):
             out.append(line.strip())
             continue
+        if symbol in RUNTIME_TAGS:
+            continue
         to_interpreter = bool(interpreter) and os.path.basename(os.path.realpath(dst)) == interpreter
         if not (to_interpreter or "[GLIBC_" in line or any(k in os.path.basename(dst) for k in ALLOWED)):
             out.append(line.strip())
@@ -78,6 +86,9 @@ def test_the_binding_rule_on_the_lines_seen():
         # one of our API symbols served by another library's copy (forbidden, even from an allowed one)
         "  1234: binding file /x/pyllama_spec/libllama.so [0] to /y/nvidia/lib/libcublas.so.13 [0]: "
         "normal symbol `ggml_backend_dev_count'",
+        # H200 image (2026-12-04): make_shared's tag bound to the copy libcufile exports (allowed: one per process)
+        "  1234: binding file /x/pyllama_spec/_llama.cpython-312-x86_64-linux-gnu.so [0] to "
+        "/y/nvidia/cu13/lib/libcufile.so.0 [0]: normal symbol `_ZZNSt19_Sp_make_shared_tag5_S_tiEvE5__tag'",
         # bindings of other libraries are not ours to judge
         "  1234: binding file /y/torch/lib/libtorch_cpu.so [0] to /y/torch/lib/libc10.so [0]: normal symbol `x'",
     ]

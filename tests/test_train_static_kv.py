@@ -185,7 +185,7 @@ def test_magpie_torch_engine_yields_the_turns_that_end(tmp_path):
     # the same turns from the generator itself
     v = ps.Model(target, vocab_only=True).vocab
     eog = [t for t in range(v.n_tokens) if v.is_eog(t)]
-    model = load_hf_target(target, dtype=torch.float32)
+    model = load_hf_target(target, **P.torch_engine_placement())  # where magpie_requests put it
     tmpl = ps.Model(target, vocab_only=True).chat_template
     bos = v.token_to_piece(v.bos, special=True).decode() if v.bos is not None else ""
     eos = v.token_to_piece(v.eos, special=True).decode() if v.eos is not None else ""

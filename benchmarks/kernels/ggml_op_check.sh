@@ -75,10 +75,10 @@ fuse)
     timeout 200 $TBO -o SBMM_FUSION -b CUDA0 > "$OUT/eval_fuse.txt" 2>&1
     echo "eval (fuse) rc=$?: $(grep -cE '^ +SBMM_FUSION.*OK' "$OUT/eval_fuse.txt") OK, $(grep -cE 'FAIL' "$OUT/eval_fuse.txt") FAIL"
     grep FAIL "$OUT/eval_fuse.txt" | head -10
-    # and with the f16 activations written by the RMS_NORM + MUL / SwiGLU before the matmuls (off by default)
-    GGML_CUDA_SBMM_FUSE=2 timeout 200 $TBO -o SBMM_FUSION -b CUDA0 > "$OUT/eval_fuse2.txt" 2>&1
-    echo "eval (GGML_CUDA_SBMM_FUSE=2) rc=$?: $(grep -cE '^ +SBMM_FUSION.*OK' "$OUT/eval_fuse2.txt") OK, $(grep -cE 'FAIL' "$OUT/eval_fuse2.txt") FAIL"
-    grep FAIL "$OUT/eval_fuse2.txt" | head -10
+    # and without the f16 activations written by the RMS_NORM + MUL / SwiGLU before the matmuls (default: with)
+    GGML_CUDA_SBMM_FUSE=1 timeout 200 $TBO -o SBMM_FUSION -b CUDA0 > "$OUT/eval_fuse1.txt" 2>&1
+    echo "eval (GGML_CUDA_SBMM_FUSE=1) rc=$?: $(grep -cE '^ +SBMM_FUSION.*OK' "$OUT/eval_fuse1.txt") OK, $(grep -cE 'FAIL' "$OUT/eval_fuse1.txt") FAIL"
+    grep FAIL "$OUT/eval_fuse1.txt" | head -10
     evaluate sbmm 300 'f16|q4_0|q8_0|q4_K'
     P='type_a=(f16|q4_0|q4_K|q8_0),type_b=f32,m=4096,n=(1|2|8|16),k=14336,'
     perf sbmm 100

@@ -67,8 +67,9 @@ launch of up to three segments on one conversion of the activations (graph_optim
 the graph is allocated), and a MUL_MAT whose only use is an ADD of a same-shaped tensor (the residual) writes
 W x + r itself: a Qwen3-8B-shaped f16 verify of 8 rows ran 594 device activities instead of 953 and took 5.81
 instead of 6.48 ms (1.17 decodes; Q4_K 4.33 vs 5.31 ms), test-backend-ops -o SBMM_FUSION 120/120 OK (H200,
-RESULTS.md 13.5). GGML_CUDA_SBMM_FUSE=0 turns the fusions off; =2 (not yet measured, off by default) also has the
-RMS_NORM + MUL and the SwiGLU before f16 weights write their activations as f16, with no conversion kernel.
+RESULTS.md 13.5). The RMS_NORM + MUL and the SwiGLU before f16 weights write their activations as f16, with no
+conversion kernel: 486 activities, 5.77 ms (1.14 decodes), a step at n_max 7 with nothing accepted 1.51 instead of
+1.62 decodes (RESULTS.md 13.6). GGML_CUDA_SBMM_FUSE=0 turns the fusions off, =1 keeps the conversion kernels.
 
 """
 
@@ -84,8 +85,8 @@ DISPATCH = """\
 FUSE_ANCHOR = "    if (node->op == GGML_OP_MUL) {\n        ggml_cuda_moe_weighted_reduction_match match;\n"
 FUSE = """\
     // pyllama_spec (patch 0008-cuda-sbmm-small-batch-matmul): a verify batch's sibling MUL_MATs (Q, K, V; gate, up)
-    // in one launch, a MUL_MAT + residual ADD in one kernel (GGML_CUDA_SBMM_FUSE=2: the f16 activations of f16
-    // weights written by the RMS_NORM + MUL or the SwiGLU before them)
+    // in one launch, a MUL_MAT + residual ADD in one kernel, the f16 activations of f16 weights written by the
+    // RMS_NORM + MUL or the SwiGLU before them (GGML_CUDA_SBMM_FUSE=0: none of it, =1: not the activations)
     if (node->op == GGML_OP_MUL_MAT || node->op == GGML_OP_RMS_NORM || node->op == GGML_OP_GLU) {
         const int n_sbmm = ggml_cuda_sbmm_try_fuse(*cuda_ctx, cgraph, i);
         if (n_sbmm > 0) {
@@ -142,7 +143,7 @@ CLASS = """\
 // concat(mm1, mm2)) is built depth first), which ggml-cuda runs as one launch of several segments; with_add:
 // MUL_MAT + ADD of a same-shaped tensor, which the kernel writes as W x + r (k split over the grid where m is
 // small: zeroed dst, the first slice adding r). pre = 1: the activations are RMS_NORM(x) * w, pre = 2:
-// SWIGLU(g, u) (split): with GGML_CUDA_SBMM_FUSE=2 and f16 weights that op writes them as f16 for the MUL_MATs.
+// SWIGLU(g, u) (split): with f16 weights that op writes them as f16 for the MUL_MATs (not with GGML_CUDA_SBMM_FUSE=1).
 struct test_sbmm_fusion : public test_case {
     const ggml_type type;
     const int64_t m;

@@ -759,6 +759,18 @@ def user_turn_prefix(chat_template: str, system: str | None = None, *, bos: str 
 MAGPIE_ENGINES = ("llama", "torch", "hf")
 
 
+def torch_engine_placement() -> dict:
+    """Where the GPU engines (``engine="torch"`` / ``"hf"``) put the target: ``{"dtype", "device"}`` for
+    :func:`.online.load_hf_target` — bf16 on the first CUDA device when there is one, else f32 on the
+    CPU. (One rule, so that a caller can rebuild the engine's sampling exactly: sampled turns are
+    chaotic in the last bit of the logits.)"""
+    import torch
+
+    if torch.cuda.is_available():
+        return {"dtype": torch.bfloat16, "device": "cuda"}
+    return {"dtype": torch.float32, "device": "cpu"}
+
+
 def magpie_requests(target: str | os.PathLike, n: int, *, seed: int = 0, temperature: float = 1.0, min_p: float = 0.02,
                     max_tokens: int = 200, n_parallel: int = 64, n_gpu_layers: int = -1,
                     systems: Sequence[str | None] = SYSTEMS, n_threads: int | None = None, engine: str = "llama",
@@ -806,8 +818,7 @@ def magpie_requests(target: str | os.PathLike, n: int, *, seed: int = 0, tempera
             from .static_kv import StaticKVGenerator, prompt_seed
 
             eog = [t for t in range(v.n_tokens) if v.is_eog(t)]
-            hf = load_hf_target(target, dtype=torch.bfloat16 if torch.cuda.is_available() else torch.float32,
-                                device="cuda" if torch.cuda.is_available() else "cpu")
+            hf = load_hf_target(target, **torch_engine_placement())
             gen = StaticKVGenerator(hf, n_slots=n_parallel, n_ctx=max(len(p) for p in prefixes) + max_tokens + 1)
             for i, row in gen.generate([prefixes[w] for w in which], max_tokens=max_tokens, eog=eog,
                                        temperatures=[temperature] * n, seeds=[prompt_seed(f"magpie{i}", seed)
@@ -822,8 +833,7 @@ def magpie_requests(target: str | os.PathLike, n: int, *, seed: int = 0, tempera
             from .online import load_hf_target
 
             eog = [t for t in range(v.n_tokens) if v.is_eog(t)]
-            hf = load_hf_target(target, dtype=torch.bfloat16 if torch.cuda.is_available() else torch.float32,
-                                device="cuda" if torch.cuda.is_available() else "cpu")
+            hf = load_hf_target(target, **torch_engine_placement())
             dev = next(hf.parameters()).device
             counts = [which.count(w) for w in range(len(systems))]
             k = 0

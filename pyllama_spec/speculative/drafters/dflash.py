@@ -347,15 +347,19 @@ class DFlashDrafter(ModelDrafter):
         """Inject staged features now (a separate decode), so that the drafter's cache holds every
         committed position; ``propose`` does it in its own decode otherwise. A hole a long rest left
         (``observe_dormant``) is closed first, so that the cache takes whatever rows come next."""
-        self._close_gap()
-        if self._pending is None:
+        if self._pending is None and self._skipped_from is None:
             return
-        feats, pos = self._pending
-        self._pending = None
         if timer is None:
-            self.ctx.decode_embd(feats, pos)
+            self._inject_pending()
             return
-        with timer("inject", self.ctx):
+        with timer("inject", self.ctx):  # (the hole's seq_rm too: no backend call outside a stage)
+            self._inject_pending()
+
+    def _inject_pending(self) -> None:
+        self._close_gap()
+        if self._pending is not None:
+            feats, pos = self._pending
+            self._pending = None
             self.ctx.decode_embd(feats, pos)
 
     def _decode_block(self, last_token: int, n_past: int, n_max: int, sp: SamplingParams, timer: StageTimer,
@@ -384,8 +388,12 @@ class DFlashDrafter(ModelDrafter):
         block = np.full(n_max + 1, self.mask_token, dtype=np.int32)
         block[0] = last_token
         pos = np.arange(n_past, n_past + n_max + 1, dtype=np.int32)
-        self._close_gap()
-        if self._pending is not None:
+        # (every cache edit here is inside the stage: a seq_rm waits for the backend like a decode)
+        with timer("draft", self.ctx):
+            self._close_gap()
+            if self._pending is None:
+                self.ctx.decode(block, pos, logits="all")
+                return
             # fused: placeholders at the staged rows' positions, then the block (patch 0006)
             feats, pos_inj = self._pending
             self._pending = None
@@ -395,12 +403,8 @@ class DFlashDrafter(ModelDrafter):
             block = np.concatenate([np.full(n_inj, self.mask_token, dtype=np.int32), block])
             pos = np.concatenate([pos_inj, pos])
             flags = np.concatenate([np.zeros(n_inj, dtype=np.int8), np.ones(n_max + 1, dtype=np.int8)])
-            with timer("draft", self.ctx):
-                self.ctx.stage_dflash_inject(feats)
-                self.ctx.decode(block, pos, logits=flags)
-        else:
-            with timer("draft", self.ctx):
-                self.ctx.decode(block, pos, logits="all")
+            self.ctx.stage_dflash_inject(feats)
+            self.ctx.decode(block, pos, logits=flags)
 
     def _pad_injection(self, feats: np.ndarray, pos: np.ndarray, width: int) -> tuple[np.ndarray, np.ndarray]:
         """Staged rows ``(feats, pos)`` grown to ``width`` rows with the committed rows just before them
