@@ -26,6 +26,7 @@ PATCHES = (
     "0009-backend-greedy-all-rows",
     "0010-completion-flush-log",
     "0011-sampler-top-k-logprobs",
+    "0012-cuda-top-k-small-k",
 )
 
 

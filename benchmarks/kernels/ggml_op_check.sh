@@ -6,6 +6,7 @@
 #   bash benchmarks/kernels/ggml_op_check.sh test    # eval (must pass) + perf, sbmm on and off -> $OUT
 #   bash benchmarks/kernels/ggml_op_check.sh f16half # f16 (f16 activations, the default) vs GGML_CUDA_SBMM_F16_HALF=0: eval + perf
 #   bash benchmarks/kernels/ggml_op_check.sh fuse    # the fusions (op SBMM_FUSION) and every MUL_MAT case: eval; perf n=1,2,8,16
+#   bash benchmarks/kernels/ggml_op_check.sh topk    # patch 0012: every TOP_K case, eval + perf, GGML_CUDA_TOPK_SMALL=1 / 0
 #   bash benchmarks/kernels/ggml_op_check.sh staged  # q4_0 / q8_0 with GGML_CUDA_SBMM=1: eval of the staged
 #                                                    # path, perf staged vs register path vs MMVQ/MMQ -> $OUT
 # The build stays in /tmp/lcw-sbmm while the machine is warm (h200.md: files outside the checkout persist).
@@ -93,6 +94,21 @@ f16half)
     P='type_a=f16,type_b=f32,m=4096,n=[0-9]+,k=14336,'
     perf f16half 100; GGML_CUDA_SBMM_F16_HALF=0 perf f16 100
     ;;
+topk)
+    tbo
+    # patch 0012 (one-pass top-k for k <= 32 of long rows): every TOP_K case against the CPU, with it and without
+    # (GGML_CUDA_TOPK_SMALL=0: the whole-row sort), then the op benchmark of a draft block's rows side by side
+    for v in 1 0; do
+        GGML_CUDA_TOPK_SMALL=$v timeout 200 $TBO -o TOP_K -b CUDA0 > "$OUT/eval_topk$v.txt" 2>&1
+        echo "eval TOP_K (GGML_CUDA_TOPK_SMALL=$v) rc=$?: $(grep -cE '^ +TOP_K.*OK' "$OUT/eval_topk$v.txt") OK, $(grep -cE 'FAIL' "$OUT/eval_topk$v.txt") FAIL"
+        grep FAIL "$OUT/eval_topk$v.txt" | head -10
+    done
+    for v in 1 0; do
+        echo "## perf TOP_K, GGML_CUDA_TOPK_SMALL=$v"
+        GGML_CUDA_TOPK_SMALL=$v timeout 150 $TBO perf -b CUDA0 -o TOP_K 2>&1 | grep -E "TOP_K" | tee "$OUT/perf_topk$v.txt" \
+            | grep -E "ne=\[(49152|151936|65000|200000|202048),[0-9]+,1,1\],k=(1|4|8|10|16|20|32|40)," | head -40
+    done
+    ;;
 *)
-    echo "usage: bash benchmarks/kernels/ggml_op_check.sh build|test|staged|f16half|fuse"; exit 2 ;;
+    echo "usage: bash benchmarks/kernels/ggml_op_check.sh build|test|staged|f16half|fuse|topk"; exit 2 ;;
 esac

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import importlib.util
 import shutil
 import subprocess
 import sys
@@ -30,6 +31,10 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 TREE = ROOT / "vendor" / "llama.cpp"
 PATCH = ROOT / "vendor" / "patches" / "0008-cuda-sbmm-small-batch-matmul.patch"
+_spec = importlib.util.spec_from_file_location("_pin", ROOT / "pyllama_spec" / "_pin.py")
+assert _spec is not None and _spec.loader is not None
+PINNED = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(PINNED)  # (the pin alone: make_patch runs without the package built)
 
 HEADER = """\
 pyllama_spec patch 0008-cuda-sbmm-small-batch-matmul: MUL_MAT of 2..16 columns by one tensor-core kernel
@@ -247,22 +252,42 @@ def applied() -> bool:
     return marker.exists() and PATCH.stem in marker.read_text()
 
 
+def file_section(patch_text: str, rel: str) -> str | None:
+    """The part of a unified diff that changes ``rel`` (from its ``--- a/rel`` line, with a ``diff --git`` line
+    before it if there is one, to the next file's header), or None."""
+    lines = patch_text.splitlines(keepends=True)
+    start = next((i for i, ln in enumerate(lines) if ln.startswith(f"--- a/{rel}") and i + 1 < len(lines)
+                  and lines[i + 1].startswith(f"+++ b/{rel}")), None)
+    if start is None:
+        return None
+    end = next((i for i in range(start + 2, len(lines)) if lines[i].startswith("diff --git ")
+                or (lines[i].startswith("--- ") and i + 1 < len(lines) and lines[i + 1].startswith("+++ "))),
+               len(lines))
+    return "".join(lines[start:end])
+
+
 def base_text(rel: str) -> str:
-    """``rel`` of vendor/llama.cpp as patched by 0001..0007: where the tree has this patch applied, its hunks
-    for ``rel`` are reversed in a temporary copy."""
+    """``rel`` of vendor/llama.cpp as patched by the patches before this one (0001..0007): where the tree has this
+    patch applied, its hunks for ``rel`` are reversed in a temporary copy, after those of any later patch of
+    ``_pin.PATCHES`` that changes ``rel`` too (0012 adds test cases to tests/test-backend-ops.cpp)."""
     text = (TREE / rel).read_text()
     if not applied():
         return text
-    sections = PATCH.read_text().split("diff --git ")
-    mine = [sec for sec in sections if sec.startswith(f"a/{rel} b/{rel}\n")]
-    if len(mine) != 1:
-        raise SystemExit(f"make_patch: {PATCH.name} has {len(mine)} sections for {rel} (expected one)")
+    names = list(PINNED.PATCHES)
+    later = [ROOT / "vendor" / "patches" / f"{n}.patch" for n in names[names.index(PATCH.stem) + 1:]]
     with tempfile.TemporaryDirectory() as d:
         f = Path(d) / rel
         f.parent.mkdir(parents=True)
         f.write_text(text)
-        (Path(d) / "rev.patch").write_text("diff --git " + mine[0])
-        subprocess.run(["patch", "-p1", "-R", "--batch", "-s", "-d", d, "-i", str(Path(d) / "rev.patch")], check=True)
+        for patch in [*reversed(later), PATCH]:
+            sec = file_section(patch.read_text(), rel)
+            if sec is None:
+                if patch == PATCH:
+                    raise SystemExit(f"make_patch: {PATCH.name} has no section for {rel}")
+                continue
+            (Path(d) / "rev.patch").write_text(sec)
+            subprocess.run(["patch", "-p1", "-R", "--batch", "-s", "-d", d, "-i", str(Path(d) / "rev.patch")],
+                           check=True)
         return f.read_text()
 
 
