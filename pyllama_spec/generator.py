@@ -545,7 +545,10 @@ class Generator:
                   depth: int = 256, reps: int = 3) -> list[float]:
         """ms of a verify batch of R = 1..``n_rows`` rows on this target, with ``drafter``'s layer taps on
         (:func:`~pyllama_spec.speculative.costmodel.measure_verify_ms`); measured once per taps and
-        size, then cached. ``n_max="auto"`` reads it. Clears the target's KV cache.
+        size, then cached. ``n_max="auto"`` reads it. A conversation the target's KV cache holds (a
+        previous generation's, or :meth:`load_state`'s) stays, and the next generation reuses it: the
+        measurement decodes after it and removes what it added; with no conversation held the cache
+        is cleared.
 
         Args:
             tokens: ids to fill the cache with (default: the BOS token, repeated).
@@ -563,11 +566,17 @@ class Generator:
                 if self._active is not None:
                     self._active.invalidate()  # the measurement reuses the target's cache
                 fill = list(tokens) if tokens else [self.model.vocab.bos or 0]
+                held = self._ledger.tokens if self._ledger.valid else []
+                # (after the conversation, where the cache has room for it and a verify batch behind it)
+                keep = len(held) if len(held) + n_rows + 1 < self.ctx.n_ctx else 0
                 self._verify_ms[key] = measure_verify_ms(self.ctx, n_rows, fill,
                                                          depth=min(depth, self.ctx.n_ctx // 2), layer_ids=taps,
-                                                         reps=reps)
-                self.ctx.memory.clear()
-                self._ledger.forget()  # the target's cache no longer holds a conversation
+                                                         reps=reps, keep=keep)
+                if keep:
+                    self._ledger.record(held)  # positions [0, keep) were not touched
+                else:
+                    self.ctx.memory.clear()
+                    self._ledger.forget()  # the target's cache no longer holds a conversation
             return list(self._verify_ms[key][:n_rows])
 
     def auto_state(self, drafter: str) -> AutoState:

@@ -197,6 +197,34 @@ def test_save_and_load_a_conversation(pair, tmp_path, tiny):
     assert c.tokens == a.tokens and c.n_reused == a.n_reused and spy.prefilled() == c.n_prefill
 
 
+def test_auto_measures_its_verify_cost_without_losing_a_loaded_conversation(pair, tiny):
+    """n_max="auto" measures the target's verify cost on its first use (Generator.verify_ms): it decodes
+    after the conversation the cache holds and removes what it added, so the loaded state is still
+    reused (before: the measurement cleared the cache, and the first auto generation after load_state
+    of a fresh Generator reused nothing). The kept cells are untouched: the same tokens as a cold run."""
+    warm, cold = pair
+    msgs = [{"role": "user", "content": "keep this conversation"}]
+    r1 = warm.generate(messages=msgs, drafter="dflash", max_tokens=10)
+    state = warm.save_state()
+    msgs2 = msgs + [{"role": "assistant", "content": r1.text}, {"role": "user", "content": "and now?"}]
+    fresh = ps.Generator(tiny["target"], drafters={"dflash": tiny["dflash"]}, n_ctx=1024, n_batch=64, n_ubatch=32)
+    try:
+        assert not fresh._verify_ms  # (never measured)
+        fresh.load_state(state)
+        a = fresh.generate(messages=msgs2, drafter="dflash", n_max="auto", max_tokens=12)
+        cold.load_state(state)  # what a generation that measures nothing keeps of the same state
+        kept = cold.generate(messages=msgs2, drafter="dflash", max_tokens=12).n_reused
+        assert fresh._verify_ms and a.n_reused == kept > 0
+        b = cold.generate(messages=msgs2, drafter="dflash", n_max="auto", max_tokens=12, reuse_prefix=False)
+        assert_same_tokens(a.tokens, b.tokens)
+        # and the cache still holds the whole conversation: the next turn reuses it too
+        msgs3 = msgs2 + [{"role": "assistant", "content": a.text}, {"role": "user", "content": "more"}]
+        c = fresh.generate(messages=msgs3, drafter="dflash", n_max="auto", max_tokens=6)
+        assert c.n_reused >= len(a.prompt_tokens)
+    finally:
+        fresh.close()
+
+
 def test_state_of_another_model_is_refused(pair, tiny_qwen3):
     warm, _ = pair
     warm.generate("x y z", max_tokens=3)

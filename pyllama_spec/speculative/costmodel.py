@@ -503,13 +503,16 @@ def expected_tree_tau(parents: Any, node_prob: Any) -> float:
 
 # -- measuring V(R) directly --------------------------------------------------------------------------
 def measure_verify_ms(ctx: Context, n_rows: int, tokens: Sequence[int], *, depth: int = 256,
-                      layer_ids: Sequence[int] = (), reps: int = 3) -> list[float]:
+                      layer_ids: Sequence[int] = (), reps: int = 3, keep: int = 0) -> list[float]:
     """ms of the target decoding a verify batch of R = 1..``n_rows`` rows (every row an output) after
     ``depth`` cached positions; median of ``reps`` calls after one warm-up, each ended by a sync.
 
-    Clears ``ctx``'s cache (and leaves it holding ``depth`` positions) and turns on the layer-input
-    taps ``layer_ids`` (a drafter's, as the loop will). ``tokens``: ids to fill the cache with
-    (repeated as needed), e.g. the prompt.
+    With ``keep`` = 0 it clears ``ctx``'s cache (and leaves it holding ``depth`` positions). With
+    ``keep`` > 0, positions ``[0, keep)`` of sequence 0 hold a conversation that stays: the fill and
+    the measured batches go after it (at ``max(depth, keep)``) and are removed again, so the cache
+    holds exactly what it held before (the caller must have checked ``keep + n_rows < n_ctx``).
+    Turns on the layer-input taps ``layer_ids`` (a drafter's, as the loop will). ``tokens``: ids to
+    fill the cache with (repeated as needed), e.g. the prompt.
 
     Row counts up to 8 are all measured; beyond, every 2nd up to 16 and every 4th after that (plus
     ``n_rows``), the others interpolated linearly — a verify's cost is smooth in its rows.
@@ -518,11 +521,15 @@ def measure_verify_ms(ctx: Context, n_rows: int, tokens: Sequence[int], *, depth
         ``[V(1), ..., V(n_rows)]`` in ms.
     """
     toks = [int(t) for t in tokens] or [0]
-    depth = max(1, min(depth, ctx.n_ctx - n_rows - 1))
+    keep = max(0, int(keep))
+    depth = max(1, keep, min(depth, ctx.n_ctx - n_rows - 1))
     fill = (toks * ((depth + n_rows) // len(toks) + 1))[:depth + n_rows]
     ctx.set_layer_inputs(list(layer_ids))
-    ctx.memory.clear()
-    for i in range(0, depth, ctx.n_batch):
+    if keep:
+        ctx.memory.seq_rm(0, keep)  # (nothing after the kept conversation)
+    else:
+        ctx.memory.clear()
+    for i in range(keep, depth, ctx.n_batch):
         chunk = fill[i:min(i + ctx.n_batch, depth)]
         ctx.decode(chunk, np.arange(i, i + len(chunk), dtype=np.int32), logits="none")
     sizes = sorted({r for r in range(1, n_rows + 1) if r <= 8 or (r <= 16 and r % 2 == 0) or r % 4 == 0} | {n_rows})
@@ -536,6 +543,8 @@ def measure_verify_ms(ctx: Context, n_rows: int, tokens: Sequence[int], *, depth
             ts.append(time.perf_counter() - t0)
             ctx.memory.seq_rm(0, depth)
         out.append(1e3 * float(np.median(ts[1:])))
+    if keep:
+        ctx.memory.seq_rm(0, keep)  # the fill goes; the conversation stays
     return [float(v) for v in np.interp(np.arange(1, n_rows + 1), sizes, out)]
 
 
