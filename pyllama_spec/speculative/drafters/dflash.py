@@ -76,6 +76,67 @@ def _entropy(logits: np.ndarray) -> np.ndarray:
     return np.maximum(0.0, np.log(s[:, 0]) - (e * z).sum(axis=1) / s[:, 0])
 
 
+class _RowTail:
+    """The last ``cap`` committed rows' ``(features, positions)`` (consecutive positions), kept as the chunks
+    they arrived in — views, not copies: on a Qwen3-8B-shaped pair a row of target features is 80 KB, and
+    copying the whole block each step (append, cut, pick) cost ~0.5 ms a step (RESULTS.md 13.6: the fused
+    injection's "other" and "rollback" stages against the split one's)."""
+
+    def __init__(self, cap: int):
+        self.cap = cap
+        self._chunks: list[tuple[np.ndarray, np.ndarray]] = []
+
+    def __len__(self) -> int:
+        return sum(len(p) for _, p in self._chunks)
+
+    def add(self, feats: np.ndarray, pos: np.ndarray) -> None:
+        """Append rows ``(n, width)`` at positions ``pos`` (consecutive); rows that do not follow the kept
+        ones start a new run. Whole chunks older than the last ``cap`` rows go."""
+        pos = np.array(pos, dtype=np.int32)  # (the caller's positions may be a view of the loop's array)
+        if self._chunks and int(self._chunks[-1][1][-1]) + 1 != int(pos[0]):
+            self._chunks = []
+        self._chunks.append((feats, pos))
+        n = len(self)
+        while n - len(self._chunks[0][1]) >= self.cap:
+            n -= len(self._chunks.pop(0)[1])
+
+    def cut(self, n: int) -> bool:
+        """Keep the positions ``< n`` only; False when none is left."""
+        while self._chunks and int(self._chunks[-1][1][0]) >= n:
+            self._chunks.pop()
+        if self._chunks:
+            f, p = self._chunks[-1]
+            k = int(np.searchsorted(p, n))
+            if k < len(p):
+                self._chunks[-1] = (f[:k], p[:k])
+        return bool(self._chunks)
+
+    def before(self, p: int, m: int) -> tuple[np.ndarray, np.ndarray] | None:
+        """The last ``m`` rows at positions ``< p`` (a copy, ``(m', width)`` with ``m' ≤ m``), or None."""
+        fs: list[np.ndarray] = []
+        ps: list[np.ndarray] = []
+        need = m
+        for f, q in reversed(self._chunks):
+            if need <= 0:
+                break
+            k = int(np.searchsorted(q, p))  # rows of this chunk before p
+            if k == 0:
+                continue
+            take = min(k, need)
+            fs.append(f[k - take:k])
+            ps.append(q[k - take:k])
+            need -= take
+        if not fs:
+            return None
+        return np.concatenate(fs[::-1]), np.concatenate(ps[::-1])
+
+    def rows(self) -> tuple[np.ndarray, np.ndarray]:
+        """The last ``cap`` rows (a copy): ``(features, positions)``."""
+        f = np.concatenate([c[0] for c in self._chunks])
+        p = np.concatenate([c[1] for c in self._chunks])
+        return f[-self.cap:], p[-self.cap:]
+
+
 @register_drafter
 class DFlashDrafter(ModelDrafter):
     """A DFlash drafter model running in its own llama.cpp context linked to the target's.
@@ -204,9 +265,9 @@ class DFlashDrafter(ModelDrafter):
         # staged (features, positions) of committed rows that the next propose() injects (fused);
         # they count as held: begin() and save_state() inject them first
         self._pending: tuple[np.ndarray, np.ndarray] | None = None
-        # (features, positions) of the last block_size committed rows (consecutive positions, the
-        # staged ones included): what a constant-shape decode injects again
-        self._recent: tuple[np.ndarray, np.ndarray] | None = None
+        # the last block_size committed rows (consecutive positions, the staged ones included): what a
+        # constant-shape decode injects again
+        self._recent: _RowTail | None = None
         # prefix reuse: the tokens whose features sequence 0 of the cache holds (staged rows
         # included), valid while the cache is at version _version (anything else that touched it
         # makes the record void)
@@ -247,7 +308,8 @@ class DFlashDrafter(ModelDrafter):
                 self.flush()
             self.ctx.memory.seq_rm(0, n_keep)  # features of [0, n_keep) stay; nothing after
             del self._tokens[n_keep:]
-            self._recent = self._rows_before(self._recent, n_keep)
+            if self._recent is not None and not self._recent.cut(n_keep):
+                self._recent = None
         else:
             self._pending = None
             self._recent = None
@@ -261,6 +323,8 @@ class DFlashDrafter(ModelDrafter):
         if rows is None:
             return None
         keep = rows[1] < n
+        if keep.all():
+            return rows  # (the common case, a rollback after the staged rows: no copy)
         return (rows[0][keep], rows[1][keep]) if keep.any() else None
 
     def _remember(self, feats: np.ndarray, pos: np.ndarray) -> None:
@@ -268,11 +332,9 @@ class DFlashDrafter(ModelDrafter):
         positions: rows that do not follow the kept ones start a new run."""
         if not len(pos) or not (self.fused_inject and self.constant_shape):
             return  # (only a fused decode injects them again)
-        if self._recent is not None and int(self._recent[1][-1]) + 1 == int(pos[0]):
-            feats = np.concatenate([self._recent[0], feats])
-            pos = np.concatenate([self._recent[1], pos])
-        n = self.block_size
-        self._recent = (feats[-n:].copy(), pos[-n:].copy())
+        if self._recent is None:
+            self._recent = _RowTail(self.block_size)
+        self._recent.add(feats, pos)  # (feats: a fresh array of _features, kept by reference)
 
     def observe(self, tokens: list[int], positions: np.ndarray, n_commit: int, timer: StageTimer) -> None:
         # only the committed rows: the same cache as llama.cpp's inject-all-then-remove, less work
@@ -414,14 +476,13 @@ class DFlashDrafter(ModelDrafter):
         target's verify keeps the output exact either way)."""
         if self._recent is None or len(pos) >= width:
             return feats, pos
-        rf, rp = self._recent
-        before = rp < int(pos[0])
-        m = min(width - len(pos), int(np.count_nonzero(before)))
+        got = self._recent.before(int(pos[0]), width - len(pos))
         # (the kept rows are consecutive and end at the staged ones: those before them end at pos[0] - 1)
-        if m == 0 or int(rp[before][-1]) != int(pos[0]) - 1:
+        if got is None or int(got[1][-1]) != int(pos[0]) - 1:
             return feats, pos
-        self.ctx.memory.seq_rm(0, int(pos[0]) - m)
-        return np.concatenate([rf[before][-m:], feats]), np.concatenate([rp[before][-m:], pos])
+        rf, rp = got
+        self.ctx.memory.seq_rm(0, int(rp[0]))
+        return np.concatenate([rf, feats]), np.concatenate([rp, pos])
 
     def propose(self, last_token: int, n_past: int, n_max: int, sp: SamplingParams, rng: np.random.Generator,
                 timer: StageTimer) -> Draft:
@@ -526,7 +587,8 @@ class DFlashDrafter(ModelDrafter):
         if self._skipped_from is not None and n_past <= self._skipped_from:
             self._skipped_from = None  # the hole is gone with the positions it was at
         self._pending = self._rows_before(self._pending, n_past)
-        self._recent = self._rows_before(self._recent, n_past)
+        if self._recent is not None and not self._recent.cut(n_past):
+            self._recent = None
         self.ctx.memory.seq_rm(0, n_past)
         del self._tokens[n_past:]
         self._settle()
