@@ -191,20 +191,26 @@ class Bench:
         kw = dict(prompt_tokens=self.prompt[:self.a.depth], max_tokens=self.a.max_tokens)
         backend = {"auto": "auto", "on": True, "off": False}[self.a.backend_sampling]
         out = []
-        # the DFlash drafter with its injection fused into the draft decode (patch 0006) and split
-        fused_modes = (True, False) if hasattr(self.dft, "fused_inject") else (False,)
-        configs = [(None, 0, False)] + [("dflash", n, f) for n in self.a.n_max for f in fused_modes]
+        # the DFlash drafter with its injection fused into the draft decode (patch 0006) — with the committed
+        # rows injected again to one shape per n_max (constant_shape, the default) or the shape following
+        # acceptance ("fused-var") — and split (its own decode)
+        inject = (("fused", True, True), ("fused-var", True, False), ("split", False, True))
+        modes = inject if hasattr(self.dft, "fused_inject") else inject[2:]
+        configs = [(None, 0, inject[2])] + [("dflash", n, m) for n in self.a.n_max for m in modes]
+        shape_default = getattr(self.dft, "constant_shape", True)
         for sync in (True, False):
-            for drafter, n_max, fused in configs:
+            for drafter, n_max, (label, fused, shape) in configs:
                 if hasattr(self.dft, "fused_inject"):
                     self.dft.fused_inject = fused
+                    self.dft.constant_shape = shape
                 spec = ps.SpecConfig(drafter=drafter, n_max=n_max or None, sync_stages=sync, backend_sampling=backend)
                 self.gen.generate(spec=spec, **kw)  # warm-up
                 rs = [self.gen.generate(spec=spec, **kw)
                       for _ in range(self.a.runs)]
                 r = min(rs, key=lambda x: x.generation_seconds)
                 steps = max(1, r.stats.n_steps)
-                row = {"drafter": drafter, "n_max": r.n_max, "fused_inject": fused, "sync": sync,
+                row = {"drafter": drafter, "n_max": r.n_max, "fused_inject": fused, "constant_shape": shape,
+                       "inject": label, "sync": sync,
                        "tok_s": r.tokens_per_s,
                        "ms_per_step": 1e3 * r.generation_seconds / steps, "tau": r.stats.mean_accepted_length,
                        "acceptance": r.stats.acceptance_rate, "n_steps": r.stats.n_steps,
@@ -220,13 +226,14 @@ class Bench:
         for r in out:
             stages = "  ".join(f"{k} {v:.3f}" for k, v in r["stages_ms_per_step"].items() if v > 0.005)
             print(f"loop {'sync' if r['sync'] else 'free'} {r['drafter'] or 'plain':<7} n_max={r['n_max']:<3} "
-                  f"{'fused' if r['fused_inject'] else 'split'} "
+                  f"{r['inject']:<9} "
                   f"{r['tok_s']:8.1f} tok/s  {r['ms_per_step']:7.3f} ms/step  step/plain {r['step_vs_plain']:5.2f}  "
                   f"τ {r['tau']:.2f}  speed/plain {r['speed_vs_plain']:.2f}"
                   + (f"\n      [{stages}]" if r["sync"] else ""),
                   flush=True)
         if hasattr(self.dft, "fused_inject"):
             self.dft.fused_inject = self.fused_default
+            self.dft.constant_shape = shape_default
         return out
 
     # -- kernels -------------------------------------------------------------------------------------
