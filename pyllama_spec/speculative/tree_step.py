@@ -150,7 +150,11 @@ def tree_verify_step(target: Context, drafter: Drafter, last: int, n_past: int, 
                                    f"n_max={n_max}: fix its propose_tree()")
     mem = target.memory
     leaves, sets = tree.seq_sets()
-    n_seq = max(1, len(leaves))
+    # the root goes into every mirror, as many as the budget allows leaves, whatever this tree's shape: the
+    # batch then has the same sequences every step and llama.cpp reuses its graph (llm_graph_params::
+    # allow_reuse compares n_seqs_unq; with the root in the tree's own branches only, SmolLM2's target
+    # rebuilt it at each of 24 steps on the CPU, a chain 3 of 27)
+    n_seq = max(1, len(leaves), min(budget, target.n_seq_max))
     batch = [last] + tree.tokens
     pos = np.empty(len(batch), dtype=np.int32)
     pos[0] = n_past
