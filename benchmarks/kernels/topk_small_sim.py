@@ -42,6 +42,7 @@ def block_select(lists: list[tuple[list[float], list[int]]], k: int) -> list[tup
 
 def top_k(x: list[float], k: int, nt: int, chunk_max: int, max_split: int = 5) -> list[int]:
     kk = 8 if k <= 8 else 16 if k <= 16 else 32
+    x = [-INF if v != v else v for v in x]  # the kernel's fmaxf(x, -inf): a NaN ranks as -inf
     n = len(x)
     n_split = max(1, min(max_split, (n + chunk_max - 1) // chunk_max))
     chunk = (n + n_split - 1) // n_split
@@ -71,7 +72,12 @@ def main() -> None:
         got = top_k(x, k, nt=rng.choice([1, 4, 8, 32]), chunk_max=rng.choice([5, 37, 64, 1000]))
         want = sorted(range(n), key=lambda j: (-x[j], j))[:k]
         assert got == want, (n, k, got, want)
-    print("ok: 3000 random rows (ties, -inf): the first k of a stable descending sort")
+    for n in (1, 2, 17, 300):  # NaN rows (a broken model's logits): k valid, distinct columns, never the sentinel
+        for x in ([float("nan")] * n, [float("nan")] * (n - 1) + [1.0]):
+            k = min(n, 10)
+            got = top_k(x, k, nt=4, chunk_max=37)
+            assert len(set(got)) == k and all(0 <= i < n for i in got), (n, got)
+    print("ok: 3000 random rows (ties, -inf): the first k of a stable descending sort; NaN rows: valid columns")
 
 
 if __name__ == "__main__":
