@@ -293,9 +293,10 @@ sbmm)
   elif [ "$PART" = F ]; then
     # stage 6 (the fusions of ggml_patch/sbmm.cu: sibling MUL_MATs in one launch, MUL_MAT + residual ADD in one
     # kernel, the f16 activations written by the RMS_NORM / SwiGLU before f16 weights; GGML_CUDA_SBMM_FUSE=0 turns
-    # them off, =1 keeps the conversion kernels, =2 is the default): the verify logits of each variant against the last of SBMM_F_ENVS, verify batches of
+    # them off, =1 keeps the conversion kernels, =2 is the default, =3 adds q8_1 activations for quantized weights:
+    # the same as =2 for f16 pairs): the verify logits of each variant against the last of SBMM_F_ENVS, verify batches of
     # 1..16 rows, the device activities per verify call (first variant), and the loop's step ÷ plain, side by side
-    FENVS=${SBMM_F_ENVS:-GGML_CUDA_SBMM_FUSE=2 GGML_CUDA_SBMM_FUSE=1 GGML_CUDA_SBMM_FUSE=0}
+    FENVS=${SBMM_F_ENVS:-GGML_CUDA_SBMM_FUSE=3 GGML_CUDA_SBMM_FUSE=2 GGML_CUDA_SBMM_FUSE=1 GGML_CUDA_SBMM_FUSE=0}
     REF=${FENVS##* }
     for dt in $DTS; do
       T=$B/target-qwen3-8b-$dt.gguf; D=$B/dflash-qwen3-8b-$dt.gguf

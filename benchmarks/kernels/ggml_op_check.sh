@@ -80,6 +80,10 @@ fuse)
     GGML_CUDA_SBMM_FUSE=1 timeout 200 $TBO -o SBMM_FUSION -b CUDA0 > "$OUT/eval_fuse1.txt" 2>&1
     echo "eval (GGML_CUDA_SBMM_FUSE=1) rc=$?: $(grep -cE '^ +SBMM_FUSION.*OK' "$OUT/eval_fuse1.txt") OK, $(grep -cE 'FAIL' "$OUT/eval_fuse1.txt") FAIL"
     grep FAIL "$OUT/eval_fuse1.txt" | head -10
+    # and with the q8_1 activations of quantized weights written the same way (GGML_CUDA_SBMM_FUSE=3, off by default)
+    GGML_CUDA_SBMM_FUSE=3 timeout 200 $TBO -o SBMM_FUSION -b CUDA0 > "$OUT/eval_fuse3.txt" 2>&1
+    echo "eval (GGML_CUDA_SBMM_FUSE=3) rc=$?: $(grep -cE '^ +SBMM_FUSION.*OK' "$OUT/eval_fuse3.txt") OK, $(grep -cE 'FAIL' "$OUT/eval_fuse3.txt") FAIL"
+    grep FAIL "$OUT/eval_fuse3.txt" | head -10
     evaluate sbmm 300 'f16|q4_0|q8_0|q4_K'
     P='type_a=(f16|q4_0|q4_K|q8_0),type_b=f32,m=4096,n=(1|2|8|16),k=14336,'
     perf sbmm 100

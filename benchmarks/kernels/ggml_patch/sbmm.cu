@@ -29,6 +29,9 @@ struct sbmm_env {
                            // SwiGLU) instead of f32 + a conversion kernel: an 8-row f16 verify 5.77 vs 5.81 ms, a
                            // step at n_max 7 1.51 vs 1.62 decodes (H200, RESULTS 13.6); GGML_CUDA_SBMM_FUSE=1: the
                            // fusions without it, =2 (or unset): both
+    bool fuse_q8 = false;  // GGML_CUDA_SBMM_FUSE=3: also the q8_1 activations of quantized weights written by the op
+                           // before them (the 145 quantize_q8_1 kernels of an 8-row Q4_0 verify; written without a
+                           // GPU, 2026-12-04: off until `h200.sh ops fuse` and a verify profile have run)
     sbmm_env() {
         if (const char * e = getenv("GGML_CUDA_SBMM")) {
             mode = atoi(e) > 0 ? 1 : 0;
@@ -48,6 +51,7 @@ struct sbmm_env {
         if (const char * e = getenv("GGML_CUDA_SBMM_FUSE")) {
             fuse = atoi(e) != 0;
             fuse_act = atoi(e) >= 2;  // (0: nothing fused, 1: no f16 activations from the op before)
+            fuse_q8 = atoi(e) >= 3;
         }
     }
 };
@@ -280,9 +284,9 @@ int ksplit_any(int t, int64_t m, const ggml_tensor * src1, int nsm) {
 // Runs job (its segments: weights of type src0_type with ne10 = k columns each) on the activations src1 (k x
 // ncols f32), converted to f16 / quantized to q8_1 once for all the job's segments.
 // act_f16 (f16 weights on the staged path only): the activations already as f16, [ncols][ne10] halves, made by
-// the op before (fused_act_f16 below): no conversion here.
+// the op before (fused_act below): no conversion here; act_q8_1 (quantized weights): the same for q8_1.
 void run_job(ggml_backend_cuda_context & ctx, ggml_type src0_type, const ggml_tensor * src1, const sbmm_job & job,
-             const half * act_f16 = nullptr) {
+             const half * act_f16 = nullptr, const void * act_q8_1 = nullptr) {
     cudaStream_t stream = ctx.stream();
     const int     nsm   = ggml_cuda_info().devices[ctx.device].nsm;
     const int     t     = sbmm_type(src0_type);
@@ -306,21 +310,24 @@ void run_job(ggml_backend_cuda_context & ctx, ggml_type src0_type, const ggml_te
         return;
     }
 
-    // the activations as MMVQ has them: q8_1, each column padded to MATRIX_ROW_PADDING values
+    // the activations as MMVQ has them: q8_1, each column padded to MATRIX_ROW_PADDING values (act_q8_1: made by
+    // the op before, fused_act below)
     const int64_t ne10_padded = GGML_PAD(ne10, MATRIX_ROW_PADDING);
-    ggml_cuda_pool_alloc<char> src1_q8_1(ctx.pool(), ne11 * ne10_padded * sizeof(block_q8_1) / QK8_1);
-    {
+    ggml_cuda_pool_alloc<char> src1_q8_1(ctx.pool());
+    if (!act_q8_1) {
+        src1_q8_1.alloc(ne11 * ne10_padded * sizeof(block_q8_1) / QK8_1);
         const int64_t s11 = src1->nb[1] / sizeof(float);
         const int64_t s12 = src1->nb[2] / sizeof(float);
         const int64_t s13 = src1->nb[3] / sizeof(float);
         quantize_row_q8_1_cuda((const float *) src1->data, nullptr, src1_q8_1.get(), src0_type, ne10, s11, s12, s13,
                                ne10_padded, ne11, 1, 1, stream);
     }
+    const void * y_q8_1 = act_q8_1 ? act_q8_1 : src1_q8_1.get();
     const int64_t stride_col_y = ne10_padded / QK8_1;
     switch (t) {
-        case sbmm::W_Q4_0: launch_path<sbmm::W_Q4_0>(job, src1_q8_1.get(), stride_col_y, k, ncols, nsm, stream); break;
-        case sbmm::W_Q8_0: launch_path<sbmm::W_Q8_0>(job, src1_q8_1.get(), stride_col_y, k, ncols, nsm, stream); break;
-        case sbmm::W_Q4_K: launch_path<sbmm::W_Q4_K>(job, src1_q8_1.get(), stride_col_y, k, ncols, nsm, stream); break;
+        case sbmm::W_Q4_0: launch_path<sbmm::W_Q4_0>(job, y_q8_1, stride_col_y, k, ncols, nsm, stream); break;
+        case sbmm::W_Q8_0: launch_path<sbmm::W_Q8_0>(job, y_q8_1, stride_col_y, k, ncols, nsm, stream); break;
+        case sbmm::W_Q4_K: launch_path<sbmm::W_Q4_K>(job, y_q8_1, stride_col_y, k, ncols, nsm, stream); break;
         default:           GGML_ABORT("sbmm: unsupported type");
     }
 }
@@ -367,6 +374,59 @@ __global__ void swiglu_to_f16(const float * __restrict__ gate, long long stride_
     const long long c = i / n;
     const long long r = i - c * n;
     y[i] = __float2half(ggml_cuda_op_silu_single(gate[c * stride_col_g + r]) * up[c * stride_col_u + r]);
+}
+
+// q8_1 activations written by the op that makes them (GGML_CUDA_SBMM_FUSE=3), in MMVQ's layout (what
+// quantize_row_q8_1_cuda writes: per column ne10_padded / 32 blocks {half2 (d, sum), int8 qs[32]}, zeros past n),
+// with quantize_q8_1's arithmetic (d = amax / 127, q = roundf(v / d), sum of the float values) on the values the
+// op would have written: RMS_NORM + MUL as rms_norm_mul_to_f16 computes them, one block of 256 threads (8 warps,
+// a q8_1 block per warp and step) per column; n_padded % 256 == 0, so every warp runs the same steps
+__device__ __forceinline__ void store_q8_1(block_q8_1 * yc, int i, float v) {
+    const float amax = warp_reduce_max(fabsf(v));
+    const float sum  = warp_reduce_sum(v);
+    const float d    = amax / 127.0f;
+    yc[i / QK8_1].qs[i % QK8_1] = amax == 0.0f ? 0 : (int8_t) roundf(v / d);
+    if (i % QK8_1 == 0) {
+        yc[i / QK8_1].ds = make_half2(d, sum);
+    }
+}
+
+__global__ void __launch_bounds__(256) rms_norm_mul_to_q8_1(const float * __restrict__ x, long long stride_col_x,
+                                                            const float * __restrict__ w, block_q8_1 * __restrict__ y,
+                                                            int n, int n_padded, float eps) {
+    const float * xc = x + (long long) blockIdx.x * stride_col_x;
+    block_q8_1 * yc = y + (long long) blockIdx.x * (n_padded / QK8_1);
+    float sum = 0.0f;
+    for (int i = threadIdx.x; i < n; i += 256) {
+        const float v = xc[i];
+        sum += v * v;
+    }
+    __shared__ float partial[8];
+    sum = warp_reduce_sum(sum);
+    if ((threadIdx.x & 31) == 0) {
+        partial[threadIdx.x >> 5] = sum;
+    }
+    __syncthreads();
+    sum = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+        sum += partial[i];
+    }
+    const float scale = rsqrtf(sum / n + eps);
+    for (int i = threadIdx.x; i < n_padded; i += 256) {
+        store_q8_1(yc, i, i < n ? scale * xc[i] * w[i] : 0.0f);
+    }
+}
+
+// SwiGLU (split, not swapped) to q8_1: grid (n_padded / 256, ncols), blocks of 256 threads
+__global__ void __launch_bounds__(256) swiglu_to_q8_1(const float * __restrict__ gate, long long stride_col_g,
+                                                      const float * __restrict__ up, long long stride_col_u,
+                                                      block_q8_1 * __restrict__ y, int n, int n_padded) {
+    const int c = blockIdx.y;
+    const int i = blockIdx.x * 256 + threadIdx.x;
+    const float v = i < n ? ggml_cuda_op_silu_single(gate[(long long) c * stride_col_g + i]) * up[(long long) c * stride_col_u + i]
+                          : 0.0f;
+    store_q8_1(y + (long long) c * (n_padded / QK8_1), i, v);
 }
 
 // whether [a, a + na) and [b, b + nb) share a byte
@@ -520,20 +580,33 @@ static bool residual_job(ggml_backend_cuda_context & ctx, ggml_cgraph * cgraph, 
     return true;
 }
 
-// GGML_CUDA_SBMM_FUSE=2, f16 weights: the f16 activations of the MUL_MATs after node i written by node i's op
-// itself. Node i is RMS_NORM followed by the MUL by its weight, whose every use is one of the up to 3 sibling
-// MUL_MATs right after it (a layer's Q, K, V; gate, up; the output head); or a SwiGLU (split, not swapped) whose
-// only use is the MUL_MAT right after it (ffn_down), with its residual ADD if there is one. Returns the nodes
-// computed (0: none).
-static int fused_act_f16(ggml_backend_cuda_context & ctx, ggml_cgraph * cgraph, int i, int cc) {
+// The activations of the MUL_MATs after node i written by node i's op itself: f16 for f16 weights (the default,
+// GGML_CUDA_SBMM_FUSE=2) and q8_1 for quantized ones (GGML_CUDA_SBMM_FUSE=3). Node i is RMS_NORM followed by the
+// MUL by its weight, whose every use is one of the up to 3 sibling MUL_MATs right after it (a layer's Q, K, V;
+// gate, up; the output head); or a SwiGLU (split, not swapped) whose only use is the MUL_MAT right after it
+// (ffn_down), with its residual ADD if there is one. Returns the nodes computed (0: none).
+static int fused_act(ggml_backend_cuda_context & ctx, ggml_cgraph * cgraph, int i, int cc) {
     ggml_tensor * node = cgraph->nodes[i];
     cudaStream_t stream = ctx.stream();
     auto f32_cols = [](const ggml_tensor * x) { // f32, rows of ne[0] contiguous values, 2-D
         return x->type == GGML_TYPE_F32 && x->nb[0] == sizeof(float) && x->ne[2] == 1 && x->ne[3] == 1;
     };
-    auto f16_mm = [&](const ggml_tensor * mm, const ggml_tensor * act) {
-        return sbmm_fusable_mm(mm, cc) && mm->src[1] == act && mm->src[0]->type == GGML_TYPE_F16 &&
-               job_staged(sbmm::W_F16, act);
+    // the MUL_MAT reads act, and its weights take activations made here: f16 (staged path) or q8_1
+    auto act_mm = [&](const ggml_tensor * mm, const ggml_tensor * act) {
+        if (!sbmm_fusable_mm(mm, cc) || mm->src[1] != act) {
+            return false;
+        }
+        const int t = sbmm_type(mm->src[0]->type);
+        return t == sbmm::W_F16 ? job_staged(t, act) : env().fuse_q8;
+    };
+    // the activations of x (ne0 x ncols) for weights of type wt: a pool buffer that run_job reads
+    struct act_buf { // (freed in reverse order of allocation, as the VMM pool requires: at most one is allocated)
+        ggml_cuda_pool_alloc<half> f16;
+        ggml_cuda_pool_alloc<char> q8;
+        explicit act_buf(ggml_cuda_pool & pool) : f16(pool), q8(pool) {}
+    };
+    auto q8_bytes = [](int64_t ne0, int64_t ncols) {
+        return (size_t) (ncols * GGML_PAD(ne0, MATRIX_ROW_PADDING) / QK8_1 * sizeof(block_q8_1));
     };
     if (node->op == GGML_OP_RMS_NORM && i + 2 < cgraph->n_nodes) {
         ggml_tensor * mul = cgraph->nodes[i + 1];
@@ -547,7 +620,7 @@ static int fused_act_f16(ggml_backend_cuda_context & ctx, ggml_cgraph * cgraph, 
             return 0;
         }
         int n = 0;
-        while (i + 2 + n < cgraph->n_nodes && n < sbmm::max_segs && f16_mm(cgraph->nodes[i + 2 + n], mul) &&
+        while (i + 2 + n < cgraph->n_nodes && n < sbmm::max_segs && act_mm(cgraph->nodes[i + 2 + n], mul) &&
                (n == 0 || sbmm_siblings(cgraph->nodes[i + 2], cgraph->nodes[i + 2 + n]))) {
             ++n;
         }
@@ -558,9 +631,18 @@ static int fused_act_f16(ggml_backend_cuda_context & ctx, ggml_cgraph * cgraph, 
         memcpy(&eps, node->op_params, sizeof(float));
         const int64_t ne0 = x->ne[0];
         const int64_t ncols = x->ne[1];
-        ggml_cuda_pool_alloc<half> act(ctx.pool(), ne0 * ncols);
-        rms_norm_mul_to_f16<<<(unsigned) ncols, 256, 0, stream>>>((const float *) x->data, x->nb[1] / sizeof(float),
-                                                                  (const float *) w->data, act.get(), (int) ne0, eps);
+        const ggml_type wt = cgraph->nodes[i + 2]->src[0]->type;
+        act_buf act(ctx.pool());
+        if (wt == GGML_TYPE_F16) {
+            act.f16.alloc(ne0 * ncols);
+            rms_norm_mul_to_f16<<<(unsigned) ncols, 256, 0, stream>>>((const float *) x->data, x->nb[1] / sizeof(float),
+                                                                      (const float *) w->data, act.f16.get(), (int) ne0, eps);
+        } else {
+            act.q8.alloc(q8_bytes(ne0, ncols));
+            rms_norm_mul_to_q8_1<<<(unsigned) ncols, 256, 0, stream>>>(
+                (const float *) x->data, x->nb[1] / sizeof(float), (const float *) w->data, (block_q8_1 *) act.q8.get(),
+                (int) ne0, (int) GGML_PAD(ne0, MATRIX_ROW_PADDING), eps);
+        }
         CUDA_CHECK(cudaGetLastError());
         sbmm_job job;
         for (int j = 0; j < n; ++j) {
@@ -568,12 +650,12 @@ static int fused_act_f16(ggml_backend_cuda_context & ctx, ggml_cgraph * cgraph, 
             job.add((const char *) mm->src[0]->data, mm->src[0]->nb[1], (float *) mm->data, mm->nb[1] / sizeof(float),
                     nullptr, 0, (int) mm->src[0]->ne[1]);
         }
-        run_job(ctx, GGML_TYPE_F16, mul, job, act.get());
+        run_job(ctx, wt, mul, job, act.f16.get(), act.q8.get());
         return 2 + n;
     }
     if (node->op == GGML_OP_GLU && i + 1 < cgraph->n_nodes && ggml_get_glu_op(node) == GGML_GLU_OP_SWIGLU &&
         node->src[1] != nullptr && ggml_get_op_params_i32(node, 1) == 0 && ggml_node_has_n_uses(cgraph, i, 1) &&
-        f16_mm(cgraph->nodes[i + 1], node)) {
+        act_mm(cgraph->nodes[i + 1], node)) {
         const ggml_tensor * g = node->src[0];
         const ggml_tensor * u = node->src[1];
         if (!f32_cols(g) || !f32_cols(u) || !f32_cols(node) || !ggml_is_contiguous(node) ||
@@ -589,13 +671,23 @@ static int fused_act_f16(ggml_backend_cuda_context & ctx, ggml_cgraph * cgraph, 
         }
         const int64_t n = node->ne[0];
         const int64_t ncols = node->ne[1];
-        ggml_cuda_pool_alloc<half> act(ctx.pool(), n * ncols);
-        const int64_t total = n * ncols;
-        swiglu_to_f16<<<(unsigned) ((total + 255) / 256), 256, 0, stream>>>(
-            (const float *) g->data, g->nb[1] / sizeof(float), (const float *) u->data, u->nb[1] / sizeof(float),
-            act.get(), (int) n, (int) ncols);
+        const ggml_type wt = mm->src[0]->type;
+        act_buf act(ctx.pool());
+        if (wt == GGML_TYPE_F16) {
+            act.f16.alloc(n * ncols);
+            const int64_t total = n * ncols;
+            swiglu_to_f16<<<(unsigned) ((total + 255) / 256), 256, 0, stream>>>(
+                (const float *) g->data, g->nb[1] / sizeof(float), (const float *) u->data, u->nb[1] / sizeof(float),
+                act.f16.get(), (int) n, (int) ncols);
+        } else {
+            const int64_t n_padded = GGML_PAD(n, MATRIX_ROW_PADDING);
+            act.q8.alloc(q8_bytes(n, ncols));
+            swiglu_to_q8_1<<<dim3((unsigned) (n_padded / 256), (unsigned) ncols), 256, 0, stream>>>(
+                (const float *) g->data, g->nb[1] / sizeof(float), (const float *) u->data, u->nb[1] / sizeof(float),
+                (block_q8_1 *) act.q8.get(), (int) n, (int) n_padded);
+        }
         CUDA_CHECK(cudaGetLastError());
-        run_job(ctx, GGML_TYPE_F16, node, job, act.get());
+        run_job(ctx, wt, node, job, act.f16.get(), act.q8.get());
         return with_add ? 3 : 2;
     }
     return 0;
@@ -608,7 +700,7 @@ int ggml_cuda_sbmm_try_fuse(ggml_backend_cuda_context & ctx, ggml_cgraph * cgrap
     const int cc = ggml_cuda_info().devices[ctx.device].cc;
     ggml_tensor * a = cgraph->nodes[i];
     if (env().fuse_act && (a->op == GGML_OP_RMS_NORM || a->op == GGML_OP_GLU)) {
-        return fused_act_f16(ctx, cgraph, i, cc);
+        return fused_act(ctx, cgraph, i, cc);
     }
     if (!sbmm_fusable_mm(a, cc)) {
         return 0;
