@@ -32,7 +32,8 @@
 #                                    # staged / register loads / MMVQ (staged) (benchmarks/kernels/ggml_op_check.sh),
 #                                    # packed as $OUT/ops-MODE.tar.gz; one mode per call (each ~4-5 min);
 #                                    # `ops f16half`: f16 (f16 activations, default) beside GGML_CUDA_SBMM_F16_HALF=0 (~2 min)
-#                                    # `ops topk`: patch 0012's TOP_K (eval + perf) beside GGML_CUDA_TOPK_SMALL=0
+#                                    # `ops topk`: patch 0012's TOP_K (eval + perf) beside GGML_CUDA_TOPK_SMALL=0;
+#                                    # `ops fattn`: patch 0013, FLASH_ATTN_EXT with the vector kernel to 16 rows
 #   bash benchmarks/h200.sh step-smol # carry .dev/smol.part03 after model0..model2: SmolLM2 step cost, T>0, held-out
 #   bash benchmarks/h200.sh bakeoff  # carry .dev/smol.part03 after install + model0..model2: the drafter bake-off
 #                                    # (benchmarks/bakeoff/README.md); plots re-rendered here with --from-json
@@ -372,7 +373,7 @@ ops)
     OUT=$OUT/ops TBO=$TBO bash benchmarks/kernels/ggml_op_check.sh $mode > "$OUT/ops/$mode.txt" 2>&1
     grep -E "^eval|FAIL" "$OUT/ops/$mode.txt" | head -12
   done
-  MM=$(ls "$OUT"/ops/perf_*.txt 2>/dev/null | grep -v topk)  # (MUL_MAT tables; topk prints its own lines)
+  MM=$(ls "$OUT"/ops/perf_*.txt 2>/dev/null | grep -v "topk\|fattn")  # (MUL_MAT tables; topk / fattn print their own)
   [ -n "$MM" ] && python3 benchmarks/kernels/op_perf_table.py $MM | tee "$OUT/ops/table.md"
   tar -czf "$OUT/ops-${2:-all}.tar.gz" -C "$OUT" ops && rm -rf "$OUT/ops"
   ;;

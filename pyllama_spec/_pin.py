@@ -27,6 +27,7 @@ PATCHES = (
     "0010-completion-flush-log",
     "0011-sampler-top-k-logprobs",
     "0012-cuda-top-k-small-k",
+    "0013-cuda-fattn-vec-rows-env",
 )
 
 

@@ -7,6 +7,7 @@
 #   bash benchmarks/kernels/ggml_op_check.sh f16half # f16 (f16 activations, the default) vs GGML_CUDA_SBMM_F16_HALF=0: eval + perf
 #   bash benchmarks/kernels/ggml_op_check.sh fuse    # the fusions (op SBMM_FUSION) and every MUL_MAT case: eval; perf n=1,2,8,16
 #   bash benchmarks/kernels/ggml_op_check.sh topk    # patch 0012: every TOP_K case, eval + perf, GGML_CUDA_TOPK_SMALL=1 / 0
+#   bash benchmarks/kernels/ggml_op_check.sh fattn   # patch 0013: FLASH_ATTN_EXT with the vector kernel to 16 rows, eval + perf
 #   bash benchmarks/kernels/ggml_op_check.sh staged  # q4_0 / q8_0 with GGML_CUDA_SBMM=1: eval of the staged
 #                                                    # path, perf staged vs register path vs MMVQ/MMQ -> $OUT
 # The build stays in /tmp/lcw-sbmm while the machine is warm (h200.md: files outside the checkout persist).
@@ -98,6 +99,22 @@ f16half)
     P='type_a=f16,type_b=f32,m=4096,n=[0-9]+,k=14336,'
     perf f16half 100; GGML_CUDA_SBMM_F16_HALF=0 perf f16 100
     ;;
+fattn)
+    tbo
+    # patch 0013: the vector flash-attention kernel for up to 16 query rows (GGML_CUDA_FATTN_VEC_MAX_ROWS) against
+    # the CPU, head sizes 64 (SmolLM2) and 128 (Qwen3); then the op benchmark of the 128 cases, on and off
+    for hs in 64 128; do
+        GGML_CUDA_FATTN_VEC_MAX_ROWS=16 GGML_CUDA_FATTN_VEC_MAX_KV=1000000 timeout 240 $TBO -o FLASH_ATTN_EXT -b CUDA0 \
+            -p "hsk=$hs,hsv=$hs," > "$OUT/eval_fattn_vec$hs.txt" 2>&1
+        echo "eval FLASH_ATTN_EXT hsk=$hs (vector kernel to 16 rows) rc=$?: $(grep -cE '^ +FLASH_ATTN_EXT.*OK' "$OUT/eval_fattn_vec$hs.txt") OK, $(grep -cE 'FAIL' "$OUT/eval_fattn_vec$hs.txt") FAIL"
+        grep FAIL "$OUT/eval_fattn_vec$hs.txt" | head -10
+    done
+    for v in 16 0; do
+        echo "## perf FLASH_ATTN_EXT hsk=128, GGML_CUDA_FATTN_VEC_MAX_ROWS=$v"
+        GGML_CUDA_FATTN_VEC_MAX_ROWS=$v timeout 150 $TBO perf -b CUDA0 -o FLASH_ATTN_EXT -p "hsk=128,hsv=128," 2>&1 \
+            | grep -E "FLASH_ATTN_EXT" | tee "$OUT/perf_fattn$v.txt" | head -30
+    done
+    ;;
 topk)
     tbo
     # patch 0012 (one-pass top-k for k <= 32 of long rows): every TOP_K case against the CPU, with it and without
@@ -114,5 +131,5 @@ topk)
     done
     ;;
 *)
-    echo "usage: bash benchmarks/kernels/ggml_op_check.sh build|test|staged|f16half|fuse|topk"; exit 2 ;;
+    echo "usage: bash benchmarks/kernels/ggml_op_check.sh build|test|staged|f16half|fuse|topk|fattn"; exit 2 ;;
 esac
