@@ -567,13 +567,14 @@ class Generator:
                     self._active.invalidate()  # the measurement reuses the target's cache
                 fill = list(tokens) if tokens else [self.model.vocab.bos or 0]
                 held = self._ledger.tokens if self._ledger.valid else []
-                # (after the conversation, where the cache has room for it and a verify batch behind it)
-                keep = len(held) if len(held) + n_rows + 1 < self.ctx.n_ctx else 0
+                # after the conversation (as much of it as leaves sequence 0 room for a verify batch: with
+                # n_parallel > 1, n_ctx is every stream's cells together, n_ctx_seq sequence 0's)
+                keep = max(0, min(len(held), self.ctx.n_ctx_seq - n_rows - 2))
                 self._verify_ms[key] = measure_verify_ms(self.ctx, n_rows, fill,
-                                                         depth=min(depth, self.ctx.n_ctx // 2), layer_ids=taps,
+                                                         depth=min(depth, self.ctx.n_ctx_seq // 2), layer_ids=taps,
                                                          reps=reps, keep=keep)
                 if keep:
-                    self._ledger.record(held)  # positions [0, keep) were not touched
+                    self._ledger.record(held[:keep])  # positions [0, keep) were not touched
                 else:
                     self.ctx.memory.clear()
                     self._ledger.forget()  # the target's cache no longer holds a conversation

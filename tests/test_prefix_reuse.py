@@ -225,6 +225,33 @@ def test_auto_measures_its_verify_cost_without_losing_a_loaded_conversation(pair
         fresh.close()
 
 
+def test_auto_measures_within_sequence_0_with_several_streams(tiny):
+    """With n_parallel > 1 the context's n_ctx counts every stream's cells: the verify-cost measurement keeps
+    within sequence 0's n_ctx_seq (before: a conversation filling sequence 0 made the first auto generation
+    raise KVCacheFullError, and a fresh Generator with n_ctx 256 always did), and keeps as much of the held
+    conversation as leaves room for a verify batch."""
+    gen = ps.Generator(tiny["target"], drafters={"dflash": tiny["dflash"]}, n_ctx=256, n_batch=64, n_ubatch=32,
+                       n_parallel=2)
+    try:
+        assert gen.ctx.n_ctx_seq == 256 < gen.ctx.n_ctx
+        long = gen.model.vocab.tokenize("a long conversation that fills the first stream " * 40)[:250]
+        assert len(long) == 250
+        gen.generate(prompt_tokens=long, drafter="dflash", n_max=3, max_tokens=4)  # ~253 of sequence 0's 256 cells
+        prompt = long[:200]
+        r = gen.generate(prompt_tokens=prompt, drafter="dflash", n_max="auto", max_tokens=8)
+        assert gen._verify_ms and 0 < r.n_reused <= len(prompt) - 1
+        cold = gen.generate(prompt_tokens=prompt, max_tokens=8, reuse_prefix=False)
+        assert_same_tokens(r.tokens, cold.tokens)
+    finally:
+        gen.close()
+    fresh = ps.Generator(tiny["target"], drafters={"dflash": tiny["dflash"]}, n_ctx=256, n_batch=64, n_ubatch=32,
+                         n_parallel=2)
+    try:
+        assert len(fresh.generate(prompt_tokens=[5, 6, 7], drafter="dflash", n_max="auto", max_tokens=5).tokens) == 5
+    finally:
+        fresh.close()
+
+
 def test_state_of_another_model_is_refused(pair, tiny_qwen3):
     warm, _ = pair
     warm.generate("x y z", max_tokens=3)
