@@ -332,16 +332,8 @@ void run_job(ggml_backend_cuda_context & ctx, ggml_type src0_type, const ggml_te
     }
 }
 
-// f16 activations written by the op that makes them (GGML_CUDA_SBMM_FUSE=2), so that f16 weights need no
-// conversion kernel (145 of a Qwen3-8B-shaped verify's 594 device activities, RESULTS.md 13.5).
-// RMS_NORM then MUL by the norm weight, as ggml-cuda's rms_norm_f32<..., do_multiply> computes it
-// (scale = rsqrt(mean(x^2) + eps), y = scale * x * w), rounded to f16 as ggml_get_to_fp16_cuda does:
-// one block of 256 threads per column (token) of x; y: [ncols][n] halves.
-__global__ void __launch_bounds__(256) rms_norm_mul_to_f16(const float * __restrict__ x, long long stride_col_x,
-                                                           const float * __restrict__ w, half * __restrict__ y, int n,
-                                                           float eps) {
-    const float * xc = x + (long long) blockIdx.x * stride_col_x;
-    half * yc = y + (long long) blockIdx.x * n;
+// rsqrt(mean(x^2) + eps) of one column of n values, by a block of 256 threads (every thread gets it)
+__device__ __forceinline__ float rms_scale_256(const float * __restrict__ xc, int n, float eps) {
     float sum = 0.0f;
     for (int i = threadIdx.x; i < n; i += 256) {
         const float v = xc[i];
@@ -358,7 +350,20 @@ __global__ void __launch_bounds__(256) rms_norm_mul_to_f16(const float * __restr
     for (int i = 0; i < 8; ++i) {
         sum += partial[i];
     }
-    const float scale = rsqrtf(sum / n + eps);
+    return rsqrtf(sum / n + eps);
+}
+
+// f16 activations written by the op that makes them (GGML_CUDA_SBMM_FUSE=2), so that f16 weights need no
+// conversion kernel (145 of a Qwen3-8B-shaped verify's 594 device activities, RESULTS.md 13.5).
+// RMS_NORM then MUL by the norm weight, as ggml-cuda's rms_norm_f32<..., do_multiply> computes it
+// (scale = rsqrt(mean(x^2) + eps), y = scale * x * w), rounded to f16 as ggml_get_to_fp16_cuda does:
+// one block of 256 threads per column (token) of x; y: [ncols][n] halves.
+__global__ void __launch_bounds__(256) rms_norm_mul_to_f16(const float * __restrict__ x, long long stride_col_x,
+                                                           const float * __restrict__ w, half * __restrict__ y, int n,
+                                                           float eps) {
+    const float * xc = x + (long long) blockIdx.x * stride_col_x;
+    half * yc = y + (long long) blockIdx.x * n;
+    const float scale = rms_scale_256(xc, n, eps);
     for (int i = threadIdx.x; i < n; i += 256) {
         yc[i] = __float2half(scale * xc[i] * w[i]);
     }
@@ -396,23 +401,7 @@ __global__ void __launch_bounds__(256) rms_norm_mul_to_q8_1(const float * __rest
                                                             int n, int n_padded, float eps) {
     const float * xc = x + (long long) blockIdx.x * stride_col_x;
     block_q8_1 * yc = y + (long long) blockIdx.x * (n_padded / QK8_1);
-    float sum = 0.0f;
-    for (int i = threadIdx.x; i < n; i += 256) {
-        const float v = xc[i];
-        sum += v * v;
-    }
-    __shared__ float partial[8];
-    sum = warp_reduce_sum(sum);
-    if ((threadIdx.x & 31) == 0) {
-        partial[threadIdx.x >> 5] = sum;
-    }
-    __syncthreads();
-    sum = 0.0f;
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-        sum += partial[i];
-    }
-    const float scale = rsqrtf(sum / n + eps);
+    const float scale = rms_scale_256(xc, n, eps);
     for (int i = threadIdx.x; i < n_padded; i += 256) {
         store_q8_1(yc, i, i < n ? scale * xc[i] * w[i] : 0.0f);
     }
