@@ -5,6 +5,7 @@ import pytest
 
 import pyllama_spec as ps
 from pyllama_spec.cache_reuse import ConversationState, common_prefix
+from pyllama_spec.speculative.costmodel import measure_verify_ms
 
 from .conftest import EXACT, assert_same_tokens, assert_same_tokens_but_near_ties, first_difference, top2_margin
 
@@ -239,7 +240,8 @@ def test_auto_measures_within_sequence_0_with_several_streams(tiny):
         gen.generate(prompt_tokens=long, drafter="dflash", n_max=3, max_tokens=4)  # ~253 of sequence 0's 256 cells
         prompt = long[:200]
         r = gen.generate(prompt_tokens=prompt, drafter="dflash", n_max="auto", max_tokens=8)
-        assert gen._verify_ms and 0 < r.n_reused <= len(prompt) - 1
+        # the measurement kept 246 of the ~253 held positions (256 cells − 8 rows − 2): the prompt's 199 reused
+        assert gen._verify_ms and r.n_reused == len(prompt) - 1
         cold = gen.generate(prompt_tokens=prompt, max_tokens=8, reuse_prefix=False)
         assert_same_tokens(r.tokens, cold.tokens)
     finally:
@@ -248,6 +250,8 @@ def test_auto_measures_within_sequence_0_with_several_streams(tiny):
                          n_parallel=2)
     try:
         assert len(fresh.generate(prompt_tokens=[5, 6, 7], drafter="dflash", n_max="auto", max_tokens=5).tokens) == 5
+        with pytest.raises(ps.InvalidArgumentError, match="no room"):  # a keep that does not fit is refused
+            measure_verify_ms(fresh.ctx, 8, [5], keep=250)
     finally:
         fresh.close()
 

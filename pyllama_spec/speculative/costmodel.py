@@ -510,7 +510,7 @@ def measure_verify_ms(ctx: Context, n_rows: int, tokens: Sequence[int], *, depth
     With ``keep`` = 0 it clears ``ctx``'s cache (and leaves it holding ``depth`` positions). With
     ``keep`` > 0, positions ``[0, keep)`` of sequence 0 hold a conversation that stays: the fill and
     the measured batches go after it (at ``max(depth, keep)``) and are removed again, so the cache
-    holds exactly what it held before (the caller must have checked ``keep + n_rows < n_ctx_seq``).
+    holds exactly what it held before.
     Turns on the layer-input taps ``layer_ids`` (a drafter's, as the loop will). ``tokens``: ids to
     fill the cache with (repeated as needed), e.g. the prompt.
 
@@ -519,9 +519,16 @@ def measure_verify_ms(ctx: Context, n_rows: int, tokens: Sequence[int], *, depth
 
     Returns:
         ``[V(1), ..., V(n_rows)]`` in ms.
+
+    Raises:
+        InvalidArgumentError: ``keep + n_rows + 1`` does not fit sequence 0's ``n_ctx_seq`` cells (nothing
+            is decoded or removed then).
     """
     toks = [int(t) for t in tokens] or [0]
     keep = max(0, int(keep))
+    if keep and keep + n_rows + 1 >= ctx.n_ctx_seq:
+        raise InvalidArgumentError(f"keep={keep} cached positions leave no room for a verify batch of {n_rows} rows "
+                                   f"in sequence 0's {ctx.n_ctx_seq} cells: keep at most {ctx.n_ctx_seq - n_rows - 2}")
     depth = max(1, keep, min(depth, ctx.n_ctx_seq - n_rows - 1))  # (sequence 0's cells: n_ctx / n_seq_max)
     fill = (toks * ((depth + n_rows) // len(toks) + 1))[:depth + n_rows]
     ctx.set_layer_inputs(list(layer_ids))

@@ -301,21 +301,28 @@ class DFlashDrafter(ModelDrafter):
     def begin(self, prompt: list[int], n_keep: int = 0) -> None:
         if self._skipped_from is not None and n_keep <= self._skipped_from:
             self._skipped_from = None  # the hole goes with the positions >= n_keep (removed below)
-        self._close_gap()  # a kept prefix with a hole in it: the cache is emptied, the prefill fills it again
+        # a kept prefix with a hole in it: the cache is emptied and the prefill feeds only the rows from n_keep
+        # on, so the drafter drafts this turn without the context before them (lossless; cached_prefix still
+        # claims the prefix, since capping it at the hole would make the target decode the rest's rows again)
+        self._close_gap()
         if n_keep:
             if self._pending is not None:  # staged rows of the kept prefix go into the cache now
                 self._pending = self._rows_before(self._pending, n_keep)
                 self.flush()
             self.ctx.memory.seq_rm(0, n_keep)  # features of [0, n_keep) stay; nothing after
             del self._tokens[n_keep:]
-            if self._recent is not None and not self._recent.cut(n_keep):
-                self._recent = None
+            self._cut_recent(n_keep)
         else:
             self._pending = None
             self._recent = None
             self.ctx.memory.clear()
             self._tokens = []
         self._settle()
+
+    def _cut_recent(self, n: int) -> None:
+        """The kept rows cut to positions ``< n`` (None when none is left)."""
+        if self._recent is not None and not self._recent.cut(n):
+            self._recent = None
 
     @staticmethod
     def _rows_before(rows: tuple[np.ndarray, np.ndarray] | None, n: int) -> tuple[np.ndarray, np.ndarray] | None:
@@ -587,8 +594,7 @@ class DFlashDrafter(ModelDrafter):
         if self._skipped_from is not None and n_past <= self._skipped_from:
             self._skipped_from = None  # the hole is gone with the positions it was at
         self._pending = self._rows_before(self._pending, n_past)
-        if self._recent is not None and not self._recent.cut(n_past):
-            self._recent = None
+        self._cut_recent(n_past)
         self.ctx.memory.seq_rm(0, n_past)
         del self._tokens[n_past:]
         self._settle()
