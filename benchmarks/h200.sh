@@ -297,13 +297,14 @@ sbmm)
     # them off, =1 keeps the conversion kernels, =2 is the default, =3 adds q8_1 activations for quantized weights:
     # the same as =2 for f16 pairs): the verify logits of each variant against the last of SBMM_F_ENVS, verify batches of
     # 1..16 rows, the device activities per verify call (first variant), and the loop's step ÷ plain, side by side
+    # (a variant may set several variables joined by commas, e.g. GGML_CUDA_SBMM_FUSE=3,GGML_CUDA_FATTN_VEC_MAX_ROWS=8)
     FENVS=${SBMM_F_ENVS:-GGML_CUDA_SBMM_FUSE=3 GGML_CUDA_SBMM_FUSE=2 GGML_CUDA_SBMM_FUSE=1 GGML_CUDA_SBMM_FUSE=0}
     REF=${FENVS##* }
     for dt in $DTS; do
       T=$B/target-qwen3-8b-$dt.gguf; D=$B/dflash-qwen3-8b-$dt.gguf
       for env in $FENVS; do
         log "verify + logits, $dt, $env"
-        (cd /tmp && env $env timeout 150 python3 "$REPO/benchmarks/step_cost.py" --target $T --drafter $D \
+        (cd /tmp && env ${env//,/ } timeout 150 python3 "$REPO/benchmarks/step_cost.py" --target $T --drafter $D \
             --label "qwen3-8b-$dt $env" --sections verify --rows 1 2 4 8 12 16 --reps 20 \
             --dump-logits "$OUT/sbmm/logits_${dt}_${env}.npz" --json "$OUT/sbmm/verify_${dt}_${env}.json") 2>&1 | grep "verify\|#\|rows"
       done
@@ -314,12 +315,12 @@ sbmm)
             "$OUT/sbmm/logits_${dt}_${REF}.npz" --json "$OUT/sbmm/logits_${dt}_${env}_vs_ref.json")
       done
       rm -f "$OUT"/sbmm/logits_${dt}_*.npz
-      [ "${SBMM_F_PROFILE:-1}" = 1 ] && (cd /tmp && env ${FENVS%% *} timeout 200 python3 "$REPO/benchmarks/step_cost.py" \
+      [ "${SBMM_F_PROFILE:-1}" = 1 ] && (cd /tmp && env $(echo ${FENVS%% *} | tr , " ") timeout 200 python3 "$REPO/benchmarks/step_cost.py" \
           --target $T --drafter $D --label "qwen3-8b-$dt ${FENVS%% *}" --sections verify --rows 1 8 16 --n-max 7 --reps 10 \
           --profile --json "$OUT/sbmm/profile_${dt}.json") 2>&1 | grep -A10 "^kernels of" | head -60
       for env in $FENVS; do
         log "loop (step ÷ plain), $dt, $env"
-        (cd /tmp && env $env timeout 150 python3 "$REPO/benchmarks/step_cost.py" --target $T --drafter $D \
+        (cd /tmp && env ${env//,/ } timeout 150 python3 "$REPO/benchmarks/step_cost.py" --target $T --drafter $D \
             --label "qwen3-8b-$dt $env" --sections loop --n-max 3 7 --runs 1 --max-tokens 96 \
             --json "$OUT/sbmm/loop_${dt}_${env}.json") 2>&1 | grep "loop\|#\|plain\|n_max"
       done
