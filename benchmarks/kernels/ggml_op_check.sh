@@ -85,6 +85,13 @@ fuse)
     GGML_CUDA_SBMM_FUSE=3 timeout 200 $TBO -o SBMM_FUSION -b CUDA0 > "$OUT/eval_fuse3.txt" 2>&1
     echo "eval (GGML_CUDA_SBMM_FUSE=3) rc=$?: $(grep -cE '^ +SBMM_FUSION.*OK' "$OUT/eval_fuse3.txt") OK, $(grep -cE 'FAIL' "$OUT/eval_fuse3.txt") FAIL"
     grep FAIL "$OUT/eval_fuse3.txt" | head -10
+    # and with the split-k dst zeroed by that op instead of a memset per matrix (GGML_CUDA_SBMM_FOLD_ZERO=1, off by
+    # default; the m = 1023 cases split k), on the f16 and the q8_1 activations
+    for f in 2 3; do
+        GGML_CUDA_SBMM_FUSE=$f GGML_CUDA_SBMM_FOLD_ZERO=1 timeout 200 $TBO -o SBMM_FUSION -b CUDA0 > "$OUT/eval_fuse${f}z.txt" 2>&1
+        echo "eval (GGML_CUDA_SBMM_FUSE=$f GGML_CUDA_SBMM_FOLD_ZERO=1) rc=$?: $(grep -cE '^ +SBMM_FUSION.*OK' "$OUT/eval_fuse${f}z.txt") OK, $(grep -cE 'FAIL' "$OUT/eval_fuse${f}z.txt") FAIL"
+        grep FAIL "$OUT/eval_fuse${f}z.txt" | head -10
+    done
     evaluate sbmm 300 'f16|q4_0|q8_0|q4_K'
     P='type_a=(f16|q4_0|q4_K|q8_0),type_b=f32,m=4096,n=(1|2|8|16),k=14336,'
     perf sbmm 100

@@ -32,6 +32,10 @@ struct sbmm_env {
     bool fuse_q8 = false;  // GGML_CUDA_SBMM_FUSE=3: also the q8_1 activations of quantized weights written by the op
                            // before them (the 145 quantize_q8_1 kernels of an 8-row Q4_0 verify; written without a
                            // GPU, 2026-12-04: off until `h200.sh ops fuse` and a verify profile have run)
+    bool fold_zero = false; // GGML_CUDA_SBMM_FOLD_ZERO=1: where k is split over the grid, the op that writes the
+                           // activations (fused_act, FUSE >= 2) also zeroes the matmuls' dst, instead of one
+                           // cudaMemsetAsync per matrix (180 of an 8-row Q4_0 verify's 774 device activities, 12-04
+                           // profile; written without a GPU 2026-12-04: off until `h200.sh ops fuse` has run)
     sbmm_env() {
         if (const char * e = getenv("GGML_CUDA_SBMM")) {
             mode = atoi(e) > 0 ? 1 : 0;
@@ -52,6 +56,9 @@ struct sbmm_env {
             fuse = atoi(e) != 0;
             fuse_act = atoi(e) >= 2;  // (0: nothing fused, 1: no f16 activations from the op before)
             fuse_q8 = atoi(e) >= 3;
+        }
+        if (const char * e = getenv("GGML_CUDA_SBMM_FOLD_ZERO")) {
+            fold_zero = atoi(e) != 0;
         }
     }
 };
@@ -148,6 +155,7 @@ bool staged_path(int t, int64_t ncols) {
 struct sbmm_job {
     sbmm::seg s[sbmm::max_segs];
     int n = 0;
+    bool zeroed = false; // the dst of every segment whose launch splits k is already zero (fold_zero): no memset
     void add(const char * W, int64_t row_bytes, float * dst, int64_t stride_col_dst, const float * add_src,
              int64_t stride_col_add, int m) {
         GGML_ASSERT(n < sbmm::max_segs);
@@ -189,6 +197,7 @@ void launch(sbmm_job job, const void * Y, int64_t stride_col_y, int k, int ncols
                 sbmm_job one;
                 one.s[0] = job.s[i];
                 one.n = 1;
+                one.zeroed = job.zeroed;
                 launch<T, NT, STAGED>(one, Y, stride_col_y, k, ncols, nsm, stream);
             }
             return;
@@ -201,7 +210,7 @@ void launch(sbmm_job job, const void * Y, int64_t stride_col_y, int k, int ncols
         gx += job.s[i].tiles;
     }
     const int ks = ksplit_of<T, NT, STAGED>(gx, k, nsm);
-    if (ks > 1) { // the slices of k add into dst: zero it first (the fused-ADD callers check that add is not dst)
+    if (ks > 1 && !job.zeroed) { // the slices of k add into dst: zero it first (the fused-ADD callers check that add is not dst)
         for (int i = 0; i < job.n; ++i) {
             CUDA_CHECK(cudaMemsetAsync(job.s[i].dst, 0, sizeof(float) * (size_t) (ncols - 1) * job.s[i].stride_col_dst +
                                        sizeof(float) * job.s[i].m, stream));
@@ -251,6 +260,45 @@ void launch_path(const sbmm_job & job, const void * Y, int64_t stride_col_y, int
         launch_nt<T, true>(job, Y, stride_col_y, k, ncols, nsm, stream);
     } else {
         launch_nt<T, false>(job, Y, stride_col_y, k, ncols, nsm, stream);
+    }
+}
+
+// The segments of job whose launch (as launch() makes it) splits k over the grid, as a bit mask: all or none for
+// one launch of several segments, each on its own where the configuration runs them one launch each
+template <int T, int NT, bool STAGED>
+unsigned split_mask_cfg(const sbmm_job & job, int k, int nsm) {
+    if constexpr (!multi_seg_ok<T, NT, STAGED>) {
+        if (job.n > 1) {
+            unsigned mask = 0;
+            for (int i = 0; i < job.n; ++i) {
+                mask |= ksplit_of<T, NT, STAGED>(tiles_of<T, NT, STAGED>(job.s[i].m), k, nsm) > 1 ? 1u << i : 0u;
+            }
+            return mask;
+        }
+    }
+    int64_t gx = 0;
+    for (int i = 0; i < job.n; ++i) {
+        gx += tiles_of<T, NT, STAGED>(job.s[i].m);
+    }
+    return ksplit_of<T, NT, STAGED>(gx, k, nsm) > 1 ? (1u << job.n) - 1 : 0u;
+}
+
+template <int T, bool STAGED>
+unsigned split_mask_nt(const sbmm_job & job, int k, int ncols, int nsm) {
+    return ncols <= 8 ? split_mask_cfg<T, 1, STAGED>(job, k, nsm) : split_mask_cfg<T, 2, STAGED>(job, k, nsm);
+}
+
+// (the configurations run_job takes for activations made by the op before: f16 staged, quantized by staged_path)
+unsigned split_mask_act(int t, const sbmm_job & job, int k, int ncols, int nsm) {
+    switch (t) {
+        case sbmm::W_F16:  return split_mask_nt<sbmm::W_F16, true>(job, k, ncols, nsm);
+        case sbmm::W_Q4_0: return staged_path(t, ncols) ? split_mask_nt<sbmm::W_Q4_0, true>(job, k, ncols, nsm)
+                                                       : split_mask_nt<sbmm::W_Q4_0, false>(job, k, ncols, nsm);
+        case sbmm::W_Q8_0: return staged_path(t, ncols) ? split_mask_nt<sbmm::W_Q8_0, true>(job, k, ncols, nsm)
+                                                       : split_mask_nt<sbmm::W_Q8_0, false>(job, k, ncols, nsm);
+        case sbmm::W_Q4_K: return staged_path(t, ncols) ? split_mask_nt<sbmm::W_Q4_K, true>(job, k, ncols, nsm)
+                                                       : split_mask_nt<sbmm::W_Q4_K, false>(job, k, ncols, nsm);
+        default:           return 0;
     }
 }
 
@@ -332,6 +380,25 @@ void run_job(ggml_backend_cuda_context & ctx, ggml_type src0_type, const ggml_te
     }
 }
 
+// Float regions that the op writing the activations zeroes for the matmuls after it (fold_zero): the dst of each
+// segment whose k is split, as cudaMemsetAsync would (columns and the gaps between them)
+struct zero_list {
+    float * p[sbmm::max_segs];
+    long long n[sbmm::max_segs];
+    int count = 0;
+};
+
+// every thread of the grid (1-D or 2-D) a share of each region; the matmuls run after this kernel on its stream
+__device__ __forceinline__ void zero_regions(const zero_list & z) {
+    const long long nth = (long long) gridDim.x * gridDim.y * blockDim.x;
+    const long long tid = ((long long) blockIdx.y * gridDim.x + blockIdx.x) * blockDim.x + threadIdx.x;
+    for (int s = 0; s < z.count; ++s) {
+        for (long long j = tid; j < z.n[s]; j += nth) {
+            z.p[s][j] = 0.0f;
+        }
+    }
+}
+
 // rsqrt(mean(x^2) + eps) of one column of n values, by a block of 256 threads (every thread gets it)
 __device__ __forceinline__ float rms_scale_256(const float * __restrict__ xc, int n, float eps) {
     float sum = 0.0f;
@@ -360,7 +427,8 @@ __device__ __forceinline__ float rms_scale_256(const float * __restrict__ xc, in
 // one block of 256 threads per column (token) of x; y: [ncols][n] halves.
 __global__ void __launch_bounds__(256) rms_norm_mul_to_f16(const float * __restrict__ x, long long stride_col_x,
                                                            const float * __restrict__ w, half * __restrict__ y, int n,
-                                                           float eps) {
+                                                           float eps, const zero_list z) {
+    zero_regions(z);
     const float * xc = x + (long long) blockIdx.x * stride_col_x;
     half * yc = y + (long long) blockIdx.x * n;
     const float scale = rms_scale_256(xc, n, eps);
@@ -371,7 +439,8 @@ __global__ void __launch_bounds__(256) rms_norm_mul_to_f16(const float * __restr
 
 // SwiGLU of split gate and up (ggml's GLU op, SWIGLU, not swapped): y = silu(gate) * up, [ncols][n] halves
 __global__ void swiglu_to_f16(const float * __restrict__ gate, long long stride_col_g, const float * __restrict__ up,
-                              long long stride_col_u, half * __restrict__ y, int n, int ncols) {
+                              long long stride_col_u, half * __restrict__ y, int n, int ncols, const zero_list z) {
+    zero_regions(z);
     const long long i = (long long) blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (long long) n * ncols) {
         return;
@@ -398,7 +467,8 @@ __device__ __forceinline__ void store_q8_1(block_q8_1 * yc, int i, float v) {
 
 __global__ void __launch_bounds__(256) rms_norm_mul_to_q8_1(const float * __restrict__ x, long long stride_col_x,
                                                             const float * __restrict__ w, block_q8_1 * __restrict__ y,
-                                                            int n, int n_padded, float eps) {
+                                                            int n, int n_padded, float eps, const zero_list z) {
+    zero_regions(z);
     const float * xc = x + (long long) blockIdx.x * stride_col_x;
     block_q8_1 * yc = y + (long long) blockIdx.x * (n_padded / QK8_1);
     const float scale = rms_scale_256(xc, n, eps);
@@ -410,7 +480,9 @@ __global__ void __launch_bounds__(256) rms_norm_mul_to_q8_1(const float * __rest
 // SwiGLU (split, not swapped) to q8_1: grid (n_padded / 256, ncols), blocks of 256 threads
 __global__ void __launch_bounds__(256) swiglu_to_q8_1(const float * __restrict__ gate, long long stride_col_g,
                                                       const float * __restrict__ up, long long stride_col_u,
-                                                      block_q8_1 * __restrict__ y, int n, int n_padded) {
+                                                      block_q8_1 * __restrict__ y, int n, int n_padded,
+                                                      const zero_list z) {
+    zero_regions(z);
     const int c = blockIdx.y;
     const int i = blockIdx.x * 256 + threadIdx.x;
     const float v = i < n ? ggml_cuda_op_silu_single(gate[(long long) c * stride_col_g + i]) * up[(long long) c * stride_col_u + i]
@@ -569,6 +641,42 @@ static bool residual_job(ggml_backend_cuda_context & ctx, ggml_cgraph * cgraph, 
     return true;
 }
 
+// fold_zero: the dst regions of job's split-k launches, for the op before to zero (and job marked zeroed), where
+// none of them shares a byte with what that op reads (ins: x and the norm weight, or gate and up; the allocator
+// may give the matmul's dst the memory of an input whose last use is that op) or with a segment's fused ADD
+// operand; otherwise an empty list (launch() then zeroes with cudaMemsetAsync as before)
+static zero_list fold_zeroes(sbmm_job & job, int t, int k, int ncols, int nsm, const ggml_tensor * const * ins, int n_ins) {
+    zero_list z;
+    if (!env().fold_zero) {
+        return z;
+    }
+    const unsigned mask = split_mask_act(t, job, k, ncols, nsm);
+    for (int i = 0; i < job.n; ++i) {
+        if (!(mask & (1u << i))) {
+            continue;
+        }
+        const sbmm::seg & sg = job.s[i];
+        const long long n = (long long) (ncols - 1) * sg.stride_col_dst + sg.m;
+        for (int j = 0; j < n_ins; ++j) {
+            if (overlaps(sg.dst, sizeof(float) * (size_t) n, ins[j]->data, ggml_nbytes(ins[j]))) {
+                return zero_list{};
+            }
+        }
+        for (int j = 0; j < job.n; ++j) {
+            if (job.s[j].add != nullptr &&
+                overlaps(sg.dst, sizeof(float) * (size_t) n, job.s[j].add,
+                         sizeof(float) * (size_t) ((long long) (ncols - 1) * job.s[j].stride_col_add + job.s[j].m))) {
+                return zero_list{};
+            }
+        }
+        z.p[z.count] = sg.dst;
+        z.n[z.count] = n;
+        ++z.count;
+    }
+    job.zeroed = z.count > 0;
+    return z;
+}
+
 // The activations of the MUL_MATs after node i written by node i's op itself: f16 for f16 weights (the default,
 // GGML_CUDA_SBMM_FUSE=2) and q8_1 for quantized ones (GGML_CUDA_SBMM_FUSE=3). Node i is RMS_NORM followed by the
 // MUL by its weight, whose every use is one of the up to 3 sibling MUL_MATs right after it (a layer's Q, K, V;
@@ -621,24 +729,26 @@ static int fused_act(ggml_backend_cuda_context & ctx, ggml_cgraph * cgraph, int 
         const int64_t ne0 = x->ne[0];
         const int64_t ncols = x->ne[1];
         const ggml_type wt = cgraph->nodes[i + 2]->src[0]->type;
-        act_buf act(ctx.pool());
-        if (wt == GGML_TYPE_F16) {
-            act.f16.alloc(ne0 * ncols);
-            rms_norm_mul_to_f16<<<(unsigned) ncols, 256, 0, stream>>>((const float *) x->data, x->nb[1] / sizeof(float),
-                                                                      (const float *) w->data, act.f16.get(), (int) ne0, eps);
-        } else {
-            act.q8.alloc(q8_bytes(ne0, ncols));
-            rms_norm_mul_to_q8_1<<<(unsigned) ncols, 256, 0, stream>>>(
-                (const float *) x->data, x->nb[1] / sizeof(float), (const float *) w->data, (block_q8_1 *) act.q8.get(),
-                (int) ne0, (int) GGML_PAD(ne0, MATRIX_ROW_PADDING), eps);
-        }
-        CUDA_CHECK(cudaGetLastError());
         sbmm_job job;
         for (int j = 0; j < n; ++j) {
             const ggml_tensor * mm = cgraph->nodes[i + 2 + j];
             job.add((const char *) mm->src[0]->data, mm->src[0]->nb[1], (float *) mm->data, mm->nb[1] / sizeof(float),
                     nullptr, 0, (int) mm->src[0]->ne[1]);
         }
+        const ggml_tensor * ins[2] = { x, w };
+        const zero_list z = fold_zeroes(job, sbmm_type(wt), (int) ne0, (int) ncols, ggml_cuda_info().devices[ctx.device].nsm, ins, 2);
+        act_buf act(ctx.pool());
+        if (wt == GGML_TYPE_F16) {
+            act.f16.alloc(ne0 * ncols);
+            rms_norm_mul_to_f16<<<(unsigned) ncols, 256, 0, stream>>>((const float *) x->data, x->nb[1] / sizeof(float),
+                                                                      (const float *) w->data, act.f16.get(), (int) ne0, eps, z);
+        } else {
+            act.q8.alloc(q8_bytes(ne0, ncols));
+            rms_norm_mul_to_q8_1<<<(unsigned) ncols, 256, 0, stream>>>(
+                (const float *) x->data, x->nb[1] / sizeof(float), (const float *) w->data, (block_q8_1 *) act.q8.get(),
+                (int) ne0, (int) GGML_PAD(ne0, MATRIX_ROW_PADDING), eps, z);
+        }
+        CUDA_CHECK(cudaGetLastError());
         run_job(ctx, wt, mul, job, act.f16.get(), act.q8.get());
         return 2 + n;
     }
@@ -661,19 +771,21 @@ static int fused_act(ggml_backend_cuda_context & ctx, ggml_cgraph * cgraph, int 
         const int64_t n = node->ne[0];
         const int64_t ncols = node->ne[1];
         const ggml_type wt = mm->src[0]->type;
+        const ggml_tensor * ins[2] = { g, u };
+        const zero_list z = fold_zeroes(job, sbmm_type(wt), (int) n, (int) ncols, ggml_cuda_info().devices[ctx.device].nsm, ins, 2);
         act_buf act(ctx.pool());
         if (wt == GGML_TYPE_F16) {
             act.f16.alloc(n * ncols);
             const int64_t total = n * ncols;
             swiglu_to_f16<<<(unsigned) ((total + 255) / 256), 256, 0, stream>>>(
                 (const float *) g->data, g->nb[1] / sizeof(float), (const float *) u->data, u->nb[1] / sizeof(float),
-                act.f16.get(), (int) n, (int) ncols);
+                act.f16.get(), (int) n, (int) ncols, z);
         } else {
             const int64_t n_padded = GGML_PAD(n, MATRIX_ROW_PADDING);
             act.q8.alloc(q8_bytes(n, ncols));
             swiglu_to_q8_1<<<dim3((unsigned) (n_padded / 256), (unsigned) ncols), 256, 0, stream>>>(
                 (const float *) g->data, g->nb[1] / sizeof(float), (const float *) u->data, u->nb[1] / sizeof(float),
-                (block_q8_1 *) act.q8.get(), (int) n, (int) n_padded);
+                (block_q8_1 *) act.q8.get(), (int) n, (int) n_padded, z);
         }
         CUDA_CHECK(cudaGetLastError());
         run_job(ctx, wt, node, job, act.f16.get(), act.q8.get());
