@@ -392,9 +392,12 @@ struct zero_list {
 __device__ __forceinline__ void zero_regions(const zero_list & z) {
     const long long nth = (long long) gridDim.x * gridDim.y * blockDim.x;
     const long long tid = ((long long) blockIdx.y * gridDim.x + blockIdx.x) * blockDim.x + threadIdx.x;
-    for (int s = 0; s < z.count; ++s) {
-        for (long long j = tid; j < z.n[s]; j += nth) {
-            z.p[s][j] = 0.0f;
+#pragma unroll
+    for (int s = 0; s < sbmm::max_segs; ++s) { // (constant indices: a kernel parameter indexed at run time is
+        if (s < z.count) {                     // copied to local memory)
+            for (long long j = tid; j < z.n[s]; j += nth) {
+                z.p[s][j] = 0.0f;
+            }
         }
     }
 }
