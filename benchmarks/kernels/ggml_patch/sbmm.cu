@@ -32,10 +32,11 @@ struct sbmm_env {
     bool fuse_q8 = false;  // GGML_CUDA_SBMM_FUSE=3: also the q8_1 activations of quantized weights written by the op
                            // before them (the 145 quantize_q8_1 kernels of an 8-row Q4_0 verify; written without a
                            // GPU, 2026-12-04: off until `h200.sh ops fuse` and a verify profile have run)
-    bool fold_zero = false; // GGML_CUDA_SBMM_FOLD_ZERO=1: where k is split over the grid, the op that writes the
-                           // activations (fused_act, FUSE >= 2) also zeroes the matmuls' dst, instead of one
-                           // cudaMemsetAsync per matrix (180 of an 8-row Q4_0 verify's 774 device activities, 12-04
-                           // profile; written without a GPU 2026-12-04: off until `h200.sh ops fuse` has run)
+    bool fold_zero = true; // where k is split over the grid, the op that writes the activations (fused_act) also
+                           // zeroes the matmuls' dst instead of one cudaMemsetAsync per matrix: with FUSE=3 an 8-row
+                           // Q4_0 verify ran 522 device activities, 4.37 vs 4.50 ms, logits bit-identical; SBMM_FUSION
+                           // 280/280 with FUSE=2 and 3 (H200, 2026-12-04, RESULTS 13.7; f16 weights do not split k
+                           // there). GGML_CUDA_SBMM_FOLD_ZERO=0: the memsets
     sbmm_env() {
         if (const char * e = getenv("GGML_CUDA_SBMM")) {
             mode = atoi(e) > 0 ? 1 : 0;
@@ -427,16 +428,19 @@ __device__ __forceinline__ float rms_scale_256(const float * __restrict__ xc, in
 // conversion kernel (145 of a Qwen3-8B-shaped verify's 594 device activities, RESULTS.md 13.5).
 // RMS_NORM then MUL by the norm weight, as ggml-cuda's rms_norm_f32<..., do_multiply> computes it
 // (scale = rsqrt(mean(x^2) + eps), y = scale * x * w), rounded to f16 as ggml_get_to_fp16_cuda does:
-// one block of 256 threads per column (token) of x; y: [ncols][n] halves.
+// grid (ceil(n / 256), ncols): each block of 256 threads writes 256 values of column (token) blockIdx.y and takes
+// that column's scale itself (the column, 16 KB at n = 4096, is read by every block of it: from L2). One block
+// per column (grid (ncols)) left 8 blocks on 132 SMs at a verify of 8 rows: 3.6 us a call, 72 calls an 8B-shaped
+// verify (H200, 2026-12-04); y: [ncols][n] halves.
 __global__ void __launch_bounds__(256) rms_norm_mul_to_f16(const float * __restrict__ x, long long stride_col_x,
                                                            const float * __restrict__ w, half * __restrict__ y, int n,
                                                            float eps, const zero_list z) {
     zero_regions(z);
-    const float * xc = x + (long long) blockIdx.x * stride_col_x;
-    half * yc = y + (long long) blockIdx.x * n;
+    const float * xc = x + (long long) blockIdx.y * stride_col_x;
     const float scale = rms_scale_256(xc, n, eps);
-    for (int i = threadIdx.x; i < n; i += 256) {
-        yc[i] = __float2half(scale * xc[i] * w[i]);
+    const int i = blockIdx.x * 256 + threadIdx.x;
+    if (i < n) {
+        y[(long long) blockIdx.y * n + i] = __float2half(scale * xc[i] * w[i]);
     }
 }
 
@@ -456,8 +460,10 @@ __global__ void swiglu_to_f16(const float * __restrict__ gate, long long stride_
 // q8_1 activations written by the op that makes them (GGML_CUDA_SBMM_FUSE=3), in MMVQ's layout (what
 // quantize_row_q8_1_cuda writes: per column ne10_padded / 32 blocks {half2 (d, sum), int8 qs[32]}, zeros past n),
 // with quantize_q8_1's arithmetic (d = amax / 127, q = roundf(v / d), sum of the float values) on the values the
-// op would have written: RMS_NORM + MUL as rms_norm_mul_to_f16 computes them, one block of 256 threads (8 warps,
-// a q8_1 block per warp and step) per column; n_padded % 256 == 0, so every warp runs the same steps
+// op would have written: RMS_NORM + MUL as rms_norm_mul_to_f16 computes them, on its grid (n_padded / 256, ncols;
+// 8 warps, a q8_1 block per warp; n_padded % 256 == 0: every lane of a warp takes part in its reductions). With
+// one block per column and 16 steps each it took 9.2 us a call, 663 of a 4 454 us Q4_0 verify of 8 rows (H200,
+// 2026-12-04)
 __device__ __forceinline__ void store_q8_1(block_q8_1 * yc, int i, float v) {
     const float amax = warp_reduce_max(fabsf(v));
     const float sum  = warp_reduce_sum(v);
@@ -472,12 +478,11 @@ __global__ void __launch_bounds__(256) rms_norm_mul_to_q8_1(const float * __rest
                                                             const float * __restrict__ w, block_q8_1 * __restrict__ y,
                                                             int n, int n_padded, float eps, const zero_list z) {
     zero_regions(z);
-    const float * xc = x + (long long) blockIdx.x * stride_col_x;
-    block_q8_1 * yc = y + (long long) blockIdx.x * (n_padded / QK8_1);
+    const float * xc = x + (long long) blockIdx.y * stride_col_x;
+    block_q8_1 * yc = y + (long long) blockIdx.y * (n_padded / QK8_1);
     const float scale = rms_scale_256(xc, n, eps);
-    for (int i = threadIdx.x; i < n_padded; i += 256) {
-        store_q8_1(yc, i, i < n ? scale * xc[i] * w[i] : 0.0f);
-    }
+    const int i = blockIdx.x * 256 + threadIdx.x;
+    store_q8_1(yc, i, i < n ? scale * xc[i] * w[i] : 0.0f);
 }
 
 // SwiGLU (split, not swapped) to q8_1: grid (n_padded / 256, ncols), blocks of 256 threads
@@ -743,11 +748,11 @@ static int fused_act(ggml_backend_cuda_context & ctx, ggml_cgraph * cgraph, int 
         act_buf act(ctx.pool());
         if (wt == GGML_TYPE_F16) {
             act.f16.alloc(ne0 * ncols);
-            rms_norm_mul_to_f16<<<(unsigned) ncols, 256, 0, stream>>>((const float *) x->data, x->nb[1] / sizeof(float),
-                                                                      (const float *) w->data, act.f16.get(), (int) ne0, eps, z);
+            rms_norm_mul_to_f16<<<dim3((unsigned) ((ne0 + 255) / 256), (unsigned) ncols), 256, 0, stream>>>(
+                (const float *) x->data, x->nb[1] / sizeof(float), (const float *) w->data, act.f16.get(), (int) ne0, eps, z);
         } else {
             act.q8.alloc(q8_bytes(ne0, ncols));
-            rms_norm_mul_to_q8_1<<<(unsigned) ncols, 256, 0, stream>>>(
+            rms_norm_mul_to_q8_1<<<dim3((unsigned) (GGML_PAD(ne0, MATRIX_ROW_PADDING) / 256), (unsigned) ncols), 256, 0, stream>>>(
                 (const float *) x->data, x->nb[1] / sizeof(float), (const float *) w->data, (block_q8_1 *) act.q8.get(),
                 (int) ne0, (int) GGML_PAD(ne0, MATRIX_ROW_PADDING), eps, z);
         }
