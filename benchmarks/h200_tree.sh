@@ -38,8 +38,8 @@ case "$PHASE" in
     timeout 560 python benchmarks/tree_tau.py benchmarks/data/issue20-h200/answers-s0of8-00.jsonl.gz --split all \
       --target "$GGUF" --budgets 16 --n-prompts 40 --max-tokens 128 -ngl 99 --sync-stages --host-softmax-too \
       --json "$OUT/tree_softmax_h200.json" 2>&1 | tee "$OUT/tree_softmax_h200.log" ;;
-  bakeoff)
-    timeout 560 python -m pyllama_spec.cli bakeoff "$GGUF" -d "dflash=$W/pkg/pyllama_spec/data/smollm2-135m-instruct-dflash-q8_0.gguf" \
+  bakeoff)  # (from /tmp: `python -m` in the checkout would import its source tree, which has no extension)
+    cd /tmp && timeout 560 python -m pyllama_spec.cli bakeoff "$GGUF" -d "dflash=$W/pkg/pyllama_spec/data/smollm2-135m-instruct-dflash-q8_0.gguf" \
       --n-max 3,7 --tree 4,8,16,32 --prompts builtin:mixed --turns 1 --runs 2 -n 128 -ngl 99 --no-progress \
       --out "$OUT/bakeoff-tree" 2>&1 | tee "$OUT/bakeoff_tree.log" ;;
   *) echo "unknown phase $PHASE"; exit 2 ;;
