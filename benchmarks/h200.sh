@@ -464,7 +464,8 @@ render)
   # plot (benchmarks/merge_bakeoff.py: REPORT.md, results.json/csv, PNGs) into benchmarks/bakeoff/h200-sweep-*/.
   shift
   [ $# -ge 1 ] || { echo "give the sweep-*.tar.gz archives"; exit 1; }
-  export PYTHONPATH=$REPO LD_PRELOAD=
+  # the installed package (pip install .): the source tree has no extension and cannot be imported
+  export PYTHONPATH= LD_PRELOAD=
   R=$W/render; rm -rf "$R"; mkdir -p "$R"
   for a in "$@"; do tar -xzf "$a" -C "$R" || exit 1; done
   coding=(); for p in "$R"/coding-*/results.json; do [ -s "$p" ] && coding+=("$p"); done

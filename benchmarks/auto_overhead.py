@@ -1,0 +1,70 @@
+"""Where ``n_max="auto"`` loses time against a fixed n_max (issue 25): the same conversations with one
+drafter at fixed n_max values and at "auto", the stage table of each (ms per step) and a profile of the
+"auto" generations (Python functions by their own time, cffi calls included), side by side in one run.
+
+Why: on the H200 (2026-12-04, RESULTS.md 19.3) "auto" spent 0.4–1.1 ms a step in ``other`` (wall less
+every timed stage) with the n-gram kinds and DFlash, against 0.02–0.1 ms at fixed n_max; on 2 CPU cores
+the same bake-off rows show +0.07 ms. This shows which calls make that time.
+
+    python benchmarks/auto_overhead.py [--drafter dflash|ngram-map-k|...] [--n-max 2 auto] [-ngl 99]
+"""
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import pstats
+import time
+
+import pyllama_spec as ps
+from pyllama_spec.assets import smollm2_dflash_path, smollm2_path
+from pyllama_spec.study.prompts import load_prompts
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--drafter", default="dflash", help="dflash (the shipped SmolLM2 drafter) or an n-gram kind")
+    ap.add_argument("--n-max", nargs="+", default=["2", "auto"])
+    ap.add_argument("--prompts", default="builtin:coding-chat")
+    ap.add_argument("--turns", type=int, default=2)
+    ap.add_argument("-n", "--max-tokens", type=int, default=128)
+    ap.add_argument("-ngl", "--n-gpu-layers", type=int, default=99)
+    ap.add_argument("--top", type=int, default=30, help="profile rows to print")
+    a = ap.parse_args()
+    spec = smollm2_dflash_path() if a.drafter == "dflash" else a.drafter
+    gen = ps.Generator(smollm2_path(), drafters={"d": spec}, n_ctx=4096, n_gpu_layers=a.n_gpu_layers)
+    convs = load_prompts(a.prompts)
+    gen.generate("Hello", drafter="d", max_tokens=8)  # warm-up (first graphs)
+    gen.verify_ms(32, drafter="d")  # the table "auto" reads, measured before any timed generation
+    for n_max in a.n_max:
+        nm = n_max if n_max == "auto" else int(n_max)
+        prof = cProfile.Profile() if nm == "auto" else None
+        stages: dict[str, float] = {}
+        steps = toks = 0
+        secs = 0.0
+        for conv in convs:
+            answers: list[str] = []
+            for _ in range(min(a.turns, len(conv.turns))):
+                if prof is not None:
+                    prof.enable()
+                t = time.perf_counter()
+                r = gen.generate(messages=conv.messages(answers), drafter="d", n_max=nm, max_tokens=a.max_tokens)
+                secs += time.perf_counter() - t
+                if prof is not None:
+                    prof.disable()
+                answers.append(r.text)
+                steps += r.stats.n_steps
+                toks += r.n_generated
+                for k, v in r.timings.items():
+                    stages[k] = stages.get(k, 0.0) + v["seconds"]
+        per = {k: 1e3 * v / max(steps, 1) for k, v in stages.items() if v > 0}
+        print(f"n_max={n_max}: {toks} tokens, {steps} steps, {toks / secs:.1f} tok/s (whole calls), ms/step: "
+              + "  ".join(f"{k} {v:.3f}" for k, v in sorted(per.items())))
+        if prof is not None:
+            out = io.StringIO()
+            pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(a.top)
+            print(out.getvalue())
+
+
+if __name__ == "__main__":
+    main()
