@@ -4,7 +4,9 @@ drafter at fixed n_max values and at "auto", the stage table of each (ms per ste
 
 Why: on the H200 (2026-12-04, RESULTS.md 19.3) "auto" spent 0.4–1.1 ms a step in ``other`` (wall less
 every timed stage) with the n-gram kinds and DFlash, against 0.02–0.1 ms at fixed n_max; on 2 CPU cores
-the same bake-off rows show +0.07 ms. This shows which calls make that time.
+the same bake-off rows show +0.07 ms. This shows which calls make that time, and how often the target's decode graph was
+reused (llama.cpp rebuilds it, and on CUDA re-captures its CUDA graph, whenever a decode's
+shape differs from the last one: "auto" varies the verify batch from step to step).
 
     python benchmarks/auto_overhead.py [--drafter dflash|ngram-map-k|...] [--n-max 2 auto] [-ngl 99]
 """
@@ -40,8 +42,9 @@ def main() -> None:
         nm = n_max if n_max == "auto" else int(n_max)
         prof = cProfile.Profile() if nm == "auto" else None
         stages: dict[str, float] = {}
-        steps = toks = 0
+        steps = toks = ngen = 0
         secs = 0.0
+        gen.ctx.reset_perf()  # llama.cpp's counters: how many of the target's decodes reused their graph
         for conv in convs:
             answers: list[str] = []
             for _ in range(min(a.turns, len(conv.turns))):
@@ -54,11 +57,14 @@ def main() -> None:
                     prof.disable()
                 answers.append(r.text)
                 steps += r.stats.n_steps
+                ngen += 1
                 toks += r.n_generated
                 for k, v in r.timings.items():
                     stages[k] = stages.get(k, 0.0) + v["seconds"]
         per = {k: 1e3 * v / max(steps, 1) for k, v in stages.items() if v > 0}
-        print(f"n_max={n_max}: {toks} tokens, {steps} steps, {toks / secs:.1f} tok/s (whole calls), ms/step: "
+        perf = gen.ctx.perf()
+        print(f"n_max={n_max}: {toks} tokens, {steps} steps, {toks / secs:.1f} tok/s (whole calls), target graphs "
+              f"reused {perf['n_reused']} times over {steps} steps and {ngen} prefills, ms/step: "
               + "  ".join(f"{k} {v:.3f}" for k, v in sorted(per.items())))
         if prof is not None:
             out = io.StringIO()
