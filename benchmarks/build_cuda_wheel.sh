@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Build the CUDA (sm_90) wheel for the H200 machine here, on the CPU machine, so that the GPU
-# session spends no device time compiling (~6 min there; ~45–56 min on 2 cores here from a fresh checkout, in the background).
+# session spends no device time compiling (~6 min there; 23–56 min on 2 cores here from a fresh checkout (23 on 2026-12-04), in the background).
 # This machine has nvcc 13.0 but neither cuBLAS nor the driver library: cuBLAS comes from the
 # `nvidia-cublas` wheel and the driver library is a stub made from cuda.h (its functions are only
 # linked against; the real libcuda.so.1 of the GPU machine is loaded at run time).

@@ -47,7 +47,7 @@
 #
 # The order that fits a 30-minute lease (2026-12-02: wheel0 → install → model0 → model1 → a phase took
 # 2 min of device time before the phase itself): build the CUDA wheel on the CPU machine
-# (benchmarks/build_cuda_wheel.sh, ~45–56 min on 2 cores from a fresh checkout: start it first; incremental after that), run prepare_device.sh with it,
+# (benchmarks/build_cuda_wheel.sh, 23–56 min on 2 cores from a fresh checkout: start it first; incremental after that), run prepare_device.sh with it,
 # then issue the calls back to back (the machine is given back 30 s after a call) and give_back when done.
 #
 # Settings through the environment: N_CHAT, N_CODE, MAX_TOKENS (data); TRAIN_SECONDS, CONFIGS (train);
