@@ -368,7 +368,8 @@ ops)
   TBO=$W/pkg/pyllama_spec/bin/test-backend-ops
   [ -x "$TBO" ] || { echo "no $TBO: the wheel was built without PYLLAMA_SPEC_OP_TESTS=ON (build_cuda_wheel.sh sets it)"; exit 1; }
   mkdir -p "$OUT/ops"
-  # both modes took > 9 min on 2026-12-02 (eval ~1 min each, 7 perf sweeps of 68 cases): one per call
+  # both modes took > 9 min on 2026-12-02 (eval ~1 min each, 7 perf sweeps of 68 cases): one per call; "fuse topk"
+  # took > 8 min on 2026-12-04 (fuse ~5 with its five SBMM_FUSION evals, then TOP_K's perf sweep): fattn alone
   for mode in ${2:-test staged}; do
     log "test-backend-ops: $mode"
     OUT=$OUT/ops TBO=$TBO bash benchmarks/kernels/ggml_op_check.sh $mode > "$OUT/ops/$mode.txt" 2>&1
