@@ -370,3 +370,45 @@ def test_a_rest_that_goes_on_into_the_next_generation_skips_its_prompt_too(tiny_
     assert [r1.tokens, r2.tokens] == refs
     assert left >= 64 and injected == []  # no row of the second generation reached the drafter
     assert sum(r2.stats.draft_lengths) == 0
+
+
+def test_a_verify_of_a_new_shape_is_booked_apart_and_priced_into_the_length():
+    """llama.cpp rebuilds the target's graph (on CUDA: captures a new CUDA graph) whenever a decode's shape
+    differs from the last one. Steps alternate 2-row and 3-row verifies at 20 ms after a same-shaped
+    decode and 26 ms after another shape (booked as verify_same / verify_new); the 6 ms difference is
+    what keeping the last shape saves (AutoState.shape_ms), and trim() then keeps a length that the
+    drafter's confidences alone would change."""
+    stats = SpecStats(n_max=3)
+    for i in range(200):
+        stats.record(3, i % 3)
+    clock, timer = FakeClock(), FakeTimer()
+    st = AutoState(rest=False)
+    pol = AutoDraftLength([20.0, 20.0, 20.0, 20.0], stats, state=st, clock=clock, timer=timer)
+    rows_before = None
+    for i in range(60):  # 2, 2, 3, 3, 2, 2, ... rows: half the verifies follow their own shape
+        n = 1 if (i // 2) % 2 == 0 else 2
+        pol.plan(3)  # (books the step before: its verify ms against the rows of the one before that)
+        pol.trim(Draft(tokens=[5] * n))
+        pol._rows = n + 1  # (this step verifies n + 1 rows, whatever the cut)
+        ms = 20.0 if rows_before == n + 1 else 26.0
+        rows_before = n + 1
+        timer.stages["verify"].seconds += ms / 1e3
+        clock.t += (ms + 1.0) / 1e3
+    assert st.verify_same[1] == pytest.approx(20.0, abs=0.1) and st.verify_new[1] == pytest.approx(26.0, abs=0.1)
+    assert st.verify_same[2] == pytest.approx(20.0, abs=0.1) and st.verify_new[2] == pytest.approx(26.0, abs=0.1)
+    assert st.shape_ms() == pytest.approx(6.0, abs=0.2)
+    # confidences that make 2 tokens the best length by a little (survival 0.9, 0.72, 0.216; O 1 ms; V 20, 21,
+    # 22, 30 ms: rates 1.9/22, 2.62/23, 2.836/31): after a 4-row verify the 6 ms of a new shape tip it to 3
+    # tokens, the last shape (2.836/31 against 2.62/29); without that cost it stays 2
+    p = np.array([0.9, 0.72, 0.216])
+    st3 = AutoState(other_ms=1.0, verify_same=np.array([0.0, 20.0, 20.0]), verify_new=np.array([0.0, 26.0, 26.0]))
+    pol3 = AutoDraftLength([20.0, 21.0, 22.0, 30.0], stats, state=st3, clock=clock)
+    assert st3.shape_ms() == pytest.approx(6.0)
+    assert pol3.best_length(p) == 2 and pol3.best_length(p, 3) == 2 and pol3.best_length(p, 4) == 3
+    fresh = AutoDraftLength([20.0, 21.0, 22.0, 30.0], stats, state=AutoState(other_ms=1.0), clock=clock)
+    assert fresh.state.shape_ms() == 0.0 and fresh.best_length(p, 4) == 2
+    # a token that cannot be accepted is never sent to keep a shape
+    assert pol3.best_length(np.array([0.9, 0.0, 0.0]), 4) == 1
+    # and trim() cuts a confident draft to the kept shape where that pays: the last verify had 4 rows
+    pol3._prev_rows, pol3._planned = 4, True
+    assert len(pol3.trim(Draft(tokens=[5, 6, 7], confidence=np.array([0.9, 0.8, 0.3]))).tokens) == 3

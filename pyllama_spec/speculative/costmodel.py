@@ -590,6 +590,10 @@ class AutoState:
         verify_scale: running mean of those readings ÷ the table's V at their row count (1 before the
             first): the machine's speed now against when ``verify_ms`` was measured; the decision's
             V(R) is the table's × verify_scale at row counts not measured yet.
+        verify_same, verify_new: per row count R, running means of the timed verify ms of R rows when the
+            decode before had R rows too / another count (0 = none yet): llama.cpp reuses a decode's graph
+            only for the shape of the last decode and rebuilds it otherwise — on CUDA it also captures a new
+            CUDA graph — so a step whose verify changes shape pays more (:meth:`shape_ms`).
     """
     bin_tried: np.ndarray = field(default_factory=lambda: np.zeros(10))
     bin_accepted: np.ndarray = field(default_factory=lambda: np.zeros(10))
@@ -606,11 +610,26 @@ class AutoState:
     dormant: bool = True
     verify_seen: np.ndarray = field(default_factory=lambda: np.zeros(0))
     verify_scale: float = 1.0
+    verify_same: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    verify_new: np.ndarray = field(default_factory=lambda: np.zeros(0))
     _last_stats: Any = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if self.rule not in AUTO_RULES:
             raise InvalidArgumentError(f"AutoState.rule must be one of {AUTO_RULES}, got {self.rule!r}")
+
+    def shape_ms(self) -> float:
+        """ms a verify costs beyond a same-shaped one when its row count differs from the decode before it
+        (a rebuilt graph): the mean over the row counts measured both ways of ``verify_new − verify_same``,
+        at least 0; 0 before any count was seen both ways. (The 2026-12-04 H200 bake-off: "auto" varied the
+        verify rows from step to step and its verifies cost 3.0 ms against 2.1 at a fixed n_max 7 — RESULTS.md
+        19.3; a rebuilt SmolLM2 drafter graph cost ≈ 0.5 ms there, 13.4. On 2 CPU cores a rebuild is a small
+        part of a decode's compute.)"""
+        n = min(len(self.verify_same), len(self.verify_new))
+        both = (self.verify_same[:n] > 0) & (self.verify_new[:n] > 0)
+        if not both.any():
+            return 0.0
+        return max(0.0, float(np.mean(self.verify_new[:n][both] - self.verify_same[:n][both])))
 
 
 def _ema(old: float | None, new: float, w: float = 0.2) -> float:
@@ -716,6 +735,7 @@ class AutoDraftLength:
         self._planned = False  # plan() began this step (then trim() does not learn again)
         self._first = True  # the next step booked is the generation's first
         self._prev = "none"  # what the previous step was: "draft", "probe" (after a rest) or "rest"
+        self._prev_rows: int | None = None  # the rows of the last verify booked (the shape llama.cpp holds)
         self._drafter_s = self._drafter_seconds()
         self.n_rest = 0  # resting steps of this generation (the report's view of it)
         self.n_probes = 0
@@ -775,11 +795,20 @@ class AutoDraftLength:
         p = (acc + self.prior * guess) / (tried + self.prior)
         return np.minimum.accumulate(p)
 
-    def best_length(self, p: np.ndarray) -> int:
-        """L* = argmax_L (1 + Σ_{i<L} p_i) / (O + V(L + 1)), the shortest on ties."""
+    def best_length(self, p: np.ndarray, keep_rows: int | None = None) -> int:
+        """L* = argmax_L (1 + Σ_{i<L} p_i) / (O + V(L + 1) + S·[L + 1 ≠ keep_rows]), the shortest on ties.
+
+        ``keep_rows``: the row count of the last verify; every other length pays S = ``AutoState.shape_ms()``,
+        what a verify of a new shape was measured to cost more (None: no such term). A token that cannot be
+        accepted (p_i = 0) is never sent to keep a shape: the lengths stop before the first."""
+        p = np.asarray(p, dtype=float)
         gain = 1.0 + np.concatenate([[0.0], np.cumsum(p)])
-        cost = (self.state.other_ms or 0.0) + self._v(np.arange(1, len(p) + 2, dtype=float))
-        return int(np.argmax(gain / np.maximum(cost, 1e-9)))
+        rows = np.arange(1, len(p) + 2, dtype=float)
+        cost = (self.state.other_ms or 0.0) + self._v(rows)
+        if keep_rows is not None:
+            cost = cost + self.state.shape_ms() * (rows != keep_rows)
+            gain = gain[:1 + int(np.argmin(p > 0)) if (p <= 0).any() else len(gain)]
+        return int(np.argmax(gain / np.maximum(cost[:len(gain)], 1e-9)))
 
     def budget(self, ceiling: int, margin: int = 2) -> int:
         """How many tokens to ask the drafter for this step, before its confidences are known: the
@@ -789,7 +818,7 @@ class AutoDraftLength:
         :meth:`trim` throws away (bake-off on the H200, 2026-11-30: auto 47 % behind n_max 1)."""
         if ceiling <= 0:
             return 0
-        return int(min(ceiling, self.best_length(self.measured_survival(ceiling)) + margin))
+        return int(min(ceiling, self.best_length(self.measured_survival(ceiling), self._prev_rows) + margin))
 
     def plain_other_ms(self) -> float:
         """O_plain: a resting step's ms beyond its verify — measured, or before the first rest the
@@ -870,6 +899,13 @@ class AutoDraftLength:
                 st.verify_seen = np.pad(st.verify_seen, (0, rows - len(st.verify_seen)))
             seen = st.verify_seen[rows - 1]
             st.verify_seen[rows - 1] = verify_ms if seen <= 0 else _ema(seen, verify_ms)
+            if self._prev_rows is not None:  # the same shape as the decode before, or a new one
+                name = "verify_same" if self._prev_rows == rows else "verify_new"
+                arr = getattr(st, name)
+                if len(arr) < rows:
+                    arr = np.pad(arr, (0, rows - len(arr)))
+                arr[rows - 1] = verify_ms if arr[rows - 1] <= 0 else _ema(arr[rows - 1], verify_ms)
+                setattr(st, name, arr)
         if self._first:
             # a generation's first step pays one-time costs (the drafter's first graphs: 65 ms against
             # 1 ms later on the tiny fixtures): not what a step costs
@@ -891,6 +927,7 @@ class AutoDraftLength:
             np.add.at(st.bin_tried, b, 1.0)
             np.add.at(st.bin_accepted, b[:k], 1.0)
         self._conf = None
+        self._prev_rows = rows
 
     def plan(self, ceiling: int) -> int:
         """How many tokens to ask the drafter for this step (≤ ``ceiling``): 0 = rest (no drafter
@@ -949,7 +986,7 @@ class AutoDraftLength:
             if self.state.rule == "adaedl":
                 n = self.adaedl_length(draft)
             else:
-                n = self.best_length(self.survival(draft))
+                n = self.best_length(self.survival(draft), self._prev_rows)
         self._rows = n + 1
         self._conf = None if draft.confidence is None else np.clip(np.asarray(draft.confidence, float)[:n], 0, 1)
         return draft if n == len(draft.tokens) else draft.prefix(n)
