@@ -34,6 +34,7 @@
 #                                    # `ops f16half`: f16 (f16 activations, default) beside GGML_CUDA_SBMM_F16_HALF=0 (~2 min)
 #                                    # `ops topk`: patch 0012's TOP_K (eval + perf) beside GGML_CUDA_TOPK_SMALL=0;
 #                                    # `ops fattn`: patch 0013, FLASH_ATTN_EXT with the vector kernel to 16 rows
+#   bash benchmarks/h200.sh auto-overhead # carry .dev/smol.part03 after model0..model2: issue 25, auto's per-step cost
 #   bash benchmarks/h200.sh step-smol # carry .dev/smol.part03 after model0..model2: SmolLM2 step cost, T>0, held-out
 #   bash benchmarks/h200.sh bakeoff  # carry .dev/smol.part03 after install + model0..model2: the drafter bake-off
 #                                    # (benchmarks/bakeoff/README.md); plots re-rendered here with --from-json
@@ -54,7 +55,7 @@
 # KIND, CONFIGS_KIND, DATA, SEED, TRAIN_SECONDS (kind); RETEST_TESTS_ONLY=1 (retest: pytest only); SBMM_DTYPES (sbmm); NMAX, NTOK, RUNS, NGL, DRAFTERS, MIXED_TURNS, SWEEP_GGUF,
 # DRY=1 (sweep: this checkout's source tree, for a check on the CPU machine).
 set -uo pipefail
-PHASE=${1:?phase: wheel0 | wheel1 | install | model0 | model1 | model2 | data | train | bench | retest | step-big | sbmm | ops | step-smol | bakeoff | sweep | render | kind}
+PHASE=${1:?phase: wheel0 | wheel1 | install | model0 | model1 | model2 | data | train | bench | retest | step-big | sbmm | ops | auto-overhead | step-smol | bakeoff | sweep | render | kind}
 REPO=$(pwd)
 W=/tmp/w
 OUT=${OUT:-$W/out}
@@ -378,6 +379,17 @@ ops)
   MM=$(ls "$OUT"/ops/perf_*.txt 2>/dev/null | grep -v "topk\|fattn")  # (MUL_MAT tables; topk / fattn print their own)
   [ -n "$MM" ] && python3 benchmarks/kernels/op_perf_table.py $MM | tee "$OUT/ops/table.md"
   tar -czf "$OUT/ops-${2:-all}.tar.gz" -C "$OUT" ops && rm -rf "$OUT/ops"
+  ;;
+auto-overhead)
+  # issue 25: where n_max="auto" loses time against fixed n_max on this GPU (RESULTS.md 19.3): stage tables, the
+  # target's graph reuse and a profile by own time, for an n-gram kind and DFlash (carry .dev/smol.part03)
+  smol_cat "$GGUF" || exit 2
+  (cd pyllama_spec && tar -cf - $(find . -name "*.py")) | tar -xf - -C "$W/pkg/pyllama_spec"
+  for d in ngram-map-k dflash; do
+    log "auto overhead, $d"
+    (cd /tmp && timeout 200 python3 "$REPO/benchmarks/auto_overhead.py" --drafter $d --n-max 2 7 auto) 2>&1 \
+      | tee "$OUT/auto_overhead_$d.txt" | head -60
+  done
   ;;
 step-smol)
   smol_cat "$GGUF" || exit 2; sha256sum "$GGUF"
