@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import gc
 import io
 import pstats
 import time
@@ -21,6 +22,21 @@ import time
 import pyllama_spec as ps
 from pyllama_spec.assets import smollm2_dflash_path, smollm2_path
 from pyllama_spec.study.prompts import load_prompts
+
+
+class GCClock:
+    """Seconds the garbage collector ran (gc.callbacks), and how many collections of the oldest generation."""
+
+    def __init__(self) -> None:
+        self.seconds, self.full, self._t = 0.0, 0, 0.0
+        gc.callbacks.append(self)
+
+    def __call__(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._t = time.perf_counter()
+        else:
+            self.seconds += time.perf_counter() - self._t
+            self.full += info.get("generation") == 2
 
 
 def main() -> None:
@@ -45,6 +61,7 @@ def main() -> None:
         steps = toks = ngen = 0
         secs = 0.0
         gen.ctx.reset_perf()  # llama.cpp's counters: how many of the target's decodes reused their graph
+        gcc = GCClock()
         for conv in convs:
             answers: list[str] = []
             for _ in range(min(a.turns, len(conv.turns))):
@@ -64,8 +81,10 @@ def main() -> None:
         per = {k: 1e3 * v / max(steps, 1) for k, v in stages.items() if v > 0}
         perf = gen.ctx.perf()
         print(f"n_max={n_max}: {toks} tokens, {steps} steps, {toks / secs:.1f} tok/s (whole calls), target graphs "
-              f"reused {perf['n_reused']} times over {steps} steps and {ngen} prefills, ms/step: "
+              f"reused {perf['n_reused']} times over {steps} steps and {ngen} prefills, garbage collection "
+              f"{1e3 * gcc.seconds / max(steps, 1):.3f} ms/step ({gcc.full} full), ms/step: "
               + "  ".join(f"{k} {v:.3f}" for k, v in sorted(per.items())))
+        gc.callbacks.remove(gcc)
         if prof is not None:
             out = io.StringIO()
             pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(a.top)

@@ -716,6 +716,7 @@ class AutoDraftLength:
         vm = [float(v) for v in np.maximum.accumulate(np.asarray(verify_ms, dtype=float))]
         self.verify = VerifyCost(list(range(1, len(vm) + 1)), vm)
         self._vm = vm  # (V of a whole row count without numpy: a resting step books itself in microseconds)
+        self._vm_arr = np.asarray(vm, dtype=float)
         self.stats, self.prior, self.clock, self.timer = stats, prior, clock, timer
         self.state = state if state is not None else AutoState()
         self.n_bins = len(self.state.bin_tried)
@@ -753,14 +754,22 @@ class AutoDraftLength:
     def _v(self, rows: Any) -> Any:
         """V(rows) in ms as the decision uses it: this run's measured verify at that row count
         (``AutoState.verify_seen``), else the table's × ``verify_scale``; non-decreasing in rows."""
+        # (called a few times every step: on a GPU a SmolLM2 step is ~1.2 ms, so this avoids np.pad and the
+        # table's extrapolation where every row count is inside it — 2026-12-04, RESULTS.md 19.3)
         st = self.state
-        base = st.verify_scale * np.asarray(self._vm, dtype=float)
-        seen = np.pad(st.verify_seen[:len(base)], (0, max(0, len(base) - len(st.verify_seen))))
-        eff = np.maximum.accumulate(np.where(seen > 0, seen, base))
+        eff = st.verify_scale * self._vm_arr
+        m = min(len(eff), len(st.verify_seen))
+        if m:
+            seen = st.verify_seen[:m]
+            eff[:m] = np.where(seen > 0, seen, eff[:m])
+        np.maximum.accumulate(eff, out=eff)
         r = np.asarray(rows, dtype=float)
-        i = np.clip(r.astype(int) - 1, 0, len(eff) - 1)
         inside = (r >= 1) & (r <= len(eff)) & (r == np.floor(r))
-        out = np.where(inside, eff[i], np.maximum(st.verify_scale * self.verify(r), eff[-1]))
+        if inside.all():  # (whole row counts inside the table: no extrapolation needed)
+            out = eff[r.astype(int) - 1]
+        else:
+            i = np.clip(r.astype(int) - 1, 0, len(eff) - 1)
+            out = np.where(inside, eff[i], np.maximum(st.verify_scale * self.verify(r), eff[-1]))
         return float(out) if out.ndim == 0 else out
 
     def _bins(self, c: np.ndarray) -> np.ndarray:
@@ -785,13 +794,15 @@ class AutoDraftLength:
         draft is worth before its confidences are seen."""
         s, st = self.stats, self.state
 
-        def first(a: Any) -> np.ndarray:
+        def first(a: Any) -> np.ndarray:  # (zeros past a's end; np.pad costs ~10 µs a call)
             a = np.asarray(a, float)[:n]
-            return np.pad(a, (0, n - len(a)))
+            out = np.zeros(n)
+            out[:len(a)] = a
+            return out
 
         acc = first(s.accepted_at) + first(st.pos_accepted)
         tried = first(s.drafted_at) + first(st.pos_tried)
-        guess = 0.6 ** np.arange(1, n + 1)
+        guess = 0.6 ** np.arange(1, n + 1, dtype=float)
         p = (acc + self.prior * guess) / (tried + self.prior)
         return np.minimum.accumulate(p)
 
