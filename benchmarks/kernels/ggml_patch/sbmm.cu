@@ -284,21 +284,22 @@ unsigned split_mask_cfg(const sbmm_job & job, int k, int nsm) {
     return ksplit_of<T, NT, STAGED>(gx, k, nsm) > 1 ? (1u << job.n) - 1 : 0u;
 }
 
-template <int T, bool STAGED>
-unsigned split_mask_nt(const sbmm_job & job, int k, int ncols, int nsm) {
-    return ncols <= 8 ? split_mask_cfg<T, 1, STAGED>(job, k, nsm) : split_mask_cfg<T, 2, STAGED>(job, k, nsm);
+template <int T>
+unsigned split_mask_t(const sbmm_job & job, int k, int ncols, bool staged, int nsm) {
+    if (staged) {
+        return ncols <= 8 ? split_mask_cfg<T, 1, true>(job, k, nsm) : split_mask_cfg<T, 2, true>(job, k, nsm);
+    }
+    return ncols <= 8 ? split_mask_cfg<T, 1, false>(job, k, nsm) : split_mask_cfg<T, 2, false>(job, k, nsm);
 }
 
-// (the configurations run_job takes for activations made by the op before: f16 staged, quantized by staged_path)
-unsigned split_mask_act(int t, const sbmm_job & job, int k, int ncols, int nsm) {
+// split_mask_cfg for weights of sbmm type t on the configuration launch_path / launch_nt picks (staged: as run_job
+// takes it, job_staged below)
+unsigned split_mask(int t, const sbmm_job & job, int k, int ncols, bool staged, int nsm) {
     switch (t) {
-        case sbmm::W_F16:  return split_mask_nt<sbmm::W_F16, true>(job, k, ncols, nsm);
-        case sbmm::W_Q4_0: return staged_path(t, ncols) ? split_mask_nt<sbmm::W_Q4_0, true>(job, k, ncols, nsm)
-                                                       : split_mask_nt<sbmm::W_Q4_0, false>(job, k, ncols, nsm);
-        case sbmm::W_Q8_0: return staged_path(t, ncols) ? split_mask_nt<sbmm::W_Q8_0, true>(job, k, ncols, nsm)
-                                                       : split_mask_nt<sbmm::W_Q8_0, false>(job, k, ncols, nsm);
-        case sbmm::W_Q4_K: return staged_path(t, ncols) ? split_mask_nt<sbmm::W_Q4_K, true>(job, k, ncols, nsm)
-                                                       : split_mask_nt<sbmm::W_Q4_K, false>(job, k, ncols, nsm);
+        case sbmm::W_F16:  return split_mask_t<sbmm::W_F16>(job, k, ncols, staged, nsm);
+        case sbmm::W_Q4_0: return split_mask_t<sbmm::W_Q4_0>(job, k, ncols, staged, nsm);
+        case sbmm::W_Q8_0: return split_mask_t<sbmm::W_Q8_0>(job, k, ncols, staged, nsm);
+        case sbmm::W_Q4_K: return split_mask_t<sbmm::W_Q4_K>(job, k, ncols, staged, nsm);
         default:           return 0;
     }
 }
@@ -308,26 +309,11 @@ bool job_staged(int t, const ggml_tensor * src1) {
     return staged_path(t, src1->ne[1]) && (t != sbmm::W_F16 || ggml_is_contiguous(src1));
 }
 
-// the split of k that run_job makes for one matrix of m rows (the configuration launch_nt picks)
-template <int T>
-int ksplit_job(int64_t m, int k, int ncols, bool staged, int nsm) {
-    if (staged) {
-        return ncols <= 8 ? ksplit_of<T, 1, true>(tiles_of<T, 1, true>(m), k, nsm) : ksplit_of<T, 2, true>(tiles_of<T, 2, true>(m), k, nsm);
-    }
-    return ncols <= 8 ? ksplit_of<T, 1, false>(tiles_of<T, 1, false>(m), k, nsm) : ksplit_of<T, 2, false>(tiles_of<T, 2, false>(m), k, nsm);
-}
-
-int ksplit_any(int t, int64_t m, const ggml_tensor * src1, int nsm) {
-    const int k = (int) src1->ne[0];
-    const int ncols = (int) src1->ne[1];
-    const bool staged = job_staged(t, src1);
-    switch (t) {
-        case sbmm::W_F16:  return ksplit_job<sbmm::W_F16>(m, k, ncols, staged, nsm);
-        case sbmm::W_Q4_0: return ksplit_job<sbmm::W_Q4_0>(m, k, ncols, staged, nsm);
-        case sbmm::W_Q8_0: return ksplit_job<sbmm::W_Q8_0>(m, k, ncols, staged, nsm);
-        case sbmm::W_Q4_K: return ksplit_job<sbmm::W_Q4_K>(m, k, ncols, staged, nsm);
-        default:           return 1;
-    }
+// whether run_job splits k over the grid for one matrix of m rows on the activations src1
+bool splits_k(int t, int64_t m, const ggml_tensor * src1, int nsm) {
+    sbmm_job one;
+    one.add(nullptr, 0, nullptr, 0, nullptr, 0, (int) m);
+    return split_mask(t, one, (int) src1->ne[0], (int) src1->ne[1], job_staged(t, src1), nsm) != 0;
 }
 
 // Runs job (its segments: weights of type src0_type with ne10 = k columns each) on the activations src1 (k x
@@ -636,7 +622,7 @@ static bool residual_job(ggml_backend_cuda_context & ctx, ggml_cgraph * cgraph, 
     // The kernel never reads src1 itself (it reads the f16 / q8_1 copy) except f16 with f32 activations: there
     // dst must not be src1 (which the allocator may hand to the ADD once the MUL_MAT has read it).
     const int t = sbmm_type(a->src[0]->type);
-    const bool split = ksplit_any(t, m, src1, ggml_cuda_info().devices[ctx.device].nsm) > 1;
+    const bool split = splits_k(t, m, src1, ggml_cuda_info().devices[ctx.device].nsm);
     if (split && overlaps(add->data, dst_bytes, res->data, res_bytes)) {
         return false;
     }
@@ -658,7 +644,8 @@ static zero_list fold_zeroes(sbmm_job & job, int t, int k, int ncols, int nsm, c
     if (!env().fold_zero) {
         return z;
     }
-    const unsigned mask = split_mask_act(t, job, k, ncols, nsm);
+    // (run_job takes the staged f16 configuration for activations made here, quantized ones by staged_path)
+    const unsigned mask = split_mask(t, job, k, ncols, t == sbmm::W_F16 || staged_path(t, ncols), nsm);
     for (int i = 0; i < job.n; ++i) {
         if (!(mask & (1u << i))) {
             continue;
