@@ -818,8 +818,9 @@ class AutoDraftLength:
         cost = (self.state.other_ms or 0.0) + self._v(rows)
         if keep_rows is not None:
             cost = cost + self.state.shape_ms() * (rows != keep_rows)
-            gain = gain[:1 + int(np.argmin(p > 0)) if (p <= 0).any() else len(gain)]
-        return int(np.argmax(gain / np.maximum(cost[:len(gain)], 1e-9)))
+            sure = int(np.count_nonzero(np.cumprod(p > 0)))  # the tokens before the first p_i = 0
+            gain, cost = gain[:sure + 1], cost[:sure + 1]
+        return int(np.argmax(gain / np.maximum(cost, 1e-9)))
 
     def budget(self, ceiling: int, margin: int = 2) -> int:
         """How many tokens to ask the drafter for this step, before its confidences are known: the
