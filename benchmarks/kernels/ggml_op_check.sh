@@ -85,17 +85,24 @@ fuse)
     GGML_CUDA_SBMM_FUSE=3 timeout 200 $TBO -o SBMM_FUSION -b CUDA0 > "$OUT/eval_fuse3.txt" 2>&1
     echo "eval (GGML_CUDA_SBMM_FUSE=3) rc=$?: $(grep -cE '^ +SBMM_FUSION.*OK' "$OUT/eval_fuse3.txt") OK, $(grep -cE 'FAIL' "$OUT/eval_fuse3.txt") FAIL"
     grep FAIL "$OUT/eval_fuse3.txt" | head -10
-    # and with the split-k dst zeroed by that op instead of a memset per matrix (GGML_CUDA_SBMM_FOLD_ZERO=1, off by
-    # default; the m = 1023 cases split k), on the f16 and the q8_1 activations
+    # (the split-k dst zeroed by that op instead of a memset per matrix is the default since 2026-12-04: the two
+    # evals above cover it.) And the quantized types from 2 columns (GGML_CUDA_SBMM_MIN_COLS=2; by default q4_0 /
+    # q8_0 start at 5, q4_K at 4): the fused launches at 2 columns, which a lower default crossing would take,
+    # with the f16 activations' path (FUSE=2) and with q8_1 activations from the op before (FUSE=3)
     for f in 2 3; do
-        GGML_CUDA_SBMM_FUSE=$f GGML_CUDA_SBMM_FOLD_ZERO=1 timeout 200 $TBO -o SBMM_FUSION -b CUDA0 > "$OUT/eval_fuse${f}z.txt" 2>&1
-        echo "eval (GGML_CUDA_SBMM_FUSE=$f GGML_CUDA_SBMM_FOLD_ZERO=1) rc=$?: $(grep -cE '^ +SBMM_FUSION.*OK' "$OUT/eval_fuse${f}z.txt") OK, $(grep -cE 'FAIL' "$OUT/eval_fuse${f}z.txt") FAIL"
-        grep FAIL "$OUT/eval_fuse${f}z.txt" | head -10
+        GGML_CUDA_SBMM_FUSE=$f GGML_CUDA_SBMM_MIN_COLS=2 timeout 200 $TBO -o SBMM_FUSION -b CUDA0 > "$OUT/eval_fuse${f}c2.txt" 2>&1
+        echo "eval (GGML_CUDA_SBMM_FUSE=$f GGML_CUDA_SBMM_MIN_COLS=2) rc=$?: $(grep -cE '^ +SBMM_FUSION.*OK' "$OUT/eval_fuse${f}c2.txt") OK, $(grep -cE 'FAIL' "$OUT/eval_fuse${f}c2.txt") FAIL"
+        grep FAIL "$OUT/eval_fuse${f}c2.txt" | head -10
     done
     evaluate sbmm 300 'f16|q4_0|q8_0|q4_K'
     P='type_a=(f16|q4_0|q4_K|q8_0),type_b=f32,m=4096,n=(1|2|8|16),k=14336,'
     perf sbmm 100
     echo "## sbmm (patch 0008, segments)"; cat "$OUT/perf_sbmm.txt"
+    # the quantized types at 2..4 columns: the default (MMVQ there) beside sbmm (GGML_CUDA_SBMM_MIN_COLS=2)
+    P='type_a=(q4_0|q4_K|q8_0),type_b=f32,m=4096,n=(2|3|4),k=14336,'
+    perf default_2to4 60; GGML_CUDA_SBMM_MIN_COLS=2 perf mincols2 60
+    echo "## 2..4 columns, default"; cat "$OUT/perf_default_2to4.txt"
+    echo "## 2..4 columns, GGML_CUDA_SBMM_MIN_COLS=2"; cat "$OUT/perf_mincols2.txt"
     ;;
 f16half)
     tbo
