@@ -4,8 +4,8 @@
   random but sensibly scaled weights and a byte-level BPE vocabulary of its own (264 tokens, chat
   template). qwen2 has q/k/v biases; gemma3 has q/k norms, post-attention and post-FFN norms, a
   sliding window on 5 layers of 6 (the real models' pattern) and a tied output head.
-* :func:`write_big_pair` - a large target (e.g. Qwen3-8B-shaped, f16, Q4_0 or Q4_K) and a DFlash drafter for
-  it, written in about the time its bytes take (one random buffer per tensor shape).
+* :func:`write_big_pair` - a large target (e.g. Qwen3-8B-shaped, f16, Q4_0, Q4_K or Q4_K_M) and a DFlash drafter
+  for it, written in about the time its bytes take (one random buffer per tensor shape).
 * :func:`write_dflash_drafter` - a DFlash drafter (``general.architecture = "dflash"``) for any
   GGUF target: same hidden size, the target's tokenizer copied in, random weights. It is never
   right, so it measures the cost of speculation, not its benefit.
@@ -14,7 +14,7 @@ Command line::
 
     python -m pyllama_spec.fixtures target OUT.gguf [--arch llama|qwen3|qwen2|gemma3] [--layers 4] [--embd 64]
     python -m pyllama_spec.fixtures dflash OUT.gguf --target TARGET.gguf [--layers 2] [--block-size 8]
-    python -m pyllama_spec.fixtures big OUT_DIR [--preset qwen3-8b] [--dtype f16|q4_0|q4_K]
+    python -m pyllama_spec.fixtures big OUT_DIR [--preset qwen3-8b] [--dtype f16|q4_0|q4_K|q4_K_M]
 """
 from __future__ import annotations
 
@@ -398,9 +398,74 @@ def quantize_q4_K(a: np.ndarray) -> np.ndarray:
     return out.reshape(rows, cols // 256 * 144)
 
 
+def quantize_q6_K(a: np.ndarray) -> np.ndarray:
+    """Quantize float rows to ggml's Q6_K blocks (gguf-py has no Q6_K quantizer).
+
+    A plain absmax encoder, not llama.cpp's ``make_qx_quants`` search (``ggml-quants.c``): good enough for
+    random fixture weights, byte-compatible with ``block_q6_K`` (``ggml-common.h``: 128 bytes of low nibbles
+    ``ql``, 64 bytes of high 2-bit pairs ``qh``, 16 int8 scales, one per 16 values, then f16 ``d``; a value is
+    ``d * scale * (q - 32)`` with ``q`` in 0..63).
+
+    Args:
+        a: ``(rows, cols)`` float32, ``cols`` a multiple of 256.
+
+    Returns:
+        ``(rows, cols // 256 * 210)`` uint8.
+
+    Raises:
+        ValueError: ``a`` is not 2-D or ``cols`` is not a multiple of 256.
+    """
+    if a.ndim != 2 or a.shape[1] % 256:
+        raise ValueError(f"quantize_q6_K needs (rows, cols) with cols % 256 == 0, got shape {a.shape}")
+    rows, cols = a.shape
+    x = a.astype(np.float32).reshape(-1, 16, 16)                    # (super-blocks, 16-value groups, values)
+    group = np.abs(x).max(axis=2) / 31.0                            # q - 32 in -31..31: no clipping needed
+    d16 = (group.max(axis=1) / 127.0).astype(np.float16)            # the int8 scales in 0..127
+    df = d16.astype(np.float32)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        sc = np.clip(np.rint(np.where(df[:, None] > 0, group / df[:, None], 0)), 0, 127).astype(np.int8)
+        step = df[:, None] * sc                                     # what the decoder multiplies q - 32 by
+        q = np.rint(np.where(step[..., None] > 0, x / step[..., None], 0))
+    q = (np.clip(q, -32, 31) + 32).astype(np.uint8).reshape(-1, 2, 4, 32)  # value 128n + 32j + l at [n, j, l]
+    # ql[64n + 32a + l]: value 128n + 32a + l in the low nibble, 128n + 64 + 32a + l in the high one;
+    # qh[32n + l]: bits 2j..2j+1 = the high 2 bits of value 128n + 32j + l (ggml's dequantize_row_q6_K)
+    ql = ((q[:, :, 0:2, :] & 0xF) | ((q[:, :, 2:4, :] & 0xF) << 4)).reshape(-1, 128)
+    qh = np.zeros(q.shape[:2] + (32,), np.uint8)
+    for j in range(4):
+        qh |= ((q[:, :, j, :] >> 4) & 3) << (2 * j)
+    out = np.concatenate([ql, qh.reshape(-1, 64), sc.view(np.uint8), d16.view(np.uint8).reshape(-1, 2)], axis=1)
+    return out.reshape(rows, cols // 256 * 210)
+
+
+def q4_K_M_type(name: str, i_layer: int, n_layer: int) -> str:
+    """The type llama.cpp's ``llama-quantize`` gives a Qwen3-style tensor in a Q4_K_M file (``"q4_K"`` or ``"q6_K"``).
+
+    ``src/llama-quant.cpp`` ``llama_tensor_get_type`` for ``LLAMA_FTYPE_MOSTLY_Q4_K_M`` (no imatrix, no tied
+    embeddings, not Falcon, no experts): the output head is Q6_K; ``attn_v`` and ``ffn_down`` are Q6_K in the
+    layers where ``use_more_bits(i_layer, n_layer)`` holds -- the first and last eighth of the layers and every
+    third layer between -- and Q4_K elsewhere; every other matrix (``token_embd`` too) is Q4_K.
+
+    Args:
+        name: the tensor's name without its ``blk.N.`` prefix (``"attn_v.weight"``, ``"output.weight"``, ...).
+        i_layer: its layer (ignored for tensors outside the layers).
+        n_layer: the model's layer count.
+
+    Returns:
+        ``"q6_K"`` or ``"q4_K"``.
+    """
+    if name == "output.weight":
+        return "q6_K"
+    if name in ("attn_v.weight", "ffn_down.weight"):
+        more_bits = (i_layer < n_layer // 8 or i_layer >= 7 * n_layer // 8
+                     or (i_layer - n_layer // 8) % 3 == 2)
+        return "q6_K" if more_bits else "q4_K"
+    return "q4_K"
+
+
 class _TensorPool:
     """One random buffer per (shape, dtype): a big model of identical layers is written in the time it
-    takes to write its bytes, not to draw them. ``dtype``: ``"f16"``, ``"q4_0"``, ``"q8_0"`` or ``"q4_K"``."""
+    takes to write its bytes, not to draw them. ``dtype``: ``"f16"``, ``"q4_0"``, ``"q8_0"``, ``"q4_K"`` or
+    ``"q6_K"``."""
 
     def __init__(self, seed: int):
         self.rng = np.random.default_rng(seed)
@@ -420,25 +485,26 @@ class _TensorPool:
                 arr, qt = a.astype(np.float16), None
             else:
                 qt = {"q4_0": gguf.GGMLQuantizationType.Q4_0, "q8_0": gguf.GGMLQuantizationType.Q8_0,
-                      "q4_K": gguf.GGMLQuantizationType.Q4_K}[dtype]
+                      "q4_K": gguf.GGMLQuantizationType.Q4_K, "q6_K": gguf.GGMLQuantizationType.Q6_K}[dtype]
                 # (block, bytes per row): whole rows, so rows tile
-                arr = quantize_q4_K(a) if dtype == "q4_K" else gguf.quants.quantize(a, qt)
+                own = {"q4_K": quantize_q4_K, "q6_K": quantize_q6_K}  # (gguf-py quantizes neither)
+                arr = own[dtype](a) if dtype in own else gguf.quants.quantize(a, qt)
             if block != rows:
                 arr = np.tile(arr, (rows // block, 1))
                 if distinct_rows:
                     # scale each copy of the block by its own factor, so that no two rows are equal (an
                     # output head of equal rows makes argmax ties); Q4_0/Q8_0: the f16 scale opening
                     # every 32-value block (2 bytes, then 16 / 32 bytes of quants); Q4_K: the f16 d opening
-                    # every 144-byte super-block
+                    # every 144-byte super-block; Q6_K: the f16 d closing every 210-byte super-block
                     tiles = rows // block
                     f = (1.0 + np.arange(tiles, dtype=np.float32) / 1024).astype(np.float16)
                     if qt is None:
                         arr.reshape(tiles, block, cols)[...] *= f[:, None, None]
                     else:
-                        bs = {"q4_0": 18, "q8_0": 34, "q4_K": 144}[dtype]
+                        bs, o = {"q4_0": (18, 0), "q8_0": (34, 0), "q4_K": (144, 0), "q6_K": (210, 208)}[dtype]
                         blocks = arr.reshape(tiles, block, -1, bs)
-                        d = blocks[..., :2].copy().view(np.float16)
-                        blocks[..., :2] = (d * f[:, None, None, None]).view(np.uint8)
+                        d = blocks[..., o:o + 2].copy().view(np.float16)
+                        blocks[..., o:o + 2] = (d * f[:, None, None, None]).view(np.uint8)
             self.cache[key] = (arr, qt)
         return self.cache[key]
 
@@ -452,22 +518,27 @@ class _TensorPool:
 
 
 def _qwen3_layer(w: Any, pool: Any, i: int, dims: tuple[int, int, int, int, int], ones: dict[int, np.ndarray],
-                 dtype: str) -> None:
+                 dtype: str, n_layer: int = 0) -> None:
     """Layer ``i`` of a Qwen3-shaped stack (q/k norms, SwiGLU) with ``dims`` = (n_embd, head_dim,
-    heads, KV heads, FFN width): the big target's and its DFlash drafter's layers are alike."""
+    heads, KV heads, FFN width): the big target's and its DFlash drafter's layers are alike. ``dtype``
+    ``"q4_K_M"``: each matrix of the type :func:`q4_K_M_type` gives it in a stack of ``n_layer`` layers."""
     E, D, H, KV, F = dims
     p = f"blk.{i}."
+
+    def dt(name: str) -> str:
+        return q4_K_M_type(name, i, n_layer) if dtype == "q4_K_M" else dtype
+
     w.add_tensor(p + "attn_norm.weight", ones[E])
-    pool.add(w, p + "attn_q.weight", (H * D, E), 1 / np.sqrt(E), dtype)
-    pool.add(w, p + "attn_k.weight", (KV * D, E), 1 / np.sqrt(E), dtype)
-    pool.add(w, p + "attn_v.weight", (KV * D, E), 1 / np.sqrt(E), dtype)
-    pool.add(w, p + "attn_output.weight", (E, H * D), 1 / np.sqrt(E), dtype)
+    pool.add(w, p + "attn_q.weight", (H * D, E), 1 / np.sqrt(E), dt("attn_q.weight"))
+    pool.add(w, p + "attn_k.weight", (KV * D, E), 1 / np.sqrt(E), dt("attn_k.weight"))
+    pool.add(w, p + "attn_v.weight", (KV * D, E), 1 / np.sqrt(E), dt("attn_v.weight"))
+    pool.add(w, p + "attn_output.weight", (E, H * D), 1 / np.sqrt(E), dt("attn_output.weight"))
     w.add_tensor(p + "attn_q_norm.weight", ones[D])
     w.add_tensor(p + "attn_k_norm.weight", ones[D])
     w.add_tensor(p + "ffn_norm.weight", ones[E])
-    pool.add(w, p + "ffn_gate.weight", (F, E), 1 / np.sqrt(E), dtype)
-    pool.add(w, p + "ffn_up.weight", (F, E), 1 / np.sqrt(E), dtype)
-    pool.add(w, p + "ffn_down.weight", (E, F), 1 / np.sqrt(F), dtype)
+    pool.add(w, p + "ffn_gate.weight", (F, E), 1 / np.sqrt(E), dt("ffn_gate.weight"))
+    pool.add(w, p + "ffn_up.weight", (F, E), 1 / np.sqrt(E), dt("ffn_up.weight"))
+    pool.add(w, p + "ffn_down.weight", (E, F), 1 / np.sqrt(F), dt("ffn_down.weight"))
 
 
 def write_big_pair(out_dir: str | os.PathLike, *, preset: str = "qwen3-8b", dtype: str = "f16",
@@ -479,11 +550,14 @@ def write_big_pair(out_dir: str | os.PathLike, *, preset: str = "qwen3-8b", dtyp
     about the file size at disk speed (``qwen3-8b``: ~16 GB f16 / ~4.6 GB Q4_0 for the target).
 
     Args:
-        out_dir: folder for ``target-<preset>-<dtype>.gguf`` and ``dflash-<preset>-<dtype>.gguf``.
+        out_dir: folder for ``target-<preset>-<dtype>.gguf`` and ``dflash-<preset>-<drafter_dtype or dtype>.gguf``.
         preset: a key of :data:`BIG_PRESETS`.
         dtype: ``"f16"``, ``"q4_0"`` or ``"q4_K"`` (matrices; norms stay f32; the study behind this
-            project ran a Q4_K_M model, whose big matrices are mostly Q4_K).
-        drafter_dtype: the drafter's matrices (default: ``dtype``).
+            project ran a Q4_K_M model, whose big matrices are mostly Q4_K), or ``"q4_K_M"``: the mix
+            llama.cpp's Q4_K_M file has (:func:`q4_K_M_type`: Q6_K output head, Q6_K ``attn_v`` / ``ffn_down``
+            in about half the layers, Q4_K elsewhere).
+        drafter_dtype: the drafter's matrices (default: ``dtype``; for ``"q4_K_M"``, ``"q4_K"``: the drafter of
+            a ``"q4_K"`` pair, its file named after the target's dtype).
 
     Returns:
         ``{"target": Path, "drafter": Path, **preset}``.
@@ -495,14 +569,16 @@ def write_big_pair(out_dir: str | os.PathLike, *, preset: str = "qwen3-8b", dtyp
 
     if preset not in BIG_PRESETS:
         raise ValueError(f"preset must be one of {sorted(BIG_PRESETS)}, got {preset!r}")
-    if dtype not in ("f16", "q4_0", "q4_K") or (drafter_dtype or dtype) not in ("f16", "q4_0", "q8_0", "q4_K"):
-        raise ValueError(f"dtype must be 'f16', 'q4_0' or 'q4_K' (drafter also 'q8_0'), "
-                         f"got {dtype!r}/{drafter_dtype!r}")
+    # (a Q4_K_M target's drafter: Q4_K matrices, as a Q4_K pair's; named dflash-<preset>-q4_K_M.gguf all the same,
+    # as benchmarks/h200.sh finds a pair's drafter by the target's dtype)
+    ddt = drafter_dtype or ("q4_K" if dtype == "q4_K_M" else dtype)
+    if dtype not in ("f16", "q4_0", "q4_K", "q4_K_M") or ddt not in ("f16", "q4_0", "q8_0", "q4_K"):
+        raise ValueError(f"dtype must be 'f16', 'q4_0', 'q4_K' or 'q4_K_M' (drafter 'f16', 'q4_0', 'q8_0' or "
+                         f"'q4_K'), got {dtype!r}/{drafter_dtype!r}")
     cfg = BIG_PRESETS[preset]
-    ddt = drafter_dtype or dtype
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    tpath, dpath = out_dir / f"target-{preset}-{dtype}.gguf", out_dir / f"dflash-{preset}-{ddt}.gguf"
+    tpath, dpath = out_dir / f"target-{preset}-{dtype}.gguf", out_dir / f"dflash-{preset}-{drafter_dtype or dtype}.gguf"
     L, E, H, KV, D, F, V = (cfg[k] for k in ("n_layer", "n_embd", "n_head", "n_head_kv", "head_dim", "n_ff", "n_vocab"))
     pool = _TensorPool(seed)
 
@@ -520,15 +596,17 @@ def write_big_pair(out_dir: str | os.PathLike, *, preset: str = "qwen3-8b", dtyp
     w.add_rope_freq_base(1000000.0)
     w.add_layer_norm_rms_eps(1e-6)
     w.add_file_type({"f16": gguf.LlamaFileType.MOSTLY_F16, "q4_0": gguf.LlamaFileType.MOSTLY_Q4_0,
-                     "q4_K": gguf.LlamaFileType.MOSTLY_Q4_K_M}[dtype])
+                     "q4_K": gguf.LlamaFileType.MOSTLY_Q4_K_M, "q4_K_M": gguf.LlamaFileType.MOSTLY_Q4_K_M}[dtype])
     _add_tiny_tokenizer(w, n_vocab=V)
     w.add_vocab_size(V)
     ones = {n: np.ones(n, np.float32) for n in (E, D)}
-    pool.add(w, "token_embd.weight", (V, E), 1.0, dtype)
+    q4km = dtype == "q4_K_M"
+    pool.add(w, "token_embd.weight", (V, E), 1.0, q4_K_M_type("token_embd.weight", 0, L) if q4km else dtype)
     w.add_tensor("output_norm.weight", ones[E])
-    pool.add(w, "output.weight", (V, E), 4 / np.sqrt(E), dtype, distinct_rows=True)
+    pool.add(w, "output.weight", (V, E), 4 / np.sqrt(E), q4_K_M_type("output.weight", 0, L) if q4km else dtype,
+             distinct_rows=True)
     for i in range(L):
-        _qwen3_layer(w, pool, i, (E, D, H, KV, F), ones, dtype)
+        _qwen3_layer(w, pool, i, (E, D, H, KV, F), ones, dtype, n_layer=L)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
@@ -586,7 +664,7 @@ def main(argv: list[str] | None = None) -> int:
     b = sub.add_parser("big", help="a large random target + DFlash drafter pair (e.g. Qwen3-8B-shaped)")
     b.add_argument("out_dir", type=Path)
     b.add_argument("--preset", default="qwen3-8b", choices=sorted(BIG_PRESETS))
-    b.add_argument("--dtype", default="f16", choices=["f16", "q4_0", "q4_K"])
+    b.add_argument("--dtype", default="f16", choices=["f16", "q4_0", "q4_K", "q4_K_M"])
     b.add_argument("--drafter-dtype", default=None, choices=["f16", "q4_0", "q8_0", "q4_K"])
     a = ap.parse_args(argv)
     if a.cmd == "big":

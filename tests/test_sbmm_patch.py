@@ -28,7 +28,10 @@ def test_kernel_block_decoding_matches_gguf_py():
     # (staged1, staged2), and weights + activations (staged1b, staged2b); f16 through the staged weight loads
     # (its f32 activations are never staged), and with f16 activations on both paths (registersh, staged*h)
     ok = [ln for ln in lines if ln.startswith("ok ")]
-    assert len(ok) == 210 and {ln.split()[1] for ln in ok} == {"f16", "q4_0", "q8_0", "q4_K"}
+    assert len(ok) == 258 and {ln.split()[1] for ln in ok} == {"f16", "q4_0", "q8_0", "q4_K", "q6_K"}
+    # q6_K (register path only): every column count 1..16 on three shapes
+    q6 = [ln for ln in ok if ln.split()[1] == "q6_K"]
+    assert len(q6) == 48 and {ln.split()[2] for ln in q6} == {"registers"}
     staged = [ln for ln in ok if ln.split()[2].startswith("staged")]
     assert len(staged) == 160 and {ln.split()[1] for ln in staged} == {"f16", "q4_0", "q8_0", "q4_K"}
     assert {ln.split()[2] for ln in staged} == {"staged1", "staged2", "staged1b", "staged2b", "staged1h", "staged2h"}
@@ -39,6 +42,8 @@ def test_kernel_block_decoding_matches_gguf_py():
     caught = [ln for ln in lines if ln.startswith("caught staging-index mutation")]
     caught_b = [ln for ln in lines if ln.startswith("caught activation-staging-index mutation")]
     assert len(caught) == 16 and len(caught_b) == 6 and not any(ln.startswith("MISSED") for ln in lines)
+    # q6_K: a wrong qh index and the other half's scale are each caught by all 6 checks they run
+    assert len([ln for ln in lines if ln.startswith("caught q6_K ")]) == 12
 
 
 def test_listed_patch_is_what_the_kernel_sources_make():

@@ -8,7 +8,7 @@
 // f32 -> q8_1 activation kernel ggml runs before MMVQ (test-backend-ops times both together: compare
 // its numbers with us + quant_us). TB/s counts the weight bytes only.
 //
-// usage: sbmm_bench [--types f16,q4_0,q8_0,q4_K] [--shapes 4096x14336,...] [--ncols 1,2,...,16]
+// usage: sbmm_bench [--types f16,q4_0,q8_0,q4_K (default; also q6_K)] [--shapes 4096x14336,...] [--ncols 1,2,...,16]
 //                   [--reps 200] [--warmup 20] [--json out.json]
 #include "sbmm.cuh"
 #include "sbmm_registry.h"
@@ -124,6 +124,8 @@ template <int T> __global__ void fix_blocks(char * W, size_t nunits_total, uint6
             block_q4_K * q = (block_q4_K *) b;
             q->d = float_to_half(0.0005f + 0.0025f * unif(seed, 2 * i));
             q->dmin = float_to_half(0.0005f + 0.0025f * unif(seed, 2 * i + 1));
+        } else if constexpr (T == W_Q6_K) { // random int8 scales, ql and qh; d as check_layouts.py makes it
+            ((block_q6_K *) b)->d = float_to_half(0.00001f + 0.00009f * unif(seed, 2 * i));
         } else {
             uint16_t * h = (uint16_t *) b;
             for (int j = 0; j < 32; ++j) {
@@ -232,15 +234,17 @@ int type_of(const std::string & s) {
     if (s == "q4_0") return W_Q4_0;
     if (s == "q8_0") return W_Q8_0;
     if (s == "q4_K") return W_Q4_K;
-    fprintf(stderr, "unknown type %s (f16, q4_0, q8_0, q4_K)\n", s.c_str());
+    if (s == "q6_K") return W_Q6_K;
+    fprintf(stderr, "unknown type %s (f16, q4_0, q8_0, q4_K, q6_K)\n", s.c_str());
     exit(2);
 }
-int unit_k(int t) { return t == W_Q4_K ? 256 : 32; }
+int unit_k(int t) { return t == W_Q4_K || t == W_Q6_K ? 256 : 32; }
 int unit_bytes(int t) {
     switch (t) {
         case W_F16: return 64;
         case W_Q4_0: return 18;
         case W_Q8_0: return 34;
+        case W_Q6_K: return 210;
         default: return 144;
     }
 }
@@ -252,6 +256,7 @@ void init_weights(int t, char * W, size_t nbytes, uint64_t seed) {
         case W_F16: fix_blocks<W_F16><<<4096, 256>>>(W, nunits, seed); break;
         case W_Q4_0: fix_blocks<W_Q4_0><<<4096, 256>>>(W, nunits, seed); break;
         case W_Q8_0: fix_blocks<W_Q8_0><<<4096, 256>>>(W, nunits, seed); break;
+        case W_Q6_K: fix_blocks<W_Q6_K><<<4096, 256>>>(W, nunits, seed); break;
         default: fix_blocks<W_Q4_K><<<4096, 256>>>(W, nunits, seed); break;
     }
     CUDA_CHECK(cudaGetLastError());
@@ -263,6 +268,7 @@ void run_reference(int t, const char * W, long long row_bytes, const float * x, 
         case W_F16: reference_kernel<W_F16><<<grid, block>>>(W, row_bytes, x, k, m, out); break;
         case W_Q4_0: reference_kernel<W_Q4_0><<<grid, block>>>(W, row_bytes, x, k, m, out); break;
         case W_Q8_0: reference_kernel<W_Q8_0><<<grid, block>>>(W, row_bytes, x, k, m, out); break;
+        case W_Q6_K: reference_kernel<W_Q6_K><<<grid, block>>>(W, row_bytes, x, k, m, out); break;
         default: reference_kernel<W_Q4_K><<<grid, block>>>(W, row_bytes, x, k, m, out); break;
     }
     CUDA_CHECK(cudaGetLastError());
@@ -320,6 +326,7 @@ int main(int argc, char ** argv) {
     register_q4_0();
     register_q8_0();
     register_q4_K();
+    register_q6_K();
 
     cudaDeviceProp prop{};
     CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));

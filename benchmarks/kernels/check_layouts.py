@@ -20,7 +20,8 @@ staged) and with its activations as f16 (``load_b_f16``, the kernel's HB) on the
 (``registersh``) and both staged paths (``staged1h`` / ``staged2h``); then a deliberate mutation (the
 emulator rebuilt with ``SBMM_STAGE_INDEX_SKEW=1``, an off-by-one in the staging piece index) must fail
 every staged check it runs, and so must an off-by-one in the activations' piece index alone
-(``SBMM_STAGE_B_INDEX_SKEW=1``) in the ``…b`` checks.
+(``SBMM_STAGE_B_INDEX_SKEW=1``) in the ``…b`` checks. q6_K (register path only): ``check_q6_K``, every column
+count 1..16 on three shapes, and two mutations of its own.
 
 usage: python benchmarks/kernels/check_layouts.py [--cxx g++]   (exit status 1 on any failure)
 """
@@ -38,9 +39,9 @@ from gguf import GGMLQuantizationType as QT
 from gguf.quants import dequantize
 
 HERE = Path(__file__).resolve().parent
-QTYPES = {"q4_0": QT.Q4_0, "q8_0": QT.Q8_0, "q4_K": QT.Q4_K}
+QTYPES = {"q4_0": QT.Q4_0, "q8_0": QT.Q8_0, "q4_K": QT.Q4_K, "q6_K": QT.Q6_K}
 # bytes per block and values per block, ggml-common.h
-BLOCK = {"q4_0": (18, 32), "q8_0": (34, 32), "q4_K": (144, 256), "f16": (2, 1)}
+BLOCK = {"q4_0": (18, 32), "q8_0": (34, 32), "q4_K": (144, 256), "q6_K": (210, 256), "f16": (2, 1)}
 
 
 def random_weights(wtype: str, m: int, k: int, rng: np.random.Generator) -> np.ndarray:
@@ -64,6 +65,8 @@ def random_weights(wtype: str, m: int, k: int, rng: np.random.Generator) -> np.n
     elif wtype == "q4_K":
         raw[:, :, 0:2] = halves(0.0005, 0.003)  # d
         raw[:, :, 2:4] = halves(0.0005, 0.003)  # dmin
+    elif wtype == "q6_K":
+        raw[:, :, 208:210] = halves(0.00001, 0.0001)  # d (the int8 scales, ql and qh stay random)
     return raw.reshape(m, nb * nbytes)
 
 
@@ -133,6 +136,33 @@ def build(cxx: str, out: Path, *defines: str) -> Path:
     return out
 
 
+def check_q6_K(cxx: str, exe: Path, rng: np.random.Generator, tmp: Path) -> int:
+    """q6_K (register path only, one m16n8k16 mma per 16 values): the checks of check_one at every column count
+    1..16 on three shapes -- k = 768 (3 blocks of 210 bytes: rows of 630 bytes, so the block's 2- / 4-byte
+    alignment alternates by row and by block, both load branches of get_int_b2_or_b4_ro), k = 512 (rows of 420
+    bytes: the alignment alternates by block only), k = 256 (one block); m = 40 / 24: partial 16-row tiles --
+    then the two mutations of SBMM_Q6K_MUTATION (a wrong qh index, the other half's scale) must fail every check
+    they run. Returns the number of failures (a passing check of a mutant counts as one)."""
+    failures = 0
+    for m, k in ((40, 768), (24, 512), (16, 256)):
+        w = random_weights("q6_K", m, k, rng)
+        wref = dequant_ref("q6_K", w, k)
+        for n in range(1, 17):
+            ok, line = check_one(exe, "q6_K", "", w, wref, n, rng, tmp)
+            failures += not ok
+            print(f"{'ok  ' if ok else 'FAIL'} {line}")
+    for mutation, what in ((1, "qh-index"), (2, "scale-index")):
+        mut = build(cxx, tmp / f"cpu_emulate_q6k_mut{mutation}", f"-DSBMM_Q6K_MUTATION={mutation}")
+        for m, k in ((40, 768), (24, 512)):
+            w = random_weights("q6_K", m, k, rng)
+            wref = dequant_ref("q6_K", w, k)
+            for n in (1, 8, 16):
+                ok, line = check_one(mut, "q6_K", "", w, wref, n, rng, tmp)
+                failures += ok
+                print(f"{'MISSED' if ok else 'caught'} q6_K {what} mutation: {line}")
+    return failures
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--cxx", default="g++", help="host C++ compiler for cpu_emulate.cpp")
@@ -170,6 +200,7 @@ def main() -> int:
                 ok, line = check_one(mut_b, wtype, mt, w, wref, 8, rng, tmp)
                 failures += ok
                 print(f"{'MISSED' if ok else 'caught'} activation-staging-index mutation: {line}")
+        failures += check_q6_K(args.cxx, exe, rng, tmp)
     print("all layout checks passed" if failures == 0 else f"{failures} layout checks FAILED")
     return 1 if failures else 0
 

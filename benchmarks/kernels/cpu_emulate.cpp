@@ -15,7 +15,7 @@
 // staged weight path.
 //
 // usage: cpu_emulate TYPE M K N weights.bin x.bin y_out.bin dequant_out.bin [MT]
-//   TYPE: f16 | q4_0 | q8_0 | q4_K; weights: M rows in ggml's layout; x: float32 [N][K];
+//   TYPE: f16 | q4_0 | q8_0 | q4_K | q6_K (register path only); weights: M rows in ggml's layout; x: float32 [N][K];
 //   y_out: float32 [N][M]; dequant_out: float32 [M][K] (dequant_unit of every unit);
 //   MT: 1 or 2 (or 1b / 2b), the staged path with 16*MT rows per warp (q4_0 / q8_0 / q4_K / f16);
 //       h, 1h, 2h: f16 activations (f16 only).
@@ -94,7 +94,10 @@ std::vector<uint16_t> to_half(const std::vector<float> & x) {
     return h;
 }
 
-// the PTX fragment tables (see sbmm_blocks.h); g = lane / 4, t = lane % 4
+// the PTX fragment tables (see sbmm_blocks.h); g = lane / 4, t = lane % 4. KK = 32: m16n8k32 (A regs 0..3, B
+// regs 0..1); KK = 16: m16n8k16 (q6_K; A regs 0..1, B reg 0 only: the other registers must not matter, so
+// they are read as nothing)
+template <int KK = 32>
 void mma_s8_emulated(const int a[32][4], const int b[32][2], int c[32][4]) {
     int8_t A[16][32], B[32][8];
     for (int l = 0; l < 32; ++l) {
@@ -102,10 +105,12 @@ void mma_s8_emulated(const int a[32][4], const int b[32][2], int c[32][4]) {
         for (int i = 0; i < 4; ++i) {
             A[g][4 * t + i] = (int8_t) (a[l][0] >> (8 * i));
             A[g + 8][4 * t + i] = (int8_t) (a[l][1] >> (8 * i));
-            A[g][16 + 4 * t + i] = (int8_t) (a[l][2] >> (8 * i));
-            A[g + 8][16 + 4 * t + i] = (int8_t) (a[l][3] >> (8 * i));
             B[4 * t + i][g] = (int8_t) (b[l][0] >> (8 * i));
-            B[16 + 4 * t + i][g] = (int8_t) (b[l][1] >> (8 * i));
+            if (KK == 32) {
+                A[g][16 + 4 * t + i] = (int8_t) (a[l][2] >> (8 * i));
+                A[g + 8][16 + 4 * t + i] = (int8_t) (a[l][3] >> (8 * i));
+                B[16 + 4 * t + i][g] = (int8_t) (b[l][1] >> (8 * i));
+            }
         }
     }
     for (int l = 0; l < 32; ++l) {
@@ -113,7 +118,7 @@ void mma_s8_emulated(const int a[32][4], const int b[32][2], int c[32][4]) {
         for (int r = 0; r < 4; ++r) {
             const int row = g + 8 * (r / 2), col = 2 * t + r % 2;
             int s = 0;
-            for (int kk = 0; kk < 32; ++kk) {
+            for (int kk = 0; kk < KK; ++kk) {
                 s += (int) A[row][kk] * (int) B[kk][col];
             }
             c[l][r] = s;
@@ -213,7 +218,7 @@ void run_staged(int m, int k, int n, const std::vector<char> & wbytes, const std
                             if constexpr (T == W_F16) {
                                 mma_f16_emulated(a, b, acc[mt]);
                             } else {
-                                mma_s8_emulated(a, b, c);
+                                mma_s8_emulated<mma_k<T>>(a, b, c);
                                 for (int l = 0; l < 32; ++l) {
                                     epilogue(ra[l], rb[l], sub, c[l], acc[mt][l]);
                                 }
@@ -293,7 +298,7 @@ void run(int m, int k, int n, const std::vector<char> & wbytes, const std::vecto
                         mma_f16_emulated(a, b, acc);
                     } else {
                         int c[32][4];
-                        mma_s8_emulated(a, b, c);
+                        mma_s8_emulated<mma_k<T>>(a, b, c);
                         for (int l = 0; l < 32; ++l) {
                             epilogue(ra[l], rb[l], s, c[l], acc[l]);
                         }
@@ -380,6 +385,12 @@ int main(int argc, char ** argv) {
         } else if (mt_staged == 2) {
             sb ? run_staged<W_Q4_K, 2, true>(m, k, n, w, x, y) : run_staged<W_Q4_K, 2, false>(m, k, n, w, x, y);
         }
+    } else if (type == "q6_K") {
+        if (!staged.empty()) {
+            fprintf(stderr, "q6_K has the register path only (no MT)\n");
+            return 2;
+        }
+        run<W_Q6_K>(m, k, n, w, x, y, dq);
     } else {
         fprintf(stderr, "unknown type %s\n", type.c_str());
         return 2;

@@ -10,6 +10,8 @@
 #   bash benchmarks/kernels/ggml_op_check.sh fattn   # patch 0013: FLASH_ATTN_EXT with the vector kernel to 16 rows, eval + perf
 #   bash benchmarks/kernels/ggml_op_check.sh staged  # q4_0 / q8_0 with GGML_CUDA_SBMM=1: eval of the staged
 #                                                    # path, perf staged vs register path vs MMVQ/MMQ -> $OUT
+#   bash benchmarks/kernels/ggml_op_check.sh q6k     # q6_K with GGML_CUDA_SBMM=1: eval (MUL_MAT, SBMM_FUSION with
+#                                                    # FUSE=2 and 3), perf sbmm vs MMVQ/MMQ at every q6_K shape
 # The build stays in /tmp/lcw-sbmm while the machine is warm (h200.md: files outside the checkout persist).
 # With our CUDA wheel installed (benchmarks/build_cuda_wheel.sh builds it with PYLLAMA_SPEC_OP_TESTS=ON, so
 # pyllama_spec/bin/test-backend-ops is in it) no build is needed: TBO=<that program> ... test|staged
@@ -104,6 +106,23 @@ fuse)
     echo "## 2..4 columns, default"; cat "$OUT/perf_default_2to4.txt"
     echo "## 2..4 columns, GGML_CUDA_SBMM_MIN_COLS=2"; cat "$OUT/perf_mincols2.txt"
     ;;
+q6k)
+    tbo
+    # q6_K (Q4_K_M's output head and the attn_v / ffn_down of half its layers): sbmm takes it only with
+    # GGML_CUDA_SBMM=1 until this has run. Every q6_K MUL_MAT case (1..16 columns among them) and its SBMM_FUSION
+    # cases (FUSE=2, the default, and 3: q8_1 activations from the op before) against the CPU, then the op benchmark
+    # at m = 4096 k = 14336 (n = 1..16) and the Qwen3-8B shapes: sbmm (GGML_CUDA_SBMM=1) vs MMVQ/MMQ (=0)
+    GGML_CUDA_SBMM=1 evaluate q6k 240 'q6_K'
+    for f in 2 3; do
+        GGML_CUDA_SBMM=1 GGML_CUDA_SBMM_FUSE=$f timeout 200 $TBO -o SBMM_FUSION -b CUDA0 -p "type=q6_K," > "$OUT/eval_q6k_fuse$f.txt" 2>&1
+        echo "eval SBMM_FUSION q6_K (GGML_CUDA_SBMM_FUSE=$f) rc=$?: $(grep -cE '^ +SBMM_FUSION.*OK' "$OUT/eval_q6k_fuse$f.txt") OK, $(grep -cE 'FAIL' "$OUT/eval_q6k_fuse$f.txt") FAIL"
+        grep FAIL "$OUT/eval_q6k_fuse$f.txt" | head -10
+    done
+    P='type_a=q6_K,type_b=f32,'
+    GGML_CUDA_SBMM=1 perf q6k_sbmm 150; GGML_CUDA_SBMM=0 perf q6k_mmvq 150
+    echo "## q6_K, sbmm (GGML_CUDA_SBMM=1)"; cat "$OUT/perf_q6k_sbmm.txt"
+    echo "## q6_K, MMVQ/MMQ (GGML_CUDA_SBMM=0)"; cat "$OUT/perf_q6k_mmvq.txt"
+    ;;
 f16half)
     tbo
     # f16 with its activations converted to f16 and the weights staged (the default since 2026-12-02) vs the
@@ -145,5 +164,5 @@ topk)
     done
     ;;
 *)
-    echo "usage: bash benchmarks/kernels/ggml_op_check.sh build|test|staged|f16half|fuse|topk|fattn"; exit 2 ;;
+    echo "usage: bash benchmarks/kernels/ggml_op_check.sh build|test|staged|q6k|f16half|fuse|topk|fattn"; exit 2 ;;
 esac

@@ -60,12 +60,15 @@ register loads at 4..8, where whole decodes ran them as fast), q4_0 / q8_0 at 5.
 MMVQ/MMQ/MMF, and so do weights whose base or row stride is not 16-byte aligned. test-backend-ops eval
 of MUL_MAT for the four types (the new 1..16-column cases among them): 529/529 OK, and 276/276 for the
 quantized types with GGML_CUDA_SBMM=1.
-Environment: GGML_CUDA_SBMM=0 off, =1 all four types at 2..16 columns on any NVIDIA cc >= 8.0;
-GGML_CUDA_SBMM_MIN_COLS / _MAX_COLS override the column range of every type; GGML_CUDA_SBMM_STAGE=0
+Environment: GGML_CUDA_SBMM=0 off, =1 all five types (q6_K too) at 2..16 columns on any NVIDIA cc >= 8.0;
+GGML_CUDA_SBMM_MIN_COLS / _MAX_COLS override the column range of every type but q6_K; GGML_CUDA_SBMM_STAGE=0
 gives the quantized types the register load path everywhere, =1 the staged path everywhere;
 f16 matmuls convert their activations to f16 (ggml_get_to_fp16_cuda) and stage their weights: 32.2 / 35.0 us
 at 8 / 16 columns against 36.8 / 42.8 with f32 activations and register loads (test-backend-ops perf, H200,
 2026-12-02, conversion included); GGML_CUDA_SBMM_F16_HALF=0 returns to the latter.
+
+q6_K weights (2026-12-06, written without a GPU: the register path, one m16n8k16 s8 mma per 16 values and int8
+scale, the -32 subtracted in the fragment) run here only with GGML_CUDA_SBMM=1 until measured on the H200.
 
 Fusions around it (2026-12-04): MUL_MATs that read the same activations (a layer's Q, K, V; gate, up) run as one
 launch of up to three segments on one conversion of the activations (graph_optimize moves K and V next to Q before
@@ -116,9 +119,10 @@ INCLUDE = '#include "ggml-cuda/sbmm.cuh"\n'
 EVAL_ANCHOR = "    // The SYCL backend picks between one and two output rows per subgroup by row count when there\n"
 EVAL_TESTS = """\
     // pyllama_spec (patch 0008-cuda-sbmm-small-batch-matmul): the small-batch kernel at 1..16 columns and its
-    // edges: a partial 16-row tile (m = 1023), k split over the grid (few rows, k = 4096), one q4_K
-    // super-block per row (k = 256), both 8-column tiles (n = 9..16); then the Qwen3-8B shapes
-    for (ggml_type type_a : { GGML_TYPE_F16, GGML_TYPE_Q4_0, GGML_TYPE_Q8_0, GGML_TYPE_Q4_K }) {
+    // edges: a partial 16-row tile (m = 1023), k split over the grid (few rows, k = 4096), one q4_K / q6_K
+    // super-block per row (k = 256), both 8-column tiles (n = 9..16); then the Qwen3-8B shapes. q6_K (Q4_K_M's
+    // attn_v, ffn_down, output) takes sbmm only with GGML_CUDA_SBMM=1 for now: without it these test MMVQ/MMQ
+    for (ggml_type type_a : { GGML_TYPE_F16, GGML_TYPE_Q4_0, GGML_TYPE_Q8_0, GGML_TYPE_Q4_K, GGML_TYPE_Q6_K }) {
         for (int n : { 2, 5, 8, 9, 16 }) { // the fusions (one launch of 2 / 3 segments; MUL_MAT + ADD)
             for (int64_t m : { 1023, 4096 }) {
                 test_cases.emplace_back(new test_sbmm_fusion(type_a, m, n, 4096, 2, false));
@@ -212,7 +216,7 @@ PERF_ANCHOR = "    // Q4_K multi-column mat-vec\n"
 PERF_TESTS = """\
     // pyllama_spec (patch 0008-cuda-sbmm-small-batch-matmul): verify batches of 6..16 rows (1..5 and 8 are
     // above) and the other Qwen3-8B matmuls: q/o 4096x4096, k/v 1024x4096, gate/up 14336x4096, head 151936x4096
-    for (ggml_type type_a : { GGML_TYPE_F16, GGML_TYPE_Q4_0, GGML_TYPE_Q8_0, GGML_TYPE_Q4_K }) {
+    for (ggml_type type_a : { GGML_TYPE_F16, GGML_TYPE_Q4_0, GGML_TYPE_Q8_0, GGML_TYPE_Q4_K, GGML_TYPE_Q6_K }) {
         for (int bs : { 6, 7, 9, 10, 11, 12, 13, 14, 15, 16 }) {
             test_cases.emplace_back(new test_mul_mat(type_a, GGML_TYPE_F32, 4096, bs, 14336, { 1, 1 }, { 1, 1 }));
         }

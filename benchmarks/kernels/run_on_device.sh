@@ -37,7 +37,7 @@ build() {
         local F="-arch=sm_90 -O3 -std=c++17 -lineinfo -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror"
         local L=""; printf '#include <cublas_v2.h>\n' > "$BUILD/p.cu"; nvcc -E "$BUILD/p.cu" -o /dev/null 2>/dev/null && L=-lcublas
         nvcc $F -c bench.cu -o "$BUILD/bench.o" &
-        for t in f16 q4_0 q8_0 q4_K; do
+        for t in f16 q4_0 q8_0 q4_K q6_K; do
             nvcc $F -Xptxas -v,-warn-spills,-warn-lmem-usage -c sbmm_$t.cu -o "$BUILD/sbmm_$t.o" 2> "$BUILD/sbmm_$t.ptxas.txt" &
         done
         wait

@@ -6,6 +6,7 @@
 // U units, so that together they stream one contiguous stretch of each row; their partial sums meet in
 // shared memory at the end. Each lane keeps U units of raw weight and activation data in registers before
 // the first mma of the chunk, so that U loads per row are in flight (bandwidth = bytes in flight / latency).
+// q6_K (210-byte blocks) has the register path only (ST = 0).
 // ST > 0 (q4_0 / q8_0 with U % 8 == 0, q4_K with U = 1 or 2, f16 with any U, its activations from global
 // memory as on the register path): the staged path of sbmm_blocks.h instead -- each warp copies its
 // chunk's weight stretch (U blocks of each of its 16*MT rows) into shared memory with 16-byte cp.async and
@@ -27,6 +28,14 @@ __device__ __forceinline__ void mma_s8(int c[4], const int a[4], const int b[2])
                  "{%10, %10, %10, %10};"
                  : "=r"(c[0]), "=r"(c[1]), "=r"(c[2]), "=r"(c[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "r"(0));
+}
+
+// q6_K: its scale changes every 16 values, so one mma of 16 k per scale (PTX ISA, "Matrix Fragments for
+// mma.m16n8k16 with integer type": A regs = rows g / g + 8 at k 4t..4t+3, B reg = k 4t..4t+3 of column g)
+__device__ __forceinline__ void mma_s8_k16(int c[4], const int a[4], const int b[2]) {
+    asm("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5}, {%6}, {%7, %7, %7, %7};"
+                 : "=r"(c[0]), "=r"(c[1]), "=r"(c[2]), "=r"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(b[0]), "r"(0));
 }
 
 __device__ __forceinline__ void mma_f16(float d[4], const int a[4], const int b[2]) {
@@ -169,7 +178,11 @@ __device__ __forceinline__ void sbmm_block(
                         mma_f16(acc[mt][nt], a, b[nt]);
                     } else {
                         int c[4];
-                        mma_s8(c, a, b[nt]);
+                        if constexpr (mma_k<T> == 16) {
+                            mma_s8_k16(c, a, b[nt]);
+                        } else {
+                            mma_s8(c, a, b[nt]);
+                        }
                         epilogue(ra[mt], rb[nt], s, c, acc[mt][nt]);
                     }
                 }

@@ -1,12 +1,13 @@
 // Small-batch matmul (sbmm): the per-lane pieces of the kernel, written once for the GPU and the CPU.
 //
 // y[n, m] = x[n, k] . W[m, k]^T for n = 1..16 columns (the rows of a verify batch), W in ggml's own block
-// layouts (vendor/llama.cpp/ggml/src/ggml-common.h: block_q4_0, block_q8_0, block_q4_K; activations as
+// layouts (vendor/llama.cpp/ggml/src/ggml-common.h: block_q4_0, block_q8_0, block_q4_K, block_q6_K; activations as
 // block_q8_1, quantized exactly as ggml-cuda/quantize.cu quantize_q8_1 does, or f32 for f16 weights).
 //
 // The kernel (sbmm.cuh) runs one tensor-core mma per weight block for all columns at once:
 //   int8:  mma.sync.m16n8k32.row.col.s32.s8.s8.s32  A = 16 weight rows x 32 k (one q4_0/q8_0 block, or one
 //          32-value sub-block of q4_K), B = 32 k x 8 columns (one q8_1 block per column);
+//   q6_K:  mma.sync.m16n8k16 s8, one per 16 values (one int8 scale each), two per q8_1 block;
 //   f16:   mma.sync.m16n8k16.row.col.f32.f16.f16.f32, two per 32 k.
 // Each weight block is read once from memory for all n columns and dequantized in registers (nibble masks,
 // then per-row scales after the integer mma), as IST-DASLab/marlin does for 4-bit weights. Because a dot
@@ -16,6 +17,7 @@
 // Fragment layouts (PTX ISA, "Matrix Fragments for mma.m16n8k32 / m16n8k16"), g = lane / 4, t = lane % 4:
 //   s8 A regs:  0: (row g,   k 4t..4t+3)  1: (row g+8, k 4t..)  2: (row g, k 16+4t..)  3: (row g+8, k 16+4t..)
 //   s8 B regs:  0: (k 4t..4t+3, col g)     1: (k 16+4t.., col g)
+//   (m16n8k16 s8, q6_K: A regs 0 and 1, B reg 0 of the above: the first 16 k of the k32 layout)
 //   f16 A regs: 0: (row g, k 2t,2t+1)      1: (row g+8, k 2t..)  2: (row g, k 2t+8..)   3: (row g+8, k 2t+8..)
 //   f16 B regs: 0: (k 2t,2t+1, col g)      1: (k 2t+8,2t+9, col g)
 //   C (s32 or f32) regs: r: row g + 8*(r/2), col 2t + r%2
@@ -69,17 +71,28 @@ struct alignas(4) block_q4_K { // x = d * sc[j] * q - dmin * m[j], 8 sub-blocks 
 static_assert(sizeof(block_q4_0) == 18, "wrong q4_0 block size/padding");
 static_assert(sizeof(block_q8_0) == 34, "wrong q8_0 block size/padding");
 static_assert(sizeof(block_q8_1) == 36, "wrong q8_1 block size/padding");
+struct block_q6_K {            // x = d * scales[j] * (q - 32), 16 groups j of 16; 210 bytes: only 2-byte aligned
+    uint8_t ql[qk_k / 2];      // low 4 bits: values 128n + 32a + l (a = 0, 1) in ql[64n + 32a + l], low nibble;
+                               // values 128n + 64 + 32a + l in the high nibble of the same byte
+    uint8_t qh[qk_k / 4];      // high 2 bits: value 128n + 32j + l in bits 2j..2j+1 of qh[32n + l]
+    int8_t scales[qk_k / 16];  // value v has scale scales[v / 16]
+    uint16_t d;
+};
 static_assert(sizeof(block_q4_K) == 144, "wrong q4_K block size/padding");
+static_assert(sizeof(block_q6_K) == 210, "wrong q6_K block size/padding");
 
-enum WType : int { W_F16 = 0, W_Q4_0 = 1, W_Q8_0 = 2, W_Q4_K = 3 };
+enum WType : int { W_F16 = 0, W_Q4_0 = 1, W_Q8_0 = 2, W_Q4_K = 3, W_Q6_K = 4 };
 
 // One "unit" is what a warp consumes per step along k for one 16-row tile: a q4_0/q8_0 block (32 values),
-// a q4_K super-block (256 values), or 32 f16 values; nsub: mma steps per unit and 16x8 tile.
+// a q4_K / q6_K super-block (256 values), or 32 f16 values; nsub: mma steps per unit and 16x8 tile; mma_k: the k
+// of each integer mma (32; 16 for q6_K, whose scale changes every 16 values: one mma may not mix two scales).
 template <int T> struct wtraits;
 template <> struct wtraits<W_F16>  { static constexpr int unit_k = 32;  static constexpr int unit_bytes = 64;  static constexpr int nsub = 2; static constexpr const char * name = "f16"; };
 template <> struct wtraits<W_Q4_0> { static constexpr int unit_k = 32;  static constexpr int unit_bytes = 18;  static constexpr int nsub = 1; static constexpr const char * name = "q4_0"; };
 template <> struct wtraits<W_Q8_0> { static constexpr int unit_k = 32;  static constexpr int unit_bytes = 34;  static constexpr int nsub = 1; static constexpr const char * name = "q8_0"; };
 template <> struct wtraits<W_Q4_K> { static constexpr int unit_k = 256; static constexpr int unit_bytes = 144; static constexpr int nsub = 8; static constexpr const char * name = "q4_K"; };
+template <> struct wtraits<W_Q6_K> { static constexpr int unit_k = 256; static constexpr int unit_bytes = 210; static constexpr int nsub = 16; static constexpr const char * name = "q6_K"; };
+template <int T> constexpr int mma_k = T == W_Q6_K ? 16 : 32;
 
 // ---- scalar helpers ------------------------------------------------------------------------------------
 SB_HD float half_to_float(uint16_t h) {
@@ -201,6 +214,9 @@ template <> struct RawA<W_Q4_0> { int q[2]; uint16_t d[2]; };
 template <> struct RawA<W_Q8_0> { int q[2][2]; uint16_t d[2]; };
 template <> struct RawA<W_Q4_K> { int q[2][4][2]; int sc[2][3]; uint16_t d[2]; uint16_t dmin[2]; };
 template <> struct RawA<W_F16>  { uint32_t h[2][4]; };
+// q6_K, rows g / g + 8 (i): ql[i][n][a][h] = ints 16n + 8a + 4h + t of ql, qh[i][n][h] = ints 8n + 4h + t of qh,
+// sc[i] = the 16 int8 scales, d[i]
+template <> struct RawA<W_Q6_K> { int ql[2][2][2][2]; int qh[2][2][2]; int sc[2][4]; uint16_t d[2]; };
 
 
 // row0 / row1: the first byte of rows g and g + 8; u: unit index along k.
@@ -253,6 +269,49 @@ SB_HD void load_a(RawA<W_Q4_K> & r, const char * row0, const char * row1, int u,
 #endif
     }
 }
+// 32 bits at int i32 of x, which is 2-byte aligned: one 32-bit load where x is 4-byte aligned (a4), two 16-bit
+// loads otherwise. q6_K blocks are 210 bytes, so in rows of an even number of blocks (k % 512 == 0) every other
+// block is 4-byte aligned; a4 is the same for a warp's rows there (a uniform branch), and for odd rows it is
+// only slower. The emulator takes the same branch and checks the alignment the 32-bit load needs.
+SB_HD int get_int_b2_or_b4_ro(const void * x, int i32, bool a4) {
+    if (a4) {
+#ifdef __CUDA_ARCH__
+        return __ldg((const int *) x + i32);
+#else
+        if ((uintptr_t) x & 3) {
+            fprintf(stderr, "sbmm: 32-bit load of a q6_K block that is not 4-byte aligned\n");
+            abort();
+        }
+        return get_int_b4(x, i32);
+#endif
+    }
+    return get_int_b2_ro(x, i32);
+}
+#ifndef SBMM_Q6K_MUTATION
+#define SBMM_Q6K_MUTATION 0 // check_layouts.py's q6_K mutation checks build the emulator with 1 (the high bits read
+#endif                      // from the next lane's int of qh) and 2 (the scale of the other half): both must fail
+SB_HD void load_a(RawA<W_Q6_K> & r, const char * row0, const char * row1, int u, int t) {
+    // Lane t holds, of each 32-value group (one q8_1 block) and each half h of it (16 values, one scale), the
+    // values 16h + 4t .. 16h + 4t + 3: the k order of the m16n8k16 mma (A reg: row, k 4t..4t+3), and 4 bytes
+    // in a row of both ql and qh. 12 ints of quants + 4 of scales (all 16, each lane: 4 loads instead of a
+    // shuffle) + d per row.
+    const block_q6_K * b[2] = {(const block_q6_K *) (row0 + (long long) u * 210),
+                               (const block_q6_K *) (row1 + (long long) u * 210)};
+    for (int i = 0; i < 2; ++i) {
+        const bool a4 = ((uintptr_t) b[i] & 3) == 0;
+        for (int n = 0; n < 2; ++n) {
+            for (int h = 0; h < 2; ++h) {
+                r.ql[i][n][0][h] = get_int_b2_or_b4_ro(b[i]->ql, 16 * n + 4 * h + t, a4);
+                r.ql[i][n][1][h] = get_int_b2_or_b4_ro(b[i]->ql, 16 * n + 8 + 4 * h + t, a4);
+                r.qh[i][n][h] = get_int_b2_or_b4_ro(b[i]->qh, 8 * n + 4 * h + (t + (SBMM_Q6K_MUTATION == 1)) % 4, a4);
+            }
+        }
+        for (int j = 0; j < 4; ++j) {
+            r.sc[i][j] = get_int_b2_or_b4_ro(b[i]->scales, j, a4);
+        }
+        r.d[i] = ro_u16(&b[i]->d);
+    }
+}
 SB_HD void load_a(RawA<W_F16> & r, const char * row0, const char * row1, int u, int t) {
     // 8 contiguous halves (16 bytes) at k = 32u + 8t of each row
 #ifdef __CUDA_ARCH__
@@ -289,6 +348,26 @@ SB_HD void afrag(const RawA<W_Q4_K> & r, int s, int a[4]) {
     a[1] = (r.q[1][p][0] >> sh) & 0x0F0F0F0F;
     a[2] = (r.q[0][p][1] >> sh) & 0x0F0F0F0F;
     a[3] = (r.q[1][p][1] >> sh) & 0x0F0F0F0F;
+}
+// q6_K: 4 values 0..63 per int to 4 int8 values q - 32, exactly: the bytes of q | 0x80808080 are 128..191, so
+// subtracting 32 from each borrows from no neighbour; the xor returns the sign bit (MMVQ's __vsubss4 the SWAR way)
+SB_HD int q6_minus_32(int q) {
+    return (int) ((((uint32_t) q | 0x80808080u) - 0x20202020u) ^ 0x80808080u);
+}
+SB_HD void afrag(const RawA<W_Q6_K> & r, int s, int a[4]) {
+    // step s = 2 * (4n + j) + h: 32-value group 4n + j (q8_1 block 8u + 4n + j), half h; the group's low bits are
+    // nibble j / 2 of ql[64n + 32 (j % 2) + ..], its high bits bits 2j..2j+1 of qh[32n + ..]. The k16 mma reads
+    // a[0] (row g) and a[1] (row g + 8) only.
+    const int h = s & 1;
+    const int j = (s >> 1) & 3;
+    const int n = s >> 3;
+    for (int i = 0; i < 2; ++i) {
+        const int lo = (r.ql[i][n][j & 1][h] >> (4 * (j >> 1))) & 0x0F0F0F0F;
+        const int hi = ((r.qh[i][n][h] >> (2 * j)) & 0x03030303) << 4;
+        a[i] = q6_minus_32(lo | hi);
+    }
+    a[2] = 0;
+    a[3] = 0;
 }
 SB_HD void afrag(const RawA<W_F16> & r, int s, int a[4]) {
     // mma s of the unit: logical k (2t, 2t+1) = physical 32u + 8t + 4s + (0, 1); (2t+8, 2t+9) = ... + (2, 3)
@@ -483,6 +562,10 @@ template <int T> struct RawB;
 template <> struct RawB<W_Q4_0> { int q[2]; uint32_t ds[2]; };
 template <> struct RawB<W_Q8_0> { int q[2]; uint32_t ds[2]; };
 template <> struct RawB<W_Q4_K> { int q[8][2]; uint32_t ds[8][2]; };
+// q6_K: q[s][h] = int 4h + t of q8_1 block 8u + s; d2[s] = the d of that block in columns c0 (low half) and c0 + 1
+// (high half): its epilogue needs no block sum, and the packing saves 8 registers per column tile (the NT = 2
+// configurations spilled without it)
+template <> struct RawB<W_Q6_K> { int q[8][2]; uint32_t d2[8]; };
 template <> struct RawB<W_F16>  { uint32_t h[4]; };
 
 SB_HD uint32_t ds_of(const block_q8_1 * b) {
@@ -491,7 +574,25 @@ SB_HD uint32_t ds_of(const block_q8_1 * b) {
 
 template <int T>
 SB_HD void load_b_q8(RawB<T> & r, const block_q8_1 * y, long long stride_col_y, int ncols, int cB, int c0, int u, int t) {
-    if constexpr (T == W_Q4_K) {
+    if constexpr (T == W_Q6_K) {
+        // bytes 4t..4t+3 of each half of 16 values (its k16 mma): ints t and t + 4, as q4_0 / q8_0
+        for (int s = 0; s < 8; ++s) {
+            const int ib = 8 * u + s;
+            if (cB < ncols) {
+                const block_q8_1 * b = y + cB * stride_col_y + ib;
+                r.q[s][0] = get_int_b4(b->qs, t);
+                r.q[s][1] = get_int_b4(b->qs, t + 4);
+            } else {
+                r.q[s][0] = 0;
+                r.q[s][1] = 0;
+            }
+            uint32_t d2 = 0;
+            for (int j = 0; j < 2; ++j) {
+                d2 |= c0 + j < ncols ? (ds_of(y + (c0 + j) * stride_col_y + ib) & 0xFFFFu) << (16 * j) : 0u;
+            }
+            r.d2[s] = d2;
+        }
+    } else if constexpr (T == W_Q4_K) {
         for (int s = 0; s < 8; ++s) {
             const int ib = 8 * u + s;
             if (cB < ncols) {
@@ -635,6 +736,9 @@ template <int T> SB_HD void bfrag(const RawB<T> & r, int s, int b[2]) {
     if constexpr (T == W_Q4_K) {
         b[0] = r.q[s][0];
         b[1] = r.q[s][1];
+    } else if constexpr (T == W_Q6_K) { // step s = 2 * group + half; the k16 mma reads b[0] only
+        b[0] = r.q[s >> 1][s & 1];
+        b[1] = 0;
     } else if constexpr (T == W_F16) {
         b[0] = (int) r.h[2 * s + 0];
         b[1] = (int) r.h[2 * s + 1];
@@ -679,6 +783,20 @@ SB_HD void epilogue(const RawA<W_Q4_K> & a, const RawB<W_Q4_K> & b, int s, const
     }
 }
 
+SB_HD void epilogue(const RawA<W_Q6_K> & a, const RawB<W_Q6_K> & b, int s, const int c[4], float acc[4]) {
+    // step s: 16 values of one scale, scales[s] (s = 2 * group + half, group = q8_1 block); the -32 is already in
+    // the int8 fragment (q6_minus_32). It cannot go through q8_1's sum as q4_K's dmin does: that sum covers the
+    // block's 32 values, which have two different scales here.
+    for (int i = 0; i < 2; ++i) {
+        const int ss = SBMM_Q6K_MUTATION == 2 ? s ^ 1 : s;
+        const int sc = (int) (int8_t) (a.sc[i][ss >> 2] >> (8 * (ss & 3)));
+        const float dsc = half_to_float(a.d[i]) * (float) sc;
+        for (int j = 0; j < 2; ++j) {
+            acc[2 * i + j] += dsc * half_to_float((uint16_t) (b.d2[s >> 1] >> (16 * j))) * (float) c[2 * i + j];
+        }
+    }
+}
+
 // ---- plain dequantization (the reference; also checked against gguf-py on the CPU) ---------------------
 // Writes unit u of a row as unit_k floats.
 SB_HD void dequant_unit(const block_q4_0 * b, float * out) {
@@ -709,6 +827,25 @@ SB_HD void dequant_unit(const block_q4_K * b, float * out) {
         }
     }
 }
+SB_HD void dequant_unit(const block_q6_K * b, float * out) { // ggml-quants.c dequantize_row_q6_K
+    const float d = half_to_float(b->d);
+    for (int n = 0; n < 2; ++n) {
+        const uint8_t * ql = b->ql + 64 * n;
+        const uint8_t * qh = b->qh + 32 * n;
+        const int8_t * sc = b->scales + 8 * n;
+        for (int l = 0; l < 32; ++l) {
+            const int is = l / 16;
+            const int q1 = ((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32;
+            const int q2 = ((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32;
+            const int q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
+            const int q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
+            out[128 * n + l] = d * (float) sc[is] * (float) q1;
+            out[128 * n + l + 32] = d * (float) sc[is + 2] * (float) q2;
+            out[128 * n + l + 64] = d * (float) sc[is + 4] * (float) q3;
+            out[128 * n + l + 96] = d * (float) sc[is + 6] * (float) q4;
+        }
+    }
+}
 SB_HD void dequant_unit(const uint16_t * h, float * out) {
     for (int j = 0; j < 32; ++j) {
         out[j] = half_to_float(h[j]);
@@ -722,6 +859,8 @@ template <int T> SB_HD void dequant_unit_any(const char * row, int u, float * ou
         dequant_unit((const block_q8_0 *) row + u, out);
     } else if constexpr (T == W_Q4_K) {
         dequant_unit((const block_q4_K *) row + u, out);
+    } else if constexpr (T == W_Q6_K) {
+        dequant_unit((const block_q6_K *) row + u, out);
     } else {
         dequant_unit((const uint16_t *) row + 32 * u, out);
     }

@@ -33,4 +33,9 @@ template <int T, int MT, int NW, int U, int ST = 0, bool SB = false, bool HB = f
     registry().push_back({T, 2, MT, NW, U, ST, SB, HB, &launch_sbmm<T, 2, MT, NW, U, ST, SB, HB>});
 }
 
+// one column-tile count only (register-path configurations that spill at the other: q6_K's MT = 2 at NT = 2)
+template <int T, int NT, int MT, int NW, int U> void add_config_nt() {
+    registry().push_back({T, NT, MT, NW, U, 0, false, false, &launch_sbmm<T, NT, MT, NW, U, 0, false, false>});
+}
+
 } // namespace sbmm

@@ -35,5 +35,6 @@ void register_f16();
 void register_q4_0();
 void register_q8_0();
 void register_q4_K();
+void register_q6_K();
 
 } // namespace sbmm

@@ -75,6 +75,7 @@ int sbmm_type(ggml_type t) {
         case GGML_TYPE_Q4_0: return sbmm::W_Q4_0;
         case GGML_TYPE_Q8_0: return sbmm::W_Q8_0;
         case GGML_TYPE_Q4_K: return sbmm::W_Q4_K;
+        case GGML_TYPE_Q6_K: return sbmm::W_Q6_K;
         default:             return -1;
     }
 }
@@ -96,6 +97,10 @@ sbmm_cols default_cols(int t) {
         case sbmm::W_Q4_K: return {4, 16};
         case sbmm::W_Q4_0: return {5, 16};
         case sbmm::W_Q8_0: return {5, 16};
+        // q6_K (Q4_K_M's attn_v / ffn_down of half the layers and its output head): off until measured on the H200
+        // (op tests and op perf at 1..16 columns vs MMVQ with GGML_CUDA_SBMM=1, then a Q4_K_M verify of 1..16 rows);
+        // ggml_cuda_should_use_sbmm takes it only with GGML_CUDA_SBMM=1 until then
+        case sbmm::W_Q6_K: return {0, -1};
         default:           return {0, -1};
     }
 }
@@ -118,6 +123,14 @@ template <> struct sbmm_config<sbmm::W_Q8_0, 1> { static constexpr int MT = 2, N
 template <> struct sbmm_config<sbmm::W_Q8_0, 2> { static constexpr int MT = 2, NW = 8, U = 2, ST = 0, KS = 8, FILL = 2; static constexpr bool SB = false, HB = false; };
 template <> struct sbmm_config<sbmm::W_Q4_K, 1> { static constexpr int MT = 2, NW = 8, U = 1, ST = 0, KS = 8, FILL = 2; static constexpr bool SB = false, HB = false; };
 template <> struct sbmm_config<sbmm::W_Q4_K, 2> { static constexpr int MT = 2, NW = 8, U = 1, ST = 0, KS = 8, FILL = 2; static constexpr bool SB = false, HB = false; };
+// q6_K: q4_K's shape where it fits (written without a GPU, 2026-12-06, not yet measured): 32 rows per warp at one
+// column tile; 16 at two, where 32 spill (ptxas, sm_90). The register path only: its <W_Q6_K, NT, true> are the same
+// register configurations, which staged_path never picks for q6_K; they exist because launch_path and split_mask_t
+// instantiate both paths of every type
+template <> struct sbmm_config<sbmm::W_Q6_K, 1> { static constexpr int MT = 2, NW = 8, U = 1, ST = 0, KS = 8, FILL = 2; static constexpr bool SB = false, HB = false; };
+template <> struct sbmm_config<sbmm::W_Q6_K, 2> { static constexpr int MT = 1, NW = 8, U = 1, ST = 0, KS = 8, FILL = 2; static constexpr bool SB = false, HB = false; };
+template <> struct sbmm_config<sbmm::W_Q6_K, 1, true> : sbmm_config<sbmm::W_Q6_K, 1> {};
+template <> struct sbmm_config<sbmm::W_Q6_K, 2, true> : sbmm_config<sbmm::W_Q6_K, 2> {};
 template <> struct sbmm_config<sbmm::W_Q4_0, 1, true> { static constexpr int MT = 2, NW = 4, U = 8, ST = 2, KS = 2, FILL = 2; static constexpr bool SB = true , HB = false; };
 template <> struct sbmm_config<sbmm::W_Q4_0, 2, true> { static constexpr int MT = 2, NW = 4, U = 8, ST = 2, KS = 2, FILL = 2; static constexpr bool SB = true , HB = false; };
 template <> struct sbmm_config<sbmm::W_Q8_0, 1, true> { static constexpr int MT = 2, NW = 4, U = 8, ST = 1, KS = 8, FILL = 2; static constexpr bool SB = true , HB = false; };
@@ -144,6 +157,9 @@ template <> struct sbmm_config<sbmm::W_F16,  2, true> { static constexpr int MT 
 bool staged_path(int t, int64_t ncols) {
     if (t == sbmm::W_F16) {
         return env().f16_half;
+    }
+    if (t == sbmm::W_Q6_K) {
+        return false; // q6_K has the register path only (210-byte blocks: sbmm_q6_K.cu)
     }
     if (env().staged == 0) {
         return false;
@@ -300,6 +316,7 @@ unsigned split_mask(int t, const sbmm_job & job, int k, int ncols, bool staged, 
         case sbmm::W_Q4_0: return split_mask_t<sbmm::W_Q4_0>(job, k, ncols, staged, nsm);
         case sbmm::W_Q8_0: return split_mask_t<sbmm::W_Q8_0>(job, k, ncols, staged, nsm);
         case sbmm::W_Q4_K: return split_mask_t<sbmm::W_Q4_K>(job, k, ncols, staged, nsm);
+        case sbmm::W_Q6_K: return split_mask_t<sbmm::W_Q6_K>(job, k, ncols, staged, nsm);
         default:           return 0;
     }
 }
@@ -363,6 +380,7 @@ void run_job(ggml_backend_cuda_context & ctx, ggml_type src0_type, const ggml_te
         case sbmm::W_Q4_0: launch_path<sbmm::W_Q4_0>(job, y_q8_1, stride_col_y, k, ncols, nsm, stream); break;
         case sbmm::W_Q8_0: launch_path<sbmm::W_Q8_0>(job, y_q8_1, stride_col_y, k, ncols, nsm, stream); break;
         case sbmm::W_Q4_K: launch_path<sbmm::W_Q4_K>(job, y_q8_1, stride_col_y, k, ncols, nsm, stream); break;
+        case sbmm::W_Q6_K: launch_path<sbmm::W_Q6_K>(job, y_q8_1, stride_col_y, k, ncols, nsm, stream); break;
         default:           GGML_ABORT("sbmm: unsupported type");
     }
 }
@@ -504,6 +522,9 @@ bool ggml_cuda_should_use_sbmm(const ggml_tensor * src0, const ggml_tensor * src
     const int t = sbmm_type(src0->type);
     if (t < 0 || src1->type != GGML_TYPE_F32 || dst->type != GGML_TYPE_F32) {
         return false;
+    }
+    if (t == sbmm::W_Q6_K && e.mode <= 0) {
+        return false; // q6_K only when forced (GGML_CUDA_SBMM=1), whatever _MIN_COLS / _MAX_COLS say: not yet measured
     }
     const int64_t ncols = src1->ne[1];
     sbmm_cols cols = e.mode > 0 ? sbmm_cols{2, 16} : default_cols(t);
