@@ -33,6 +33,7 @@
 #                                    # packed as $OUT/ops-MODE.tar.gz; one mode per call (each ~4-5 min);
 #                                    # `ops f16half`: f16 (f16 activations, default) beside GGML_CUDA_SBMM_F16_HALF=0 (~2 min)
 #                                    # `ops q6k`: q6_K through sbmm (GGML_CUDA_SBMM=1): eval, SBMM_FUSION, perf vs MMVQ
+#                                    # `ops defaults`: the default dispatch (SBMM_FUSION + every MUL_MAT case of the 5 types, ~2 min)
 #                                    # `ops topk`: patch 0012's TOP_K (eval + perf) beside GGML_CUDA_TOPK_SMALL=0;
 #                                    # `ops fattn`: patch 0013, FLASH_ATTN_EXT with the vector kernel to 16 rows
 #   bash benchmarks/h200.sh auto-overhead # carry .dev/smol.part03 after model0..model2: issue 25, auto's per-step cost

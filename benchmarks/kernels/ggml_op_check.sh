@@ -5,6 +5,7 @@
 #   bash benchmarks/kernels/ggml_op_check.sh build   # untar, configure, ninja test-backend-ops
 #   bash benchmarks/kernels/ggml_op_check.sh test    # eval (must pass) + perf, sbmm on and off -> $OUT
 #   bash benchmarks/kernels/ggml_op_check.sh f16half # f16 (f16 activations, the default) vs GGML_CUDA_SBMM_F16_HALF=0: eval + perf
+#   bash benchmarks/kernels/ggml_op_check.sh defaults # the default dispatch: SBMM_FUSION + every MUL_MAT case of the 5 types
 #   bash benchmarks/kernels/ggml_op_check.sh fuse    # the fusions (op SBMM_FUSION) and every MUL_MAT case: eval; perf n=1,2,8,16
 #   bash benchmarks/kernels/ggml_op_check.sh topk    # patch 0012: every TOP_K case, eval + perf, GGML_CUDA_TOPK_SMALL=1 / 0
 #   bash benchmarks/kernels/ggml_op_check.sh fattn   # patch 0013: FLASH_ATTN_EXT with the vector kernel to 16 rows, eval + perf
@@ -123,6 +124,15 @@ q6k)
     echo "## q6_K, sbmm (GGML_CUDA_SBMM=1)"; cat "$OUT/perf_q6k_sbmm.txt"
     echo "## q6_K, MMVQ/MMQ (GGML_CUDA_SBMM=0)"; cat "$OUT/perf_q6k_mmvq.txt"
     ;;
+defaults)
+    tbo
+    # the dispatch as it is by default (since 2026-12-06: every sbmm type from 2 columns, q8_1 activations from the
+    # op before): the whole-graph fusions and every MUL_MAT case of the five types, against the CPU (~2 min)
+    timeout 200 $TBO -o SBMM_FUSION -b CUDA0 > "$OUT/eval_fuse_defaults.txt" 2>&1
+    echo "eval (fuse, defaults) rc=$?: $(grep -cE '^ +SBMM_FUSION.*OK' "$OUT/eval_fuse_defaults.txt") OK, $(grep -cE 'FAIL' "$OUT/eval_fuse_defaults.txt") FAIL"
+    grep FAIL "$OUT/eval_fuse_defaults.txt" | head -10
+    evaluate defaults 300 'f16|q4_0|q8_0|q4_K|q6_K'
+    ;;
 f16half)
     tbo
     # f16 with its activations converted to f16 and the weights staged (the default since 2026-12-02) vs the
@@ -164,5 +174,5 @@ topk)
     done
     ;;
 *)
-    echo "usage: bash benchmarks/kernels/ggml_op_check.sh build|test|staged|q6k|f16half|fuse|topk|fattn"; exit 2 ;;
+    echo "usage: bash benchmarks/kernels/ggml_op_check.sh build|test|staged|q6k|defaults|f16half|fuse|topk|fattn"; exit 2 ;;
 esac

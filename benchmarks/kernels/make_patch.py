@@ -55,20 +55,22 @@ MMF 48.6 us, q4_0 17.7 vs MMVQ 33.1, q4_K 18.0 vs 46.8, q8_0 27.9 vs 46.0; at 16
 chunk's q8_1 activations into shared memory with 16-byte cp.async and build their fragments from there
 (Marlin's load path; 16-bit loads from global memory ran at 0.7..1.1 TB/s). Whole Qwen3-8B-shaped decodes
 of 8 / 16 rows, ms (1 row: 3.2 / 3.6 / 5.0): Q4_0 5.04 / 6.19 vs 6.72 / 8.23, Q4_K 5.27 / 7.07 vs 8.77 /
-8.34, f16 6.87 / 8.31 vs 8.33 / 9.12. Default on Hopper: f16 at 2..16 columns, q4_K at 4..16 (the
-register loads at 4..8, where whole decodes ran them as fast), q4_0 / q8_0 at 5..16; the rest stays with
-MMVQ/MMQ/MMF, and so do weights whose base or row stride is not 16-byte aligned. test-backend-ops eval
+8.34, f16 6.87 / 8.31 vs 8.33 / 9.12. Default on Hopper: every sbmm type (f16, q4_0, q8_0, q4_K, q6_K) at
+2..16 columns (the quantized types from 2 since 2026-12-06, with the fusions below: Q4_0 verify of 2 / 4 rows
+3.13 / 3.45 ms vs 3.45 / 4.39 with MMVQ there, RESULTS.md 13.8); one column stays with MMVQ / MMV, and so do
+weights whose base or row stride is not 16-byte aligned (the staged path). test-backend-ops eval
 of MUL_MAT for the four types (the new 1..16-column cases among them): 529/529 OK, and 276/276 for the
 quantized types with GGML_CUDA_SBMM=1.
-Environment: GGML_CUDA_SBMM=0 off, =1 all five types (q6_K too) at 2..16 columns on any NVIDIA cc >= 8.0;
-GGML_CUDA_SBMM_MIN_COLS / _MAX_COLS override the column range of every type but q6_K; GGML_CUDA_SBMM_STAGE=0
+Environment: GGML_CUDA_SBMM=0 off, =1 all five types at 2..16 columns on any NVIDIA cc >= 8.0;
+GGML_CUDA_SBMM_MIN_COLS / _MAX_COLS override the column range of every type; GGML_CUDA_SBMM_STAGE=0
 gives the quantized types the register load path everywhere, =1 the staged path everywhere;
 f16 matmuls convert their activations to f16 (ggml_get_to_fp16_cuda) and stage their weights: 32.2 / 35.0 us
 at 8 / 16 columns against 36.8 / 42.8 with f32 activations and register loads (test-backend-ops perf, H200,
 2026-12-02, conversion included); GGML_CUDA_SBMM_F16_HALF=0 returns to the latter.
 
-q6_K weights (2026-12-06, written without a GPU: the register path, one m16n8k16 s8 mma per 16 values and int8
-scale, the -32 subtracted in the fragment) run here only with GGML_CUDA_SBMM=1 until measured on the H200.
+q6_K weights (2026-12-06: Q4_K_M's head, and attn_v / ffn_down of half its layers; the register path, one
+m16n8k16 s8 mma per 16 values and int8 scale, the -32 subtracted in the fragment): m=4096 k=14336 at 8 columns
+30.9 vs MMVQ 57.7 us; a Qwen3-8B-shaped Q4_K_M verify of 8 rows 4.87 vs 5.45 ms (1.27 decodes; H200).
 
 Fusions around it (2026-12-04): MUL_MATs that read the same activations (a layer's Q, K, V; gate, up) run as one
 launch of up to three segments on one conversion of the activations (graph_optimize moves K and V next to Q before
@@ -77,13 +79,16 @@ W x + r itself: a Qwen3-8B-shaped f16 verify of 8 rows ran 594 device activities
 instead of 6.48 ms (1.17 decodes; Q4_K 4.33 vs 5.31 ms), test-backend-ops -o SBMM_FUSION 120/120 OK (H200,
 RESULTS.md 13.5). The RMS_NORM + MUL and the SwiGLU before f16 weights write their activations as f16, with no
 conversion kernel: 486 activities, 5.77 ms (1.14 decodes), a step at n_max 7 with nothing accepted 1.51 instead of
-1.62 decodes (RESULTS.md 13.6). GGML_CUDA_SBMM_FUSE=0 turns the fusions off, =1 keeps the conversion kernels.
+1.62 decodes (RESULTS.md 13.6). Since 2026-12-06 the same ops write q8_1 activations for quantized weights (the
+quantize_q8_1 kernels go; the norm runs over (256-value chunks x columns)): Q4_0 verify of 8 rows 3.98 vs 4.25 ms
+(1.28 decodes; RESULTS.md 13.8). GGML_CUDA_SBMM_FUSE=0 turns the fusions off, =1 keeps the conversion kernels,
+=2 writes only the f16 activations.
 
 """
 
 DISPATCH_ANCHOR = "    if (ggml_cuda_should_use_mmvf(src0->type, cc, src0->ne, src0->nb, ne11)) {\n"
 DISPATCH = """\
-    // pyllama_spec (patch 0008-cuda-sbmm-small-batch-matmul): 2..16 columns of f16/q4_0/q8_0/q4_K weights
+    // pyllama_spec (patch 0008-cuda-sbmm-small-batch-matmul): 2..16 columns of f16/q4_0/q8_0/q4_K/q6_K weights
     // read each weight block once for all columns (a verify batch then costs about one decode)
     if (ggml_cuda_should_use_sbmm(src0, src1, dst, cc)) {
         ggml_cuda_mul_mat_sbmm(ctx, src0, src1, dst);
@@ -94,7 +99,8 @@ FUSE_ANCHOR = "    if (node->op == GGML_OP_MUL) {\n        ggml_cuda_moe_weighte
 FUSE = """\
     // pyllama_spec (patch 0008-cuda-sbmm-small-batch-matmul): a verify batch's sibling MUL_MATs (Q, K, V; gate, up)
     // in one launch, a MUL_MAT + residual ADD in one kernel, the f16 activations of f16 weights written by the
-    // RMS_NORM + MUL or the SwiGLU before them (GGML_CUDA_SBMM_FUSE=0: none of it, =1: not the activations)
+    // RMS_NORM + MUL or the SwiGLU before them, q8_1 ones for quantized weights (GGML_CUDA_SBMM_FUSE=0: none of
+    // it, =1: not the activations, =2: the f16 ones only)
     if (node->op == GGML_OP_MUL_MAT || node->op == GGML_OP_RMS_NORM || node->op == GGML_OP_GLU) {
         const int n_sbmm = ggml_cuda_sbmm_try_fuse(*cuda_ctx, cgraph, i);
         if (n_sbmm > 0) {

@@ -16,7 +16,8 @@
 namespace {
 
 struct sbmm_env {
-    int mode     = -1; // -1: auto (Hopper, the measured types and column counts), 0: off, 1: all four types, cc >= 8.0
+    int mode     = -1; // -1: auto (Hopper, the measured types and column counts), 0: off, 1: every sbmm type at 2..16
+                       // columns, cc >= 8.0
     int min_cols = -1; // -1: the per-type default below
     int max_cols = -1;
     int staged   = -1; // quantized types' weight loads: -1 auto (staged_path), GGML_CUDA_SBMM_STAGE=0 the register
@@ -29,9 +30,11 @@ struct sbmm_env {
                            // SwiGLU) instead of f32 + a conversion kernel: an 8-row f16 verify 5.77 vs 5.81 ms, a
                            // step at n_max 7 1.51 vs 1.62 decodes (H200, RESULTS 13.6); GGML_CUDA_SBMM_FUSE=1: the
                            // fusions without it, =2 (or unset): both
-    bool fuse_q8 = false;  // GGML_CUDA_SBMM_FUSE=3: also the q8_1 activations of quantized weights written by the op
-                           // before them (the 145 quantize_q8_1 kernels of an 8-row Q4_0 verify; written without a
-                           // GPU, 2026-12-04: off until `h200.sh ops fuse` and a verify profile have run)
+    bool fuse_q8 = true;   // and the q8_1 activations of quantized weights written by the op before them (the 145
+                           // quantize_q8_1 kernels of an 8-row Q4_0 verify go): with the norm kernel over (chunks x
+                           // columns) a Q4_0 verify of 8 rows 3.98 vs 4.25 ms (1.28 decodes), Q4_K_M 4.87 vs 5.26 ms
+                           // with the other defaults of 2026-12-06; SBMM_FUSION 350/350 (H200, RESULTS 13.8).
+                           // GGML_CUDA_SBMM_FUSE=2: without it (the default before 2026-12-06)
     bool fold_zero = true; // where k is split over the grid, the op that writes the activations (fused_act) also
                            // zeroes the matmuls' dst instead of one cudaMemsetAsync per matrix: with FUSE=3 an 8-row
                            // Q4_0 verify ran 522 device activities, 4.37 vs 4.50 ms, logits bit-identical; SBMM_FUSION
@@ -55,7 +58,7 @@ struct sbmm_env {
         }
         if (const char * e = getenv("GGML_CUDA_SBMM_FUSE")) {
             fuse = atoi(e) != 0;
-            fuse_act = atoi(e) >= 2;  // (0: nothing fused, 1: no f16 activations from the op before)
+            fuse_act = atoi(e) >= 2;  // (0: nothing fused, 1: no activations from the op before, 2: f16 ones only)
             fuse_q8 = atoi(e) >= 3;
         }
         if (const char * e = getenv("GGML_CUDA_SBMM_FOLD_ZERO")) {
@@ -80,27 +83,25 @@ int sbmm_type(ggml_type t) {
     }
 }
 
-// Where sbmm is the default on Hopper: the column counts at which it beat today's kernels on the H200
-// (2026-12-02, RESULTS.md section 13). f16 beats MMF at 2..16 columns (test-backend-ops perf MUL_MAT m=4096
-// k=14336, n=8: 37.1 vs 48.5 us; a Qwen3-8B-shaped f16 decode of 8 rows 6.87 vs 8.33 ms). q4_K beats MMVQ from
-// 4 columns (n=8: 30.5 vs 46.8 us) and, with the 16-byte loads, MMQ at 9..16 in a whole decode (12 rows 7.22
-// vs 8.05 ms, 16 rows 7.80 vs 8.32 ms); MMVQ keeps 2..3 (2 rows 4.10 vs 4.63 ms). q4_0 and q8_0 lose to
-// MMVQ at every count on the register path (n=8: 38.6 vs 32.9, 57.8 vs 45.9 us). The staged path (cp.async
-// weight stretches, q8_1 activations in shared memory) halves their time: test-backend-ops perf, n=8, q4_0
-// 17.7 vs 33.1 us (MMVQ), q8_0 27.9 vs 46.0 us (H200, 2026-12-02, section 13.1); in whole Qwen3-8B-shaped Q4_0
-// decodes MMVQ still wins at 2..3 rows (3 rows 4.03 vs 4.32 ms) and ties at 4, so they take sbmm from 5;
-// GGML_CUDA_SBMM_MIN_COLS moves the crossing for a measurement.
+// Where sbmm is the default on Hopper: the column counts at which it beat llama.cpp's kernels on the H200.
+// f16 beats MMF at 2..16 columns (test-backend-ops perf MUL_MAT m=4096 k=14336, n=8: 37.1 vs 48.5 us; a
+// Qwen3-8B-shaped f16 decode of 8 rows 6.87 vs 8.33 ms; 2026-12-02, RESULTS.md section 13). The quantized types
+// take it from 2 columns since 2026-12-06 (RESULTS.md 13.8): with the siblings in one launch and the q8_1
+// activations written by the norm / SwiGLU (stage 6, FUSE=3) sbmm beats MMVQ there too -- op perf at n = 2 / 3 / 4,
+// us: q4_0 11.6 / 11.9 / 12.6 vs MMVQ 14.9 / 17.5 / 20.2, q4_K 13.5 / 13.6 / 14.0 vs 18.6 / 22.9 / 14.0 (sbmm from 4
+// before), q8_0 17.1 / 17.8 / 18.5 vs 24.9 / 26.4 / 28.1, q6_K 29.4 / 29.4 / 29.6 vs 29.6 / 33.1 / 40.0 (n = 8: 30.9
+// vs 57.7; 9..16 within 4 % of MMVQ); whole Qwen3-8B-shaped decodes, ms: Q4_0 2 / 4 rows 3.13 / 3.45 vs 3.45 / 4.39
+// (1 row 3.10), Q4_K_M (q6_K attn_v / ffn_down of half the layers and the head) 2 / 4 / 8 / 16 rows 4.05 / 4.26 /
+// 4.87 / 7.34 vs 4.37 / 4.34 / 5.45 / 7.36 (1 row 3.84-3.89). (On 2026-12-02, before stage 6, MMVQ had still won
+// at 2..3 rows.) GGML_CUDA_SBMM_MIN_COLS / _MAX_COLS move the crossing for a measurement.
 struct sbmm_cols { int lo, hi; };
 sbmm_cols default_cols(int t) {
     switch (t) {
-        case sbmm::W_F16:  return {2, 16};
-        case sbmm::W_Q4_K: return {4, 16};
-        case sbmm::W_Q4_0: return {5, 16};
-        case sbmm::W_Q8_0: return {5, 16};
-        // q6_K (Q4_K_M's attn_v / ffn_down of half the layers and its output head): off until measured on the H200
-        // (op tests and op perf at 1..16 columns vs MMVQ with GGML_CUDA_SBMM=1, then a Q4_K_M verify of 1..16 rows);
-        // ggml_cuda_should_use_sbmm takes it only with GGML_CUDA_SBMM=1 until then
-        case sbmm::W_Q6_K: return {0, -1};
+        case sbmm::W_F16:
+        case sbmm::W_Q4_K:
+        case sbmm::W_Q4_0:
+        case sbmm::W_Q8_0:
+        case sbmm::W_Q6_K: return {2, 16};
         default:           return {0, -1};
     }
 }
@@ -123,7 +124,8 @@ template <> struct sbmm_config<sbmm::W_Q8_0, 1> { static constexpr int MT = 2, N
 template <> struct sbmm_config<sbmm::W_Q8_0, 2> { static constexpr int MT = 2, NW = 8, U = 2, ST = 0, KS = 8, FILL = 2; static constexpr bool SB = false, HB = false; };
 template <> struct sbmm_config<sbmm::W_Q4_K, 1> { static constexpr int MT = 2, NW = 8, U = 1, ST = 0, KS = 8, FILL = 2; static constexpr bool SB = false, HB = false; };
 template <> struct sbmm_config<sbmm::W_Q4_K, 2> { static constexpr int MT = 2, NW = 8, U = 1, ST = 0, KS = 8, FILL = 2; static constexpr bool SB = false, HB = false; };
-// q6_K: q4_K's shape where it fits (written without a GPU, 2026-12-06, not yet measured): 32 rows per warp at one
+// q6_K: q4_K's shape where it fits (written without a GPU, 2026-12-06; measured the same day: MUL_MAT m=4096 k=14336
+// 29.4..30.9 us at 2..8 columns, 46.5..50.6 at 9..16 against MMVQ's 29.6..57.7 / 48.4..49.2): 32 rows per warp at one
 // column tile; 16 at two, where 32 spill (ptxas, sm_90). The register path only: its <W_Q6_K, NT, true> are the same
 // register configurations, which staged_path never picks for q6_K; they exist because launch_path and split_mask_t
 // instantiate both paths of every type
@@ -522,9 +524,6 @@ bool ggml_cuda_should_use_sbmm(const ggml_tensor * src0, const ggml_tensor * src
     const int t = sbmm_type(src0->type);
     if (t < 0 || src1->type != GGML_TYPE_F32 || dst->type != GGML_TYPE_F32) {
         return false;
-    }
-    if (t == sbmm::W_Q6_K && e.mode <= 0) {
-        return false; // q6_K only when forced (GGML_CUDA_SBMM=1), whatever _MIN_COLS / _MAX_COLS say: not yet measured
     }
     const int64_t ncols = src1->ne[1];
     sbmm_cols cols = e.mode > 0 ? sbmm_cols{2, 16} : default_cols(t);
