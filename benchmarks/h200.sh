@@ -389,7 +389,7 @@ auto-overhead)
   (cd pyllama_spec && tar -cf - $(find . -name "*.py")) | tar -xf - -C "$W/pkg/pyllama_spec"
   for d in ngram-map-k dflash; do
     log "auto overhead, $d"
-    (cd /tmp && timeout 200 python3 "$REPO/benchmarks/auto_overhead.py" --drafter $d --n-max 2 7 auto) 2>&1 \
+    (cd /tmp && timeout 200 python3 "$REPO/benchmarks/auto_overhead.py" --drafter $d --n-max 0 2 7 auto) 2>&1 \
       | tee "$OUT/auto_overhead_$d.txt" | head -60
   done
   ;;

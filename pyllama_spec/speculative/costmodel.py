@@ -632,6 +632,17 @@ class AutoState:
         return max(0.0, float(np.mean(self.verify_new[:n][both] - self.verify_same[:n][both])))
 
 
+_GUESSES: dict[int, list[float]] = {}
+
+
+def _guess(n: int) -> list[float]:
+    """0.6^(i+1) for i < n, the acceptance prior of :meth:`AutoDraftLength.measured_survival` (numpy's own
+    powers, made once per length)."""
+    if n not in _GUESSES:
+        _GUESSES[n] = (0.6 ** np.arange(1, n + 1, dtype=float)).tolist()
+    return _GUESSES[n]
+
+
 def _ema(old: float | None, new: float, w: float = 0.2) -> float:
     """Running mean; a sample above twice the mean (+1 ms) counts as that much: one slow step (a busy
     machine, a batch injection) must not make plain steps look dear and resting look wrong."""
@@ -751,12 +762,31 @@ class AutoDraftLength:
         return (float(sum(sec.values())), float(sec.get("inject", 0.0)),
                 float(sum(st[k].seconds for k in VERIFY_STAGES if k in st)))
 
+    def _eff_list(self) -> list[float]:
+        """V(1..R) in ms as the decision uses it (:meth:`_v`), as a list: the same arithmetic as :meth:`_v`'s
+        table, element by element, in plain floats. (The per-step decisions read a few of 32 values: numpy's
+        per-call overhead on arrays this short was most of their cost, ~70 µs a step on 2 Intel cores, against
+        a SmolLM2 step of ~1.2 ms on the H200: RESULTS.md 19.4.)"""
+        st = self.state
+        scale, seen = st.verify_scale, np.asarray(st.verify_seen, dtype=float).tolist()
+        out: list[float] = []
+        run = -np.inf
+        for i, v in enumerate(self._vm):
+            x = scale * v
+            if i < len(seen) and seen[i] > 0:
+                x = seen[i]
+            run = x if x > run else run  # (np.maximum.accumulate)
+            out.append(run)
+        return out
+
     def _v(self, rows: Any) -> Any:
         """V(rows) in ms as the decision uses it: this run's measured verify at that row count
         (``AutoState.verify_seen``), else the table's × ``verify_scale``; non-decreasing in rows."""
         # (called a few times every step: on a GPU a SmolLM2 step is ~1.2 ms, so this avoids np.pad and the
         # table's extrapolation where every row count is inside it — 2026-12-04, RESULTS.md 19.3)
         st = self.state
+        if isinstance(rows, (int, float)) and 1 <= rows <= len(self._vm) and rows == int(rows):
+            return self._eff_list()[int(rows) - 1]  # (one whole row count: no arrays)
         eff = st.verify_scale * self._vm_arr
         m = min(len(eff), len(st.verify_seen))
         if m:
@@ -793,18 +823,22 @@ class AutoDraftLength:
         (``AutoState.pos_*``) and a prior 0.6^(i+1) of weight ``prior`` where few were drafted: what a
         draft is worth before its confidences are seen."""
         s, st = self.stats, self.state
-
-        def first(a: Any) -> np.ndarray:  # (zeros past a's end; np.pad costs ~10 µs a call)
-            a = np.asarray(a, float)[:n]
-            out = np.zeros(n)
-            out[:len(a)] = a
-            return out
-
-        acc = first(s.accepted_at) + first(st.pos_accepted)
-        tried = first(s.drafted_at) + first(st.pos_tried)
-        guess = 0.6 ** np.arange(1, n + 1, dtype=float)
-        p = (acc + self.prior * guess) / (tried + self.prior)
-        return np.minimum.accumulate(p)
+        # plain floats, the arithmetic of the arrays it replaced (2026-12-06: numpy's per-call cost on ≤ 32
+        # values was most of auto's per-step time; RESULTS.md 19.4)
+        acc_g, tried_g = list(s.accepted_at[:n]), list(s.drafted_at[:n])
+        acc_p = np.asarray(st.pos_accepted, dtype=float)[:n].tolist()
+        tried_p = np.asarray(st.pos_tried, dtype=float)[:n].tolist()
+        guess = _guess(n)
+        prior = self.prior
+        out: list[float] = []
+        run = np.inf
+        for i in range(n):
+            acc = (float(acc_g[i]) if i < len(acc_g) else 0.0) + (acc_p[i] if i < len(acc_p) else 0.0)
+            tried = (float(tried_g[i]) if i < len(tried_g) else 0.0) + (tried_p[i] if i < len(tried_p) else 0.0)
+            x = (acc + prior * guess[i]) / (tried + prior)
+            run = x if x < run else run  # (np.minimum.accumulate)
+            out.append(run)
+        return np.array(out, dtype=float)
 
     def best_length(self, p: np.ndarray, keep_rows: int | None = None) -> int:
         """L* = argmax_L (1 + Σ_{i<L} p_i) / (O + V(L + 1) + S·[L + 1 ≠ keep_rows]), the shortest on ties.
@@ -812,15 +846,28 @@ class AutoDraftLength:
         ``keep_rows``: the row count of the last verify; every other length pays S = ``AutoState.shape_ms()``,
         what a verify of a new shape was measured to cost more (None: no such term). A token that cannot be
         accepted (p_i = 0) is never sent to keep a shape: the lengths stop before the first."""
-        p = np.asarray(p, dtype=float)
-        gain = 1.0 + np.concatenate([[0.0], np.cumsum(p)])
-        rows = np.arange(1, len(p) + 2, dtype=float)
-        cost = (self.state.other_ms or 0.0) + self._v(rows)
-        if keep_rows is not None:
-            cost = cost + self.state.shape_ms() * (rows != keep_rows)
-            sure = int(np.count_nonzero(np.cumprod(p > 0)))  # the tokens before the first p_i = 0
-            gain, cost = gain[:sure + 1], cost[:sure + 1]
-        return int(np.argmax(gain / np.maximum(cost, 1e-9)))
+        # plain floats (called twice a step; numpy's per-call cost was most of it), the same arithmetic as the
+        # arrays: gain_L = 1 + (p_0 + ... + p_{L-1}), cost_L = (O + V(L + 1)) + S·[L + 1 ≠ keep_rows], the
+        # first maximum of gain / max(cost, 1e-9)
+        ps = np.asarray(p, dtype=float).tolist()
+        eff = self._eff_list()
+        other = self.state.other_ms or 0.0
+        shape = self.state.shape_ms() if keep_rows is not None else 0.0
+        best, best_val = 0, -np.inf
+        total = 0.0
+        for n in range(len(ps) + 1):
+            if n:
+                if keep_rows is not None and not ps[n - 1] > 0:
+                    break  # the tokens before the first p_i = 0
+                total += ps[n - 1]
+            rows = n + 1
+            cost = other + (eff[rows - 1] if rows <= len(eff) else float(self._v(float(rows))))
+            if keep_rows is not None:
+                cost = cost + shape * (1.0 if rows != keep_rows else 0.0)
+            val = (1.0 + total) / max(cost, 1e-9)
+            if val > best_val:
+                best, best_val = n, val
+        return best
 
     def budget(self, ceiling: int, margin: int = 2) -> int:
         """How many tokens to ask the drafter for this step, before its confidences are known: the

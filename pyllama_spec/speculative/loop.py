@@ -190,7 +190,8 @@ def _run(target, drafter, prompt, vocab, mem, chain, *, max_tokens, n_max, sp, d
         if step is None and drafter is not None and room > 0 and n_max > 0:
             ask = min(n_max, room)
             if draft_length is not None:  # n_max="auto": draft no more than might be verified, or nothing
-                ask = draft_length.plan(ask)
+                with timer("plan"):
+                    ask = draft_length.plan(ask)
                 rest = ask == 0
         if step is None and not rest and drafter is not None and room > 0 and n_max > 0:
             draft = drafter.propose(last, n_past, ask, dsp, rng, timer)
@@ -200,7 +201,8 @@ def _run(target, drafter, prompt, vocab, mem, chain, *, max_tokens, n_max, sp, d
             if verify == "rejection" and not sp.greedy and draft.tokens:
                 _check_draft_probs(drafter, draft, target.model.n_vocab)
             if draft_length is not None:  # n_max="auto": verify only the prefix the cost model prefers
-                draft = draft_length.trim(draft)
+                with timer("plan"):
+                    draft = draft_length.trim(draft)
         n_d = len(draft.tokens) if step is None else step.depth  # a tree counts its deepest branch
 
         if step is None:

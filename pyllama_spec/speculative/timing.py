@@ -12,7 +12,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-STAGES = ("tokenize", "prefill", "extract", "inject", "draft", "draft_sample", "verify", "accept",
+# "plan": n_max="auto"'s own decisions (how many tokens to ask for, which prefix to verify), on the host; timed
+# apart since 2026-12-06 so that auto's cost shows as a stage instead of inside "other" (RESULTS.md 19.4)
+STAGES = ("tokenize", "prefill", "plan", "extract", "inject", "draft", "draft_sample", "verify", "accept",
           "rollback", "detokenize")
 
 
