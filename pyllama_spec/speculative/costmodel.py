@@ -670,6 +670,12 @@ def adaedl_lower_bound(entropy: Any, gamma: float = 0.5) -> np.ndarray:
 #: sees the last 64 rows and whatever preceded the rest (DFlash stages 64 deferred rows per injection anyway)
 DORMANT_WINDOW = 64
 
+#: a drafter whose call costs at most this fraction of a 1-row verify is *free* (the n-gram kinds: ~0.014 ms
+#: against 1.12 ms on the H100, 2026-12-06): ``plan`` asks it for the ceiling at once — nothing to save by
+#: resting or by asking for fewer, :meth:`AutoDraftLength.trim` still picks the prefix worth verifying — and
+#: skips the per-step arithmetic, which cost 0.087 ms a step there (8 % of a SmolLM2 step; RESULTS.md 19.4)
+FREE_DRAFTER = 0.05
+
 
 def rest_length(probe_loss_ms: float, plain_ms: float, gap: int, *, loss: float = 0.02, longest: int = 512) -> int:
     """How many steps to rest (draft nothing) before the next probe: the first rest is long enough that
@@ -709,7 +715,9 @@ class AutoDraftLength:
     a long rest (:meth:`dormant`: ``DORMANT_WINDOW`` or more resting steps before the probe) the loop hands
     the rows to ``Drafter.observe_dormant`` instead, which may skip them (DFlash: no features copied or
     injected; the probe drafts from the rest's last ``DORMANT_WINDOW`` rows): on 2 CPU cores that took auto
-    from ×0.986 to ×1.005 of plain decoding in one run (RESULTS.md 19.2).
+    from ×0.986 to ×1.005 of plain decoding in one run (RESULTS.md 19.2). A *free* drafter (:meth:`free_drafter`:
+    its call measured at ≤ ``FREE_DRAFTER`` of a 1-row verify, as the n-gram kinds are) never rests: it is asked
+    for the ceiling every step, and only :meth:`trim` decides (RESULTS.md 19.4).
 
     Args:
         verify_ms: ``[V(1), ..., V(R)]``, ms of verify batches of 1..R rows (:func:`measure_verify_ms`);
@@ -748,6 +756,10 @@ class AutoDraftLength:
         self._first = True  # the next step booked is the generation's first
         self._prev = "none"  # what the previous step was: "draft", "probe" (after a rest) or "rest"
         self._prev_rows: int | None = None  # the rows of the last verify booked (the shape llama.cpp holds)
+        self._eff_key: Any = None  # (_eff_list)
+        self._eff: list[float] = []
+        self._shape_key: Any = None  # (_shape_ms)
+        self._shape_val = 0.0
         self._drafter_s = self._drafter_seconds()
         self.n_rest = 0  # resting steps of this generation (the report's view of it)
         self.n_probes = 0
@@ -768,7 +780,11 @@ class AutoDraftLength:
         per-call overhead on arrays this short was most of their cost, ~70 µs a step on 2 Intel cores, against
         a SmolLM2 step of ~1.2 ms on the H200: RESULTS.md 19.4.)"""
         st = self.state
-        scale, seen = st.verify_scale, np.asarray(st.verify_seen, dtype=float).tolist()
+        seen_arr = np.asarray(st.verify_seen, dtype=float)
+        key = (st.verify_scale, seen_arr.tobytes())  # (made again only when a step booked new measurements)
+        if key == self._eff_key:
+            return self._eff
+        scale, seen = st.verify_scale, seen_arr.tolist()
         out: list[float] = []
         run = -np.inf
         for i, v in enumerate(self._vm):
@@ -777,7 +793,16 @@ class AutoDraftLength:
                 x = seen[i]
             run = x if x > run else run  # (np.maximum.accumulate)
             out.append(run)
+        self._eff_key, self._eff = key, out
         return out
+
+    def _shape_ms(self) -> float:
+        """``AutoState.shape_ms()``, made again only when its measurements changed (a step books them once)."""
+        st = self.state
+        key = (np.asarray(st.verify_same).tobytes(), np.asarray(st.verify_new).tobytes())
+        if key != self._shape_key:
+            self._shape_key, self._shape_val = key, st.shape_ms()
+        return self._shape_val
 
     def _v(self, rows: Any) -> Any:
         """V(rows) in ms as the decision uses it: this run's measured verify at that row count
@@ -825,17 +850,16 @@ class AutoDraftLength:
         s, st = self.stats, self.state
         # plain floats, the arithmetic of the arrays it replaced (2026-12-06: numpy's per-call cost on ≤ 32
         # values was most of auto's per-step time; RESULTS.md 19.4)
-        acc_g, tried_g = list(s.accepted_at[:n]), list(s.drafted_at[:n])
-        acc_p = np.asarray(st.pos_accepted, dtype=float)[:n].tolist()
-        tried_p = np.asarray(st.pos_tried, dtype=float)[:n].tolist()
-        guess = _guess(n)
+        def first(a: Any, numbers: bool) -> list[float]:  # (floats, zeros past a's end)
+            a = np.asarray(a, dtype=float)[:n].tolist() if numbers else [float(x) for x in a[:n]]
+            return a + [0.0] * (n - len(a))
+
         prior = self.prior
         out: list[float] = []
         run = np.inf
-        for i in range(n):
-            acc = (float(acc_g[i]) if i < len(acc_g) else 0.0) + (acc_p[i] if i < len(acc_p) else 0.0)
-            tried = (float(tried_g[i]) if i < len(tried_g) else 0.0) + (tried_p[i] if i < len(tried_p) else 0.0)
-            x = (acc + prior * guess[i]) / (tried + prior)
+        for ag, ap, tg, tp, g in zip(first(s.accepted_at, False), first(st.pos_accepted, True),
+                                     first(s.drafted_at, False), first(st.pos_tried, True), _guess(n)):
+            x = (ag + ap + prior * g) / (tg + tp + prior)
             run = x if x < run else run  # (np.minimum.accumulate)
             out.append(run)
         return np.array(out, dtype=float)
@@ -852,7 +876,7 @@ class AutoDraftLength:
         ps = np.asarray(p, dtype=float).tolist()
         eff = self._eff_list()
         other = self.state.other_ms or 0.0
-        shape = self.state.shape_ms() if keep_rows is not None else 0.0
+        shape = self._shape_ms() if keep_rows is not None else 0.0
         best, best_val = 0, -np.inf
         total = 0.0
         for n in range(len(ps) + 1):
@@ -999,6 +1023,9 @@ class AutoDraftLength:
         if ceiling > 0:
             if st.rest and st.rest_left > 0:
                 st.rest_left -= 1
+            elif self.free_drafter():
+                st.gap = 0
+                ask = ceiling
             else:
                 pays, loss_ms = self.drafting_pays(ceiling) if st.rest else (True, 0.0)
                 # a rest just ended (here or in the last generation): probe once, whatever the model says
@@ -1019,6 +1046,13 @@ class AutoDraftLength:
         self.n_rest += kind == "rest"
         self._t, self._rows, self._prev, self._planned = now, 1, kind, True
         return ask
+
+    def free_drafter(self) -> bool:
+        """Whether the drafter's measured call (``AutoState.drafter_ms``, its drafting steps' drafter stages)
+        costs at most ``FREE_DRAFTER`` of a 1-row verify: then :meth:`plan` asks for the ceiling and never
+        rests. False until a drafting step was measured (with a timer)."""
+        st = self.state
+        return st.drafter_ms is not None and st.drafter_ms <= FREE_DRAFTER * st.verify_scale * self._vm[0]
 
     def dormant(self) -> bool:
         """Whether this step (a rest, planned by :meth:`plan`) is deep inside its rest: at least
