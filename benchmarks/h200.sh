@@ -36,6 +36,7 @@
 #                                    # `ops defaults`: the default dispatch (SBMM_FUSION + every MUL_MAT case of the 5 types, ~2 min)
 #                                    # `ops topk`: patch 0012's TOP_K (eval + perf) beside GGML_CUDA_TOPK_SMALL=0;
 #                                    # `ops fattn`: patch 0013, FLASH_ATTN_EXT with the vector kernel to 16 rows
+#                                    # `ops seq`: GGML_CUDA_SBMM_SEQ=1 (NT = 2 tiles one after the other): eval + perf n=8,9,12,16 on / off
 #   bash benchmarks/h200.sh auto-overhead # carry .dev/smol.part03 after model0..model2: issue 25, auto's per-step cost
 #   bash benchmarks/h200.sh step-smol # carry .dev/smol.part03 after model0..model2: SmolLM2 step cost, T>0, held-out
 #   bash benchmarks/h200.sh bakeoff  # carry .dev/smol.part03 after install + model0..model2: the drafter bake-off

@@ -4,6 +4,7 @@ own per-lane code run on the CPU), and the listed patch being exactly what the k
 kernel is single-sourced in benchmarks/kernels/; an edit there without make_patch.py would ship stale code).
 The kernels' GPU numbers and test-backend-ops results: benchmarks/kernels/README.md, RESULTS.md section 13."""
 import importlib.util
+import re
 import shutil
 import subprocess
 import sys
@@ -27,7 +28,18 @@ def test_kernel_block_decoding_matches_gguf_py():
     # quantized types also through the staged (shared-memory) load paths: weights with 16 / 32 rows per warp
     # (staged1, staged2), and weights + activations (staged1b, staged2b); f16 through the staged weight loads
     # (its f32 activations are never staged), and with f16 activations on both paths (registersh, staged*h)
-    ok = [ln for ln in lines if ln.startswith("ok ")]
+    ok_all = [ln for ln in lines if ln.startswith("ok ")]
+    assert len(ok_all) == 426
+    # SEQ (the NT = 2 column tiles one after the other): 9..16 columns, q4_0 / q8_0 / q4_K on the staged path
+    # with staged activations (16 / 32 rows per warp) and the register path, 2 shapes; q6_K's register path, 3
+    seq = [ln for ln in ok_all if ln.split()[2].startswith("seq")]
+    assert len(seq) == 168 and {ln.split()[2] for ln in seq} == {"seq1b", "seq2b", "seqregs"}
+    assert {int(re.search(r"n=\s*(\d+)", ln).group(1)) for ln in seq} == set(range(9, 17))
+    assert len([ln for ln in seq if ln.split()[1] == "q6_K"]) == 24
+    assert {ln.split()[1] for ln in seq if ln.split()[2] == "seq2b"} == {"q4_0", "q8_0", "q4_K"}
+    # ... and the tile 1 multiplied with tile 0's activations (SBMM_SEQ_MUTATION=1) is caught by all 20 it runs
+    assert len([ln for ln in lines if ln.startswith("caught SEQ second-tile mutation")]) == 20
+    ok = [ln for ln in ok_all if ln not in seq]
     assert len(ok) == 258 and {ln.split()[1] for ln in ok} == {"f16", "q4_0", "q8_0", "q4_K", "q6_K"}
     # q6_K (register path only): every column count 1..16 on three shapes
     q6 = [ln for ln in ok if ln.split()[1] == "q6_K"]

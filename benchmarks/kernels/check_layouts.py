@@ -21,7 +21,10 @@ staged) and with its activations as f16 (``load_b_f16``, the kernel's HB) on the
 emulator rebuilt with ``SBMM_STAGE_INDEX_SKEW=1``, an off-by-one in the staging piece index) must fail
 every staged check it runs, and so must an off-by-one in the activations' piece index alone
 (``SBMM_STAGE_B_INDEX_SKEW=1``) in the ``…b`` checks. q6_K (register path only): ``check_q6_K``, every column
-count 1..16 on three shapes, and two mutations of its own.
+count 1..16 on three shapes, and two mutations of its own. SEQ (sbmm.cuh: at NT = 2 the column tiles one after the
+other over the same weights): ``check_seq``, the emulator's SEQ loop (``seq1b`` / ``seq2b``: the staged path with
+staged activations, ``seqregs``: the register path with 32 rows and 2 units per chunk) at 9..16 columns, and the
+mutation ``SBMM_SEQ_MUTATION=1`` (the second tile reads the first tile's activations) caught by all it runs.
 
 usage: python benchmarks/kernels/check_layouts.py [--cxx g++]   (exit status 1 on any failure)
 """
@@ -125,7 +128,10 @@ def check_one(exe: Path, wtype: str, mt: str, w: np.ndarray, wref: np.ndarray, n
     refr = xr.astype(np.float64) @ wref.T
     nmse = float(((yr - refr) ** 2).sum() / (refr**2).sum())
     ok = dq_err < 1e-6 and ex_err < 2e-6 and nmse < 5e-4
-    path = f"staged{mt}" if mt and mt != "h" else "registers" + mt
+    if mt.endswith("s"):  # SEQ: "1bs" / "2bs" the staged path, "s" the register path
+        path = f"seq{mt[:-1]}" if len(mt) > 1 else "seqregs"
+    else:
+        path = f"staged{mt}" if mt and mt != "h" else "registers" + mt
     return ok, (f"{wtype:5s} {path:9s} m={w.shape[0]:3d} k={k:4d} n={n:2d}  dequant vs gguf {dq_err:.1e}  "
                 f"exact-x matmul {ex_err:.1e}  random-x NMSE {nmse:.1e}")
 
@@ -160,6 +166,37 @@ def check_q6_K(cxx: str, exe: Path, rng: np.random.Generator, tmp: Path) -> int:
                 ok, line = check_one(mut, "q6_K", "", w, wref, n, rng, tmp)
                 failures += ok
                 print(f"{'MISSED' if ok else 'caught'} q6_K {what} mutation: {line}")
+    return failures
+
+
+def check_seq(cxx: str, exe: Path, rng: np.random.Generator, tmp: Path) -> int:
+    """SEQ (NT = 2, the column tiles one after the other over the same staged weights / RawA registers): the
+    checks of check_one at every column count 9..16 -- q4_0 / q8_0 / q4_K on the staged path with staged
+    activations (16 and 32 rows per warp: ``seq1b`` / ``seq2b``) and on the register path (``seqregs``), q6_K on
+    the register path, on the shapes of the other checks (q6_K: of check_q6_K) -- then the mutation
+    SBMM_SEQ_MUTATION=1 (tile 1 multiplied with tile 0's activations) must fail every check it runs (n = 9, 16).
+    Returns the number of failures (a passing check of a mutant counts as one)."""
+    failures = 0
+    cases = [(wtype, (m, k), ("1bs", "2bs", "s")) for wtype in ("q4_0", "q8_0", "q4_K") for m, k in ((40, 768), (16, 256))]
+    cases += [("q6_K", (m, k), ("s",)) for m, k in ((40, 768), (24, 512), (16, 256))]
+    for wtype, (m, k), mts in cases:
+        w = random_weights(wtype, m, k, rng)
+        wref = dequant_ref(wtype, w, k)
+        for mt in mts:
+            for n in range(9, 17):
+                ok, line = check_one(exe, wtype, mt, w, wref, n, rng, tmp)
+                failures += not ok
+                print(f"{'ok  ' if ok else 'FAIL'} {line}")
+    mut = build(cxx, tmp / "cpu_emulate_seq_mut", "-DSBMM_SEQ_MUTATION=1")
+    for wtype, mts in (("q4_0", ("1bs", "2bs", "s")), ("q8_0", ("1bs", "2bs", "s")), ("q4_K", ("1bs", "2bs", "s")),
+                       ("q6_K", ("s",))):
+        w = random_weights(wtype, 40, 768, rng)
+        wref = dequant_ref(wtype, w, 768)
+        for mt in mts:
+            for n in (9, 16):
+                ok, line = check_one(mut, wtype, mt, w, wref, n, rng, tmp)
+                failures += ok
+                print(f"{'MISSED' if ok else 'caught'} SEQ second-tile mutation: {line}")
     return failures
 
 
@@ -201,6 +238,7 @@ def main() -> int:
                 failures += ok
                 print(f"{'MISSED' if ok else 'caught'} activation-staging-index mutation: {line}")
         failures += check_q6_K(args.cxx, exe, rng, tmp)
+        failures += check_seq(args.cxx, exe, rng, tmp)
     print("all layout checks passed" if failures == 0 else f"{failures} layout checks FAILED")
     return 1 if failures else 0
 

@@ -13,12 +13,17 @@
 // MT suffixed b (1b, 2b): the activations staged too (stage_b_chunk / load_b_staged, SB in the kernel).
 // f16 with MT h, 1h or 2h: the activations as f16 (load_b_f16, HB in the kernel), on the register or the
 // staged weight path.
+// SEQ (sbmm.cuh's SEQ, NT = 2): MT suffixed s (1bs, 2bs: the staged path with staged activations; s alone: the
+// register path, 32 rows and U = 2 units per chunk) runs the kernel's SEQ loop instead of one pass per column
+// tile: per group of rows and chunk, the weights staged (or loaded into RawA) once, then per unit tile 0's
+// activations loaded and multiplied with every row tile, then tile 1's over the same RawA, into acc[MT][NT].
+// SBMM_SEQ_MUTATION=1 (a check of the checks): the second tile reads the first tile's activations.
 //
 // usage: cpu_emulate TYPE M K N weights.bin x.bin y_out.bin dequant_out.bin [MT]
 //   TYPE: f16 | q4_0 | q8_0 | q4_K | q6_K (register path only); weights: M rows in ggml's layout; x: float32 [N][K];
 //   y_out: float32 [N][M]; dequant_out: float32 [M][K] (dequant_unit of every unit);
 //   MT: 1 or 2 (or 1b / 2b), the staged path with 16*MT rows per warp (q4_0 / q8_0 / q4_K / f16);
-//       h, 1h, 2h: f16 activations (f16 only).
+//       h, 1h, 2h: f16 activations (f16 only); 1bs, 2bs, s: SEQ (q4_0 / q8_0 / q4_K; s also q6_K).
 #include "sbmm_blocks.h"
 
 #include <algorithm>
@@ -26,7 +31,12 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <type_traits>
 #include <vector>
+
+#ifndef SBMM_SEQ_MUTATION
+#define SBMM_SEQ_MUTATION 0
+#endif
 
 using namespace sbmm;
 
@@ -242,6 +252,148 @@ void run_staged(int m, int k, int n, const std::vector<char> & wbytes, const std
     }
 }
 
+// the column tile whose activations SEQ loads for tile nt (the mutation: always the first tile's)
+int seq_tile(int nt) {
+    return SBMM_SEQ_MUTATION == 1 ? 0 : nt;
+}
+
+// one unit of the kernel's mma_tile (SEQ): column tile nt of unit i over the RawA of all MT row tiles
+template <int T, int MT>
+void mma_tile_emulated(RawA<T> (&ra)[MT][32], const RawB<T> (&rb)[32], float (&acc)[MT][2][32][4], int nt) {
+    for (int sub = 0; sub < wtraits<T>::nsub; ++sub) {
+        int b[32][2];
+        for (int l = 0; l < 32; ++l) {
+            bfrag<T>(rb[l], sub, b[l]);
+        }
+        for (int mt = 0; mt < MT; ++mt) {
+            int a[32][4], c[32][4];
+            for (int l = 0; l < 32; ++l) {
+                afrag(ra[mt][l], sub, a[l]); // derived again per tile, as the kernel does
+            }
+            mma_s8_emulated<mma_k<T>>(a, b, c);
+            for (int l = 0; l < 32; ++l) {
+                epilogue(ra[mt][l], rb[l], sub, c[l], acc[mt][nt][l]);
+            }
+        }
+    }
+}
+
+template <int T, int MT>
+void store_seq(const float (&acc)[MT][2][32][4], int row_base, int m, int n, std::vector<float> & y) {
+    for (int mt = 0; mt < MT; ++mt) {
+        for (int nt = 0; nt < 2; ++nt) {
+            for (int l = 0; l < 32; ++l) {
+                for (int r = 0; r < 4; ++r) {
+                    const int row = row_base + 16 * mt + l / 4 + 8 * (r / 2);
+                    const int col = 8 * nt + 2 * (l % 4) + r % 2;
+                    if (row < m && col < n) {
+                        y[(size_t) col * m + row] = acc[mt][nt][l][r];
+                    }
+                }
+            }
+        }
+    }
+}
+
+// SEQ on the staged path with staged activations (sbmm_block<..., ST > 0, SB = true, SEQ = true>, NT = 2): U as
+// run_staged's. Per chunk: the weights of 16*MT rows and the activations of both column tiles staged once; per
+// unit i: RawA of every row tile read once from the buffer, then for nt = 0, 1: tile nt's RawB (load_b_staged)
+// and the mmas of all row tiles.
+template <int T, int MT>
+void run_staged_seq(int m, int k, int n, const std::vector<char> & wbytes, const std::vector<float> & x,
+                    std::vector<float> & y) {
+    constexpr int U = T == W_Q4_K ? MT : 8;
+    constexpr int SROW = stage_traits<T, U>::sstride;
+    const long long row_bytes = (long long) (k / wtraits<T>::unit_k) * wtraits<T>::unit_bytes;
+    const int nunits = k / wtraits<T>::unit_k;
+    const int k_padded = (k + matrix_row_padding - 1) / matrix_row_padding * matrix_row_padding;
+    std::vector<block_q8_1> yq = quantize_q8_1(x, n, k, k_padded);
+    const long long stride_q = k_padded / qk8_1;
+    alignas(16) static char stage[16 * MT * SROW];
+    alignas(16) static char bstage[8 * 2 * stage_b_traits<T, U>::crow];
+    y.assign((size_t) n * m, 0.0f);
+    for (int group = 0; group < (m + 16 * MT - 1) / (16 * MT); ++group) {
+        const int row_base = group * 16 * MT;
+        static float acc[MT][2][32][4];
+        memset(acc, 0, sizeof(acc));
+        for (int u0 = 0; u0 < nunits; u0 += U) {
+            const int nu = std::min(U, nunits - u0);
+            memset(stage, 0xA5, sizeof(stage));
+            memset(bstage, 0xA5, sizeof(bstage));
+            for (int l = 0; l < 32; ++l) {
+                stage_chunk<T, MT, U>(stage, wbytes.data(), row_bytes, row_base, m, u0, nu, l);
+                stage_b_chunk<T, 2, U>(bstage, yq.data(), stride_q, n, u0, nu, l);
+            }
+            for (int i = 0; i < nu; ++i) {
+                static RawA<T> ra[MT][32];
+                for (int mt = 0; mt < MT; ++mt) {
+                    for (int l = 0; l < 32; ++l) {
+                        const int g = l / 4, t = l % 4;
+                        load_a_staged(ra[mt][l], stage + (16 * mt + g) * SROW, stage + (16 * mt + g + 8) * SROW, i, t);
+                    }
+                }
+                for (int nt = 0; nt < 2; ++nt) {
+                    static RawB<T> rb[32];
+                    const int ct = seq_tile(nt);
+                    for (int l = 0; l < 32; ++l) {
+                        load_b_staged<T, U>(rb[l], bstage, 8 * ct + l / 4, 8 * ct + 2 * (l % 4), i, l % 4);
+                    }
+                    mma_tile_emulated<T, MT>(ra, rb, acc, nt);
+                }
+            }
+        }
+        store_seq<T, MT>(acc, row_base, m, n, y);
+    }
+}
+
+// SEQ on the register path (sbmm_block<..., ST = 0, SEQ = true>, NT = 2) with MT = 2, U = 2 (k = 768 of q4_K /
+// q6_K: 3 units, a partial last chunk): per chunk, the weights of its U units and tile 0's activations loaded,
+// the mmas of tile 0 for every unit, then tile 1's activations of every unit loaded and their mmas.
+template <int T>
+void run_seq(int m, int k, int n, const std::vector<char> & wbytes, const std::vector<float> & x, std::vector<float> & y) {
+    constexpr int MT = 2, U = 2;
+    const long long row_bytes = (long long) (k / wtraits<T>::unit_k) * wtraits<T>::unit_bytes;
+    const int nunits = k / wtraits<T>::unit_k;
+    const int k_padded = (k + matrix_row_padding - 1) / matrix_row_padding * matrix_row_padding;
+    std::vector<block_q8_1> yq = quantize_q8_1(x, n, k, k_padded);
+    const long long stride_q = k_padded / qk8_1;
+    y.assign((size_t) n * m, 0.0f);
+    for (int group = 0; group < (m + 16 * MT - 1) / (16 * MT); ++group) {
+        const int row_base = group * 16 * MT;
+        static float acc[MT][2][32][4];
+        memset(acc, 0, sizeof(acc));
+        for (int u0 = 0; u0 < nunits; u0 += U) {
+            static RawA<T> ra[U][MT][32];
+            static RawB<T> rb[U][32];
+            for (int i = 0; i < U && u0 + i < nunits; ++i) {
+                for (int l = 0; l < 32; ++l) {
+                    const int g = l / 4, t = l % 4;
+                    for (int mt = 0; mt < MT; ++mt) {
+                        const int r0 = std::min(row_base + 16 * mt + g, m - 1), r1 = std::min(row_base + 16 * mt + g + 8, m - 1);
+                        load_a(ra[i][mt][l], wbytes.data() + r0 * row_bytes, wbytes.data() + r1 * row_bytes, u0 + i, t);
+                    }
+                    load_b_q8<T>(rb[i][l], yq.data(), stride_q, n, g, 2 * t, u0 + i, t);
+                }
+            }
+            for (int nt = 0; nt < 2; ++nt) {
+                if (nt > 0) {
+                    const int ct = seq_tile(nt);
+                    for (int i = 0; i < U && u0 + i < nunits; ++i) {
+                        for (int l = 0; l < 32; ++l) {
+                            const int g = l / 4, t = l % 4;
+                            load_b_q8<T>(rb[i][l], yq.data(), stride_q, n, 8 * ct + g, 8 * ct + 2 * t, u0 + i, t);
+                        }
+                    }
+                }
+                for (int i = 0; i < U && u0 + i < nunits; ++i) {
+                    mma_tile_emulated<T, MT>(ra[i], rb[i], acc, nt);
+                }
+            }
+        }
+        store_seq<T, MT>(acc, row_base, m, n, y);
+    }
+}
+
 template <int T>
 void run(int m, int k, int n, const std::vector<char> & wbytes, const std::vector<float> & x, std::vector<float> & y,
          std::vector<float> & dq, bool hb = false) {
@@ -325,7 +477,11 @@ int main(int argc, char ** argv) {
         fprintf(stderr, "usage: %s TYPE M K N weights.bin x.bin y_out.bin dequant_out.bin [MT]\n", argv[0]);
         return 2;
     }
-    const std::string arg = argc == 10 ? argv[9] : "";
+    std::string arg = argc == 10 ? argv[9] : "";
+    const bool seq = !arg.empty() && arg.back() == 's'; // SEQ (the column tiles one after the other)
+    if (seq) {
+        arg.pop_back();
+    }
     const bool hb = !arg.empty() && arg.back() == 'h'; // f16 activations (f16 only)
     const std::string staged = hb ? arg.substr(0, arg.size() - 1) : arg;
     const int mt_staged = staged.empty() ? 0 : atoi(staged.c_str());
@@ -337,6 +493,10 @@ int main(int argc, char ** argv) {
     const std::string type = argv[1];
     if (hb && (type != "f16" || sb)) {
         fprintf(stderr, "h (f16 activations) is for f16 weights, without b\n");
+        return 2;
+    }
+    if (seq && (type == "f16" || (!arg.empty() && !sb))) {
+        fprintf(stderr, "s (SEQ): q4_0 / q8_0 / q4_K / q6_K, on the register path (s) or with staged activations (1bs, 2bs)\n");
         return 2;
     }
     const int m = atoi(argv[2]), k = atoi(argv[3]), n = atoi(argv[4]);
@@ -357,7 +517,35 @@ int main(int argc, char ** argv) {
         fprintf(stderr, "f16 has no staged activations (MT 1 or 2, not 1b / 2b)\n");
         return 2;
     }
-    if (type == "f16") {
+    if (seq) { // the plain dequantization (dq) from run(), then the SEQ loop's y
+        auto go = [&](auto tag) {
+            constexpr int T = decltype(tag)::value;
+            run<T>(m, k, n, w, x, y, dq);
+            if constexpr (T == W_Q6_K) {
+                run_seq<T>(m, k, n, w, x, y);
+            } else {
+                if (mt_staged == 1) {
+                    run_staged_seq<T, 1>(m, k, n, w, x, y);
+                } else if (mt_staged == 2) {
+                    run_staged_seq<T, 2>(m, k, n, w, x, y);
+                } else {
+                    run_seq<T>(m, k, n, w, x, y);
+                }
+            }
+        };
+        if (type == "q4_0") {
+            go(std::integral_constant<int, W_Q4_0>());
+        } else if (type == "q8_0") {
+            go(std::integral_constant<int, W_Q8_0>());
+        } else if (type == "q4_K") {
+            go(std::integral_constant<int, W_Q4_K>());
+        } else if (type == "q6_K" && arg.empty()) {
+            go(std::integral_constant<int, W_Q6_K>());
+        } else {
+            fprintf(stderr, "SEQ: unknown type %s (q6_K: s only)\n", type.c_str());
+            return 2;
+        }
+    } else if (type == "f16") {
         run<W_F16>(m, k, n, w, x, y, dq, hb);
         if (mt_staged == 1) {
             run_staged<W_F16, 1, false>(m, k, n, w, x, y, hb);

@@ -13,6 +13,8 @@
 #                                                    # path, perf staged vs register path vs MMVQ/MMQ -> $OUT
 #   bash benchmarks/kernels/ggml_op_check.sh q6k     # q6_K with GGML_CUDA_SBMM=1: eval (MUL_MAT, SBMM_FUSION with
 #                                                    # FUSE=2 and 3), perf sbmm vs MMVQ/MMQ at every q6_K shape
+#   bash benchmarks/kernels/ggml_op_check.sh seq     # GGML_CUDA_SBMM_SEQ=1 (9..16 columns: the column tiles one after
+#                                                    # the other): eval (SBMM_FUSION, MUL_MAT), perf n=8,9,12,16 on / off
 # The build stays in /tmp/lcw-sbmm while the machine is warm (h200.md: files outside the checkout persist).
 # With our CUDA wheel installed (benchmarks/build_cuda_wheel.sh builds it with PYLLAMA_SPEC_OP_TESTS=ON, so
 # pyllama_spec/bin/test-backend-ops is in it) no build is needed: TBO=<that program> ... test|staged
@@ -124,6 +126,25 @@ q6k)
     echo "## q6_K, sbmm (GGML_CUDA_SBMM=1)"; cat "$OUT/perf_q6k_sbmm.txt"
     echo "## q6_K, MMVQ/MMQ (GGML_CUDA_SBMM=0)"; cat "$OUT/perf_q6k_mmvq.txt"
     ;;
+seq)
+    tbo
+    # GGML_CUDA_SBMM_SEQ=1 (off by default until this has run): the NT = 2 launches (9..16 columns) of q4_0 / q8_0 /
+    # q4_K (staged) and q6_K (registers) on the SEQ kernel. The fusions (whole graphs; FUSE=3, the default, and 2)
+    # and every MUL_MAT case of those types against the CPU, also q4_K on the register path (GGML_CUDA_SBMM_STAGE=0:
+    # its SEQ (2, 8, 1)); then the op benchmark at 8 columns (NT = 1, unchanged: the reference) and 9, 12, 16, with
+    # it and without
+    for f in 3 2; do
+        GGML_CUDA_SBMM_SEQ=1 GGML_CUDA_SBMM_FUSE=$f timeout 200 $TBO -o SBMM_FUSION -b CUDA0 > "$OUT/eval_seq_fuse$f.txt" 2>&1
+        echo "eval SBMM_FUSION (GGML_CUDA_SBMM_SEQ=1 GGML_CUDA_SBMM_FUSE=$f) rc=$?: $(grep -cE '^ +SBMM_FUSION.*OK' "$OUT/eval_seq_fuse$f.txt") OK, $(grep -cE 'FAIL' "$OUT/eval_seq_fuse$f.txt") FAIL"
+        grep FAIL "$OUT/eval_seq_fuse$f.txt" | head -10
+    done
+    GGML_CUDA_SBMM_SEQ=1 evaluate seq 300 'q4_0|q8_0|q4_K|q6_K'
+    GGML_CUDA_SBMM_SEQ=1 GGML_CUDA_SBMM_STAGE=0 evaluate seq_register 200 'q4_K'
+    P='type_a=(q4_0|q4_K|q8_0|q6_K),type_b=f32,m=4096,n=(8|9|12|16),k=14336,'
+    GGML_CUDA_SBMM_SEQ=1 perf seq 100; perf noseq 100
+    echo "## GGML_CUDA_SBMM_SEQ=1"; cat "$OUT/perf_seq.txt"
+    echo "## default (SEQ off)"; cat "$OUT/perf_noseq.txt"
+    ;;
 defaults)
     tbo
     # the dispatch as it is by default (since 2026-12-06: every sbmm type from 2 columns, q8_1 activations from the
@@ -174,5 +195,5 @@ topk)
     done
     ;;
 *)
-    echo "usage: bash benchmarks/kernels/ggml_op_check.sh build|test|staged|q6k|defaults|f16half|fuse|topk|fattn"; exit 2 ;;
+    echo "usage: bash benchmarks/kernels/ggml_op_check.sh build|test|staged|q6k|seq|defaults|f16half|fuse|topk|fattn"; exit 2 ;;
 esac

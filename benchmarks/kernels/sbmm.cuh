@@ -15,6 +15,12 @@
 // SB (with ST > 0): the chunk's q8_1 activations are staged the same way (one 16-byte cp.async per 16 bytes,
 // instead of 4 scattered 4-byte loads per lane, unit and column tile). ST > 0 uses dynamic shared memory of
 // sbmm_smem<...>::dynamic bytes (the launcher raises the limit where it exceeds 48 KB).
+// SEQ (NT = 2; the register path or the staged path with SB): the column tiles one after the other over the
+// same weights of each unit -- the activations of tile 0 are loaded (from shared memory, or from global with
+// the weights on the register path) and multiplied with all MT row tiles, then those of tile 1 -- so that only
+// one tile's RawB is live at a time (q4_K: 8 sub-blocks x (2 ints + ds), ~24 registers a tile). The weights are
+// still read from memory once per unit (kept in the staging buffer / the RawA registers), so 9..16 columns can
+// run the (MT, U) of 8 columns, whose bytes in flight the NT = 2 configurations had to cut to fit 255 registers.
 #pragma once
 
 #include "sbmm_blocks.h"
@@ -127,11 +133,14 @@ __device__ __forceinline__ seg pick_seg(const segs & sg, int si) {
 // The work of one block: rows row_base.. of one segment (sbmm_kernel below picks it). A function of its own so
 // that the weights and dst reach the loads as __restrict__ parameters, as they did when they were the
 // kernel's (read-only weight loads: ld.global.nc).
-template <int T, int NT, int MT, int NW, int U, int ST, bool SB, bool HB>
+template <int T, int NT, int MT, int NW, int U, int ST, bool SB, bool HB, bool SEQ = false>
 __device__ __forceinline__ void sbmm_block(
         const char * __restrict__ W, long long row_bytes, const void * __restrict__ Y, long long stride_col_y,
         const segs & sg, int si, int m, int row_base, int nunits, int ncols) {
     static_assert(!HB || T == W_F16, "HB: f16 activations, for f16 weights");
+    // the staged path without SB loads the activations of all U units from global memory before the wait (their
+    // latency hidden behind the cp.async of the weights); SEQ would have to wait for tile 1's inside the loop
+    static_assert(!SEQ || ST == 0 || SB, "SEQ: the register path or the staged path with staged activations (SB)");
     const int lane = threadIdx.x & 31;
     const int w = threadIdx.x >> 5;
     const int g = lane >> 2;
@@ -189,6 +198,41 @@ __device__ __forceinline__ void sbmm_block(
             }
         }
     };
+    // SEQ: the mma of unit (chunk, i) for column tile nt only (rb: that tile's activations); the A fragments
+    // are derived again per tile from the RawA that stays live (afrag: a few integer ops)
+    auto mma_tile = [&](const RawA<T> (&ra)[MT], const RawB<T> & rb, int nt) {
+#pragma unroll
+        for (int s = 0; s < wtraits<T>::nsub; ++s) {
+            int b[2];
+            bfrag<T>(rb, s, b);
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) {
+                int a[4];
+                afrag(ra[mt], s, a);
+                if constexpr (T == W_F16) {
+                    mma_f16(acc[mt][nt], a, b);
+                } else {
+                    int c[4];
+                    if constexpr (mma_k<T> == 16) {
+                        mma_s8_k16(c, a, b);
+                    } else {
+                        mma_s8(c, a, b);
+                    }
+                    epilogue(ra[mt], rb, s, c, acc[mt][nt]);
+                }
+            }
+        }
+    };
+    // the activations of unit u for column tile nt (SEQ loads one tile at a time)
+    auto load_b1 = [&](RawB<T> & rb, int nt, int u) {
+        if constexpr (T == W_F16 && HB) {
+            load_b_f16(rb, (const uint16_t *) Y, stride_col_y, ncols, 8 * nt + g, u, t);
+        } else if constexpr (T == W_F16) {
+            load_b_f32(rb, (const float *) Y, stride_col_y, ncols, 8 * nt + g, u, t);
+        } else {
+            load_b_q8<T>(rb, (const block_q8_1 *) Y, stride_col_y, ncols, 8 * nt + g, 8 * nt + 2 * t, u, t);
+        }
+    };
     auto load_b = [&](RawB<T> (&rb)[NT], int u) {
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt) {
@@ -216,7 +260,43 @@ __device__ __forceinline__ void sbmm_block(
     }
 
     const int nchunks = (nunits + U - 1) / U;
-    if constexpr (ST == 0) {
+    if constexpr (ST == 0 && SEQ) {
+        // the weights of the chunk's U units and tile 0's activations in flight together (as at NT = 1), tile
+        // 1's loaded after tile 0's mmas (activations: 1/8..1/2 of a unit's weight bytes, mostly from the L2)
+        for (int ch = blockIdx.y * NW + w; ch < nchunks; ch += gridDim.y * NW) {
+            RawA<T> ra[U][MT];
+            RawB<T> rb[U];
+#pragma unroll
+            for (int i = 0; i < U; ++i) {
+                const int u = ch * U + i;
+                if (u < nunits) {
+#pragma unroll
+                    for (int mt = 0; mt < MT; ++mt) {
+                        load_a(ra[i][mt], rp[mt][0], rp[mt][1], u, t);
+                    }
+                    load_b1(rb[i], 0, u);
+                }
+            }
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt) {
+                if (nt > 0) {
+#pragma unroll
+                    for (int i = 0; i < U; ++i) {
+                        if (ch * U + i < nunits) {
+                            load_b1(rb[i], nt, ch * U + i);
+                        }
+                    }
+                }
+#pragma unroll
+                for (int i = 0; i < U; ++i) {
+                    if (ch * U + i >= nunits) {
+                        break;
+                    }
+                    mma_tile(ra[i], rb[i], nt);
+                }
+            }
+        }
+    } else if constexpr (ST == 0) {
         for (int ch = blockIdx.y * NW + w; ch < nchunks; ch += gridDim.y * NW) {
             RawA<T> ra[U][MT];
             RawB<T> rb[U][NT];
@@ -290,7 +370,15 @@ __device__ __forceinline__ void sbmm_block(
                 for (int mt = 0; mt < MT; ++mt) {
                     load_a_staged(ra[mt], sb + (16 * mt + g) * SROW, sb + (16 * mt + g + 8) * SROW, i, t);
                 }
-                if constexpr (SB) {
+                if constexpr (SEQ) {
+                    // one tile's activations at a time from the staging buffer, over the same RawA
+#pragma unroll
+                    for (int nt = 0; nt < NT; ++nt) {
+                        RawB<T> rbs;
+                        load_b_staged<T, U>(rbs, sbb, 8 * nt + g, 8 * nt + 2 * t, i, t);
+                        mma_tile(ra, rbs, nt);
+                    }
+                } else if constexpr (SB) {
                     RawB<T> rbs[NT];
 #pragma unroll
                     for (int nt = 0; nt < NT; ++nt) {
@@ -367,18 +455,20 @@ __device__ __forceinline__ void sbmm_block(
 // MS: the launch may hold several segments (sg.n > 1). Without it the kernel reads segment 0's weights, rows
 // and dst straight from its parameters (the constant bank), as when they were plain parameters: the segment
 // choice costs ~5 registers, which the largest configurations (255 registers) do not have to spare.
-template <int T, int NT, int MT, int NW, int U, int ST = 0, bool SB = false, bool HB = false, bool MS = false>
+// SEQ: the column tiles one after the other (see the top of this file).
+template <int T, int NT, int MT, int NW, int U, int ST = 0, bool SB = false, bool HB = false, bool MS = false,
+          bool SEQ = false>
 __global__ void __launch_bounds__(NW * 32) sbmm_kernel(
         const segs sg, const void * __restrict__ Y, long long stride_col_y, int nunits, int ncols) {
     if constexpr (!MS) {
-        sbmm_block<T, NT, MT, NW, U, ST, SB, HB>(sg.s[0].W, sg.s[0].row_bytes, Y, stride_col_y, sg, 0, sg.s[0].m,
-                                                 blockIdx.x * 16 * MT, nunits, ncols);
+        sbmm_block<T, NT, MT, NW, U, ST, SB, HB, SEQ>(sg.s[0].W, sg.s[0].row_bytes, Y, stride_col_y, sg, 0, sg.s[0].m,
+                                                      blockIdx.x * 16 * MT, nunits, ncols);
     } else {
         int bx;
         const int si = seg_of_block(sg, bx);
         const seg in = pick_seg(sg, si);
-        sbmm_block<T, NT, MT, NW, U, ST, SB, HB>(in.W, in.row_bytes, Y, stride_col_y, sg, si, in.m, bx * 16 * MT, nunits,
-                                                 ncols);
+        sbmm_block<T, NT, MT, NW, U, ST, SB, HB, SEQ>(in.W, in.row_bytes, Y, stride_col_y, sg, si, in.m, bx * 16 * MT, nunits,
+                                                      ncols);
     }
 }
 

@@ -15,4 +15,6 @@ void sbmm::register_q4_0() {
     add_config<W_Q4_0, 2, 4, 8, 2, true>();
     add_config<W_Q4_0, 1, 4, 8, 2, true>();
     add_config<W_Q4_0, 2, 8, 8, 1, true>();
+    // SEQ (the column tiles one after the other, NT = 2 only, names *_seq): the NT = 1 winner's shape
+    add_config_seq<W_Q4_0, 2, 4, 8, 2, true>();
 }

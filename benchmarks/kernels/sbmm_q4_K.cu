@@ -13,4 +13,10 @@ void sbmm::register_q4_K() {
     add_config<W_Q4_K, 1, 8, 1, 2, true>();
     add_config<W_Q4_K, 2, 8, 1, 1, true>();
     add_config<W_Q4_K, 2, 4, 2, 2, true>();
+    // SEQ (the column tiles one after the other, NT = 2 only, names *_seq): the NT = 2 staged default's shape
+    // (2, 4, 1, 2), (2, 8, 1, 1) and the register path's (2, 8, 1). Not the NT = 1 staged winner's (2, 4, 2, 2):
+    // 250 registers at NT = 1, its SEQ spills 120 bytes (ptxas, sm_90: the 8 more accumulators)
+    add_config_seq<W_Q4_K, 2, 4, 1, 2, true>();
+    add_config_seq<W_Q4_K, 2, 8, 1, 1, true>();
+    add_config_seq<W_Q4_K, 2, 8, 1>();
 }

@@ -11,4 +11,9 @@ void sbmm::register_q6_K() {
     add_config_nt<W_Q6_K, 1, 2, 4, 1>();
     add_config_nt<W_Q6_K, 1, 2, 8, 1>();
     add_config_nt<W_Q6_K, 1, 1, 4, 2>();
+    // SEQ (the column tiles one after the other, NT = 2 only, names *_seq): the NT = 1-only shapes above (the
+    // NT = 1 default is (2, 8, 1)), which spill at NT = 2 with both tiles' activations live
+    add_config_seq<W_Q6_K, 2, 8, 1>();
+    add_config_seq<W_Q6_K, 2, 4, 1>();
+    add_config_seq<W_Q6_K, 1, 4, 2>();
 }

@@ -13,4 +13,8 @@ void sbmm::register_q8_0() {
     // ... and with the activations staged too (names *_st2b)
     add_config<W_Q8_0, 1, 4, 8, 2, true>();
     add_config<W_Q8_0, 2, 4, 8, 1, true>();
+    // SEQ (the column tiles one after the other, NT = 2 only, names *_seq): the NT = 1 winner's shape, and U = 8
+    // double-buffered
+    add_config_seq<W_Q8_0, 2, 4, 8, 1, true>();
+    add_config_seq<W_Q8_0, 2, 4, 8, 2, true>();
 }

@@ -22,10 +22,11 @@ struct KernelConfig {
     bool sb;        // the activations staged too (st > 0 only)
     bool hb;        // f16 activations (f16 weights only; the benchmark converts them and counts that as quant_us)
     launch_fn launch;
+    bool seq = false; // the column tiles one after the other (sbmm.cuh's SEQ; nt == 2)
     // the register path keeps its old names (so runs before and after the staged path compare by name)
     std::string name() const {
         return "sbmm_mt" + std::to_string(mt) + "_nw" + std::to_string(nw) + "_u" + std::to_string(u) + "_nt" + std::to_string(nt) +
-               (st > 0 ? "_st" + std::to_string(st) : "") + (sb ? "b" : "") + (hb ? "_h" : "");
+               (st > 0 ? "_st" + std::to_string(st) : "") + (sb ? "b" : "") + (hb ? "_h" : "") + (seq ? "_seq" : "");
     }
 };
 

@@ -35,6 +35,9 @@ struct sbmm_env {
                            // columns) a Q4_0 verify of 8 rows 3.98 vs 4.25 ms (1.28 decodes), Q4_K_M 4.87 vs 5.26 ms
                            // with the other defaults of 2026-12-06; SBMM_FUSION 350/350 (H200, RESULTS 13.8).
                            // GGML_CUDA_SBMM_FUSE=2: without it (the default before 2026-12-06)
+    bool seq = false;      // GGML_CUDA_SBMM_SEQ=1: 9..16 columns (NT = 2) run the SEQ configurations below (the column
+                           // tiles one after the other over the same weights, sbmm-kernel.cuh), where a type has one;
+                           // off until an H200 measurement says otherwise
     bool fold_zero = true; // where k is split over the grid, the op that writes the activations (fused_act) also
                            // zeroes the matmuls' dst instead of one cudaMemsetAsync per matrix: with FUSE=3 an 8-row
                            // Q4_0 verify ran 522 device activities, 4.37 vs 4.50 ms, logits bit-identical; SBMM_FUSION
@@ -60,6 +63,9 @@ struct sbmm_env {
             fuse = atoi(e) != 0;
             fuse_act = atoi(e) >= 2;  // (0: nothing fused, 1: no activations from the op before, 2: f16 ones only)
             fuse_q8 = atoi(e) >= 3;
+        }
+        if (const char * e = getenv("GGML_CUDA_SBMM_SEQ")) {
+            seq = atoi(e) != 0;
         }
         if (const char * e = getenv("GGML_CUDA_SBMM_FOLD_ZERO")) {
             fold_zero = atoi(e) != 0;
@@ -115,7 +121,7 @@ sbmm_cols default_cols(int t) {
 // `run_on_device.sh quick`; benchmarks/results/kernels/sbmm-staged-quick.json): 54..75 KB of dynamic
 // shared memory, which launch() opts in to. KS = 2 where a split of 4 measured 5..10 % slower (q4_0 n=2..16,
 // q4_K n=16) than the split of 2.
-template <int T, int NT, bool STAGED = false> struct sbmm_config;
+template <int T, int NT, bool STAGED = false, bool SEQ = false> struct sbmm_config;
 template <> struct sbmm_config<sbmm::W_F16,  1> { static constexpr int MT = 1, NW = 8, U = 2, ST = 0, KS = 8, FILL = 2; static constexpr bool SB = false, HB = false; };
 template <> struct sbmm_config<sbmm::W_F16,  2> { static constexpr int MT = 2, NW = 4, U = 2, ST = 0, KS = 8, FILL = 2; static constexpr bool SB = false, HB = false; };
 template <> struct sbmm_config<sbmm::W_Q4_0, 1> { static constexpr int MT = 1, NW = 8, U = 4, ST = 0, KS = 8, FILL = 2; static constexpr bool SB = false, HB = false; };
@@ -149,6 +155,24 @@ template <> struct sbmm_config<sbmm::W_Q4_K, 2, true> { static constexpr int MT 
 // while the grid has fewer blocks than SMs.
 template <> struct sbmm_config<sbmm::W_F16,  1, true> { static constexpr int MT = 1, NW = 8, U = 4, ST = 2, KS = 8, FILL = 1; static constexpr bool SB = false, HB = true; };
 template <> struct sbmm_config<sbmm::W_F16,  2, true> { static constexpr int MT = 1, NW = 8, U = 4, ST = 2, KS = 8, FILL = 1; static constexpr bool SB = false, HB = true; };
+// SEQ (GGML_CUDA_SBMM_SEQ=1, NT = 2 only; written without a GPU, 2026-12-06, not measured): the column tiles one
+// after the other, so that one tile's activations are live at a time and 9..16 columns may run the shape of 8
+// (ptxas, sm_90, harness *_seq: registers of SEQ vs the plain NT = 2 kernel of the same shape). q4_0 / q8_0
+// staged: their NT = 1 shape, which NT = 2 already had (128 / 225 registers, as plain). q4_K staged: NT = 2's
+// (2, 4, 1, 2) KS = 2, 186 registers instead of 255 -- NT = 1's U = 2 spills 120 bytes with SEQ (and fits in 245
+// without it). q4_K register path: its (2, 8, 1) of both tile counts (186 vs 177). q6_K: NT = 1's (2, 8, 1),
+// 255 registers without spills, where the plain NT = 2 kernel spills and runs (1, 8, 1). The register paths of
+// q4_0 / q8_0 (GGML_CUDA_SBMM_STAGE=0 only) and f16 have none (seq_ok): they run the plain NT = 2 kernel.
+template <> struct sbmm_config<sbmm::W_Q4_0, 2, true, true> : sbmm_config<sbmm::W_Q4_0, 1, true> {};
+template <> struct sbmm_config<sbmm::W_Q8_0, 2, true, true> : sbmm_config<sbmm::W_Q8_0, 1, true> {};
+template <> struct sbmm_config<sbmm::W_Q4_K, 2, true, true> : sbmm_config<sbmm::W_Q4_K, 2, true> {};
+template <> struct sbmm_config<sbmm::W_Q4_K, 2, false, true> : sbmm_config<sbmm::W_Q4_K, 1> {};
+template <> struct sbmm_config<sbmm::W_Q6_K, 2, false, true> : sbmm_config<sbmm::W_Q6_K, 1> {};
+template <> struct sbmm_config<sbmm::W_Q6_K, 2, true, true> : sbmm_config<sbmm::W_Q6_K, 1> {};
+
+// whether type T on the path STAGED has a SEQ configuration (above)
+template <int T, bool STAGED>
+constexpr bool seq_ok = T == sbmm::W_Q6_K || T == sbmm::W_Q4_K || ((T == sbmm::W_Q4_0 || T == sbmm::W_Q8_0) && STAGED);
 
 // whether type t at ncols columns runs the staged weight loads (which need 16-byte aligned weights and rows).
 // q4_K keeps the register path at 2..8 columns: in whole Qwen3-8B-shaped Q4_K decodes (H200, 2026-12-02,
@@ -184,9 +208,9 @@ struct sbmm_job {
 
 // the split of k over the grid that launch() makes: while the grid is short of FILL blocks per SM and each
 // warp keeps >= 2 chunks (1: not split)
-template <int T, int NT, bool STAGED>
+template <int T, int NT, bool STAGED, bool SEQ = false>
 int ksplit_of(int64_t gx, int k, int nsm) {
-    using C = sbmm_config<T, NT, STAGED>;
+    using C = sbmm_config<T, NT, STAGED, SEQ>;
     const int nunits  = k / sbmm::wtraits<T>::unit_k;
     const int nchunks = (nunits + C::U - 1) / C::U;
     int ks = 1;
@@ -196,28 +220,30 @@ int ksplit_of(int64_t gx, int k, int nsm) {
     return ks;
 }
 
-template <int T, int NT, bool STAGED>
+template <int T, int NT, bool STAGED, bool SEQ = false>
 int64_t tiles_of(int64_t m) {
-    return (m + 16 * sbmm_config<T, NT, STAGED>::MT - 1) / (16 * sbmm_config<T, NT, STAGED>::MT);
+    return (m + 16 * sbmm_config<T, NT, STAGED, SEQ>::MT - 1) / (16 * sbmm_config<T, NT, STAGED, SEQ>::MT);
 }
 
 // whether a configuration has the ~5 registers that a launch of several segments needs (MS): the q4_K staged
 // configurations and q8_0's register path use 245..255 and spill with it (ptxas, sm_90), so their siblings
-// run as one launch each, on the one conversion of their activations
-template <int T, int NT, bool STAGED>
-constexpr bool multi_seg_ok = !(T == sbmm::W_Q4_K && STAGED) && !(T == sbmm::W_Q8_0 && !STAGED);
+// run as one launch each, on the one conversion of their activations; so does q4_0's staged SEQ configuration
+// (8 bytes of spills with MS, none without)
+template <int T, int NT, bool STAGED, bool SEQ = false>
+constexpr bool multi_seg_ok = !(T == sbmm::W_Q4_K && STAGED) && !(T == sbmm::W_Q8_0 && !STAGED) &&
+                              !(SEQ && T == sbmm::W_Q4_0 && STAGED);
 
-template <int T, int NT, bool STAGED>
+template <int T, int NT, bool STAGED, bool SEQ = false>
 void launch(sbmm_job job, const void * Y, int64_t stride_col_y, int k, int ncols, int nsm, cudaStream_t stream) {
-    using C = sbmm_config<T, NT, STAGED>;
-    if constexpr (!multi_seg_ok<T, NT, STAGED>) {
+    using C = sbmm_config<T, NT, STAGED, SEQ>;
+    if constexpr (!multi_seg_ok<T, NT, STAGED, SEQ>) {
         if (job.n > 1) {
             for (int i = 0; i < job.n; ++i) {
                 sbmm_job one;
                 one.s[0] = job.s[i];
                 one.n = 1;
                 one.zeroed = job.zeroed;
-                launch<T, NT, STAGED>(one, Y, stride_col_y, k, ncols, nsm, stream);
+                launch<T, NT, STAGED, SEQ>(one, Y, stride_col_y, k, ncols, nsm, stream);
             }
             return;
         }
@@ -225,10 +251,10 @@ void launch(sbmm_job job, const void * Y, int64_t stride_col_y, int k, int ncols
     const int nunits = k / sbmm::wtraits<T>::unit_k;
     int64_t gx = 0;
     for (int i = 0; i < job.n; ++i) {
-        job.s[i].tiles = (int) tiles_of<T, NT, STAGED>(job.s[i].m);
+        job.s[i].tiles = (int) tiles_of<T, NT, STAGED, SEQ>(job.s[i].m);
         gx += job.s[i].tiles;
     }
-    const int ks = ksplit_of<T, NT, STAGED>(gx, k, nsm);
+    const int ks = ksplit_of<T, NT, STAGED, SEQ>(gx, k, nsm);
     if (ks > 1 && !job.zeroed) { // the slices of k add into dst: zero it first (the fused-ADD callers check that add is not dst)
         for (int i = 0; i < job.n; ++i) {
             CUDA_CHECK(cudaMemsetAsync(job.s[i].dst, 0, sizeof(float) * (size_t) (ncols - 1) * job.s[i].stride_col_dst +
@@ -256,10 +282,10 @@ void launch(sbmm_job job, const void * Y, int64_t stride_col_y, int k, int ncols
     };
     if (job.n == 1) {
         static bool raised[GGML_CUDA_MAX_DEVICES] = {};
-        run(sbmm::sbmm_kernel<T, NT, C::MT, C::NW, C::U, C::ST, C::SB, C::HB, false>, raised);
-    } else if constexpr (multi_seg_ok<T, NT, STAGED>) {
+        run(sbmm::sbmm_kernel<T, NT, C::MT, C::NW, C::U, C::ST, C::SB, C::HB, false, SEQ>, raised);
+    } else if constexpr (multi_seg_ok<T, NT, STAGED, SEQ>) {
         static bool raised[GGML_CUDA_MAX_DEVICES] = {};
-        run(sbmm::sbmm_kernel<T, NT, C::MT, C::NW, C::U, C::ST, C::SB, C::HB, true>, raised);
+        run(sbmm::sbmm_kernel<T, NT, C::MT, C::NW, C::U, C::ST, C::SB, C::HB, true, SEQ>, raised);
     }
     CUDA_CHECK(cudaGetLastError());
 }
@@ -269,6 +295,12 @@ void launch_nt(const sbmm_job & job, const void * Y, int64_t stride_col_y, int k
     if (ncols <= 8) {
         launch<T, 1, STAGED>(job, Y, stride_col_y, k, ncols, nsm, stream);
     } else {
+        if constexpr (seq_ok<T, STAGED>) {
+            if (env().seq) {
+                launch<T, 2, STAGED, true>(job, Y, stride_col_y, k, ncols, nsm, stream);
+                return;
+            }
+        }
         launch<T, 2, STAGED>(job, Y, stride_col_y, k, ncols, nsm, stream);
     }
 }
@@ -284,30 +316,41 @@ void launch_path(const sbmm_job & job, const void * Y, int64_t stride_col_y, int
 
 // The segments of job whose launch (as launch() makes it) splits k over the grid, as a bit mask: all or none for
 // one launch of several segments, each on its own where the configuration runs them one launch each
-template <int T, int NT, bool STAGED>
+template <int T, int NT, bool STAGED, bool SEQ = false>
 unsigned split_mask_cfg(const sbmm_job & job, int k, int nsm) {
-    if constexpr (!multi_seg_ok<T, NT, STAGED>) {
+    if constexpr (!multi_seg_ok<T, NT, STAGED, SEQ>) {
         if (job.n > 1) {
             unsigned mask = 0;
             for (int i = 0; i < job.n; ++i) {
-                mask |= ksplit_of<T, NT, STAGED>(tiles_of<T, NT, STAGED>(job.s[i].m), k, nsm) > 1 ? 1u << i : 0u;
+                mask |= ksplit_of<T, NT, STAGED, SEQ>(tiles_of<T, NT, STAGED, SEQ>(job.s[i].m), k, nsm) > 1 ? 1u << i : 0u;
             }
             return mask;
         }
     }
     int64_t gx = 0;
     for (int i = 0; i < job.n; ++i) {
-        gx += tiles_of<T, NT, STAGED>(job.s[i].m);
+        gx += tiles_of<T, NT, STAGED, SEQ>(job.s[i].m);
     }
-    return ksplit_of<T, NT, STAGED>(gx, k, nsm) > 1 ? (1u << job.n) - 1 : 0u;
+    return ksplit_of<T, NT, STAGED, SEQ>(gx, k, nsm) > 1 ? (1u << job.n) - 1 : 0u;
+}
+
+// NT = 2 as launch_nt picks it (the SEQ configuration where GGML_CUDA_SBMM_SEQ=1 and the type has one)
+template <int T, bool STAGED>
+unsigned split_mask_nt2(const sbmm_job & job, int k, int nsm) {
+    if constexpr (seq_ok<T, STAGED>) {
+        if (env().seq) {
+            return split_mask_cfg<T, 2, STAGED, true>(job, k, nsm);
+        }
+    }
+    return split_mask_cfg<T, 2, STAGED>(job, k, nsm);
 }
 
 template <int T>
 unsigned split_mask_t(const sbmm_job & job, int k, int ncols, bool staged, int nsm) {
     if (staged) {
-        return ncols <= 8 ? split_mask_cfg<T, 1, true>(job, k, nsm) : split_mask_cfg<T, 2, true>(job, k, nsm);
+        return ncols <= 8 ? split_mask_cfg<T, 1, true>(job, k, nsm) : split_mask_nt2<T, true>(job, k, nsm);
     }
-    return ncols <= 8 ? split_mask_cfg<T, 1, false>(job, k, nsm) : split_mask_cfg<T, 2, false>(job, k, nsm);
+    return ncols <= 8 ? split_mask_cfg<T, 1, false>(job, k, nsm) : split_mask_nt2<T, false>(job, k, nsm);
 }
 
 // split_mask_cfg for weights of sbmm type t on the configuration launch_path / launch_nt picks (staged: as run_job
@@ -330,7 +373,7 @@ bool job_staged(int t, const ggml_tensor * src1) {
 
 // whether run_job splits k over the grid for one matrix of m rows on the activations src1
 bool splits_k(int t, int64_t m, const ggml_tensor * src1, int nsm) {
-    sbmm_job one;
+    sbmm_job one{}; // zeroed: with the SEQ branch inlined, GCC's -Wmaybe-uninitialized no longer sees that only s[0] is read
     one.add(nullptr, 0, nullptr, 0, nullptr, 0, (int) m);
     return split_mask(t, one, (int) src1->ne[0], (int) src1->ne[1], job_staged(t, src1), nsm) != 0;
 }
