@@ -177,7 +177,8 @@ def check_seq(cxx: str, exe: Path, rng: np.random.Generator, tmp: Path) -> int:
     SBMM_SEQ_MUTATION=1 (tile 1 multiplied with tile 0's activations) must fail every check it runs (n = 9, 16).
     Returns the number of failures (a passing check of a mutant counts as one)."""
     failures = 0
-    cases = [(wtype, (m, k), ("1bs", "2bs", "s")) for wtype in ("q4_0", "q8_0", "q4_K") for m, k in ((40, 768), (16, 256))]
+    cases = [(wtype, (m, k), ("1bs", "2bs", "s"))
+             for wtype in ("q4_0", "q8_0", "q4_K") for m, k in ((40, 768), (16, 256))]
     cases += [("q6_K", (m, k), ("s",)) for m, k in ((40, 768), (24, 512), (16, 256))]
     for wtype, (m, k), mts in cases:
         w = random_weights(wtype, m, k, rng)
