@@ -300,18 +300,15 @@ def test_a_long_rest_skips_the_features_of_all_but_its_last_window(tiny_gen, dor
     from pyllama_spec.speculative.costmodel import DORMANT_WINDOW
 
     d = tiny_gen.drafters["dflash"]
-    seen = {"dormant": [], "deferred": [], "injected": set(), "taps_dormant": set(), "taps_deferred": set()}
+    seen = {"dormant": [], "deferred": [], "injected": set()}
     orig_dormant, orig_deferred, orig_decode = d.observe_dormant, d.observe_deferred, d.ctx.decode_embd
 
     def dormant_call(tokens, positions, n_commit, timer):
         seen["dormant"] += [int(p) for p in positions[:n_commit]]
-        # the taps the target recorded in the decode of these rows
-        seen["taps_dormant"].add(tuple(tiny_gen.ctx.enabled_layer_inputs))
         return orig_dormant(tokens, positions, n_commit, timer)
 
     def deferred_call(tokens, positions, n_commit, timer):
         seen["deferred"] += [int(p) for p in positions[:n_commit]]
-        seen["taps_deferred"].add(tuple(tiny_gen.ctx.enabled_layer_inputs))
         return orig_deferred(tokens, positions, n_commit, timer)
 
     def decode_embd(feats, pos):
@@ -337,18 +334,11 @@ def test_a_long_rest_skips_the_features_of_all_but_its_last_window(tiny_gen, dor
     # position p0 onwards), a one-token probe follows, then the next rest begins (its first 16 steps dormant)
     p0 = len(tiny_gen.tokenize_prompt(prompt)) - 1
     first_rest = list(range(p0, p0 + DORMANT_WINDOW + 16))
-    taps = tuple(sorted(d.target_layer_ids))
     if dormant:
         assert seen["dormant"][:16] == first_rest[:16] and len(seen["dormant"]) > 16
         assert seen["deferred"] == first_rest[16:]
         assert not seen["injected"] & set(seen["dormant"])  # the gap: never injected
         assert set(first_rest[16:]) <= seen["injected"]  # the window: injected (at the probe)
-        # the dormant rows were decoded without the taps (DFlash reads none of them), the window's with them
-        # (2026-12-06: a resting step's decode as plain decoding's)
-        assert seen["taps_dormant"] == {()} and seen["taps_deferred"] == {taps}
-        assert tiny_gen.ctx.enabled_layer_inputs in ([], list(taps))
-        again = tiny_gen.generate(prompt, drafter="dflash", max_tokens=8, reuse_prefix=False)  # (taps on again)
-        assert tiny_gen.ctx.enabled_layer_inputs == list(taps) and again.tokens == ref.tokens[:len(again.tokens)]
     else:
         assert seen["dormant"] == [] and seen["deferred"][:len(first_rest)] == first_rest
         assert set(first_rest) <= seen["injected"]

@@ -178,12 +178,6 @@ def _run(target, drafter, prompt, vocab, mem, chain, *, max_tokens, n_max, sp, d
     n_past = n_prefill
     n_out = 0
     n_ctx = target.n_ctx_seq  # what sequence 0 can hold (n_ctx unless the context has several streams)
-    # deep in a long rest (n_max="auto") a drafter that reads no features there (DFlash's observe_dormant) lets
-    # the target decode without recording its layer inputs: a plain decode's graph and no copy of them (taps cost
-    # ~0.02 ms of a ~1.2 ms SmolLM2 step on the H100, RESULTS.md 19.4); switched twice a rest (a graph rebuild each)
-    quiet_taps = (drafter is not None and draft_length is not None and bool(drafter.target_layer_ids)
-                  and not drafter.dormant_reads_features)
-    taps_off = False  # (the loop's start set the drafter's taps on)
     while True:
         room = min(n_ctx - n_past - 1, max_tokens - n_out - 1)
         step = None
@@ -210,15 +204,6 @@ def _run(target, drafter, prompt, vocab, mem, chain, *, max_tokens, n_max, sp, d
                 with timer("plan"):
                     draft = draft_length.trim(draft)
         n_d = len(draft.tokens) if step is None else step.depth  # a tree counts its deepest branch
-        # deep in a long rest (or the generation's last step, too short to draft, inside one) the drafter
-        # may skip this step's rows (observe_dormant below)
-        dormant = draft_length is not None and ((rest and draft_length.dormant()) or (
-            step is None and room <= 0 and draft_length.dormant_prefill()))
-        if quiet_taps and dormant != taps_off:  # (only on a change: a call is ~5 µs)
-            assert drafter is not None  # (quiet_taps needs one)
-            with timer("plan"):
-                target.set_layer_inputs([] if dormant else drafter.target_layer_ids)
-            taps_off = dormant
 
         if step is None:
             batch, pos, k, bonus = _verify_chain(target, drafter, chain, draft, last, n_past, sp, verify, rng, timer)
@@ -237,6 +222,9 @@ def _run(target, drafter, prompt, vocab, mem, chain, *, max_tokens, n_max, sp, d
             for t in committed:  # llama.cpp's seeded draw advances only over accepted rows
                 chain.accept(t)
         if drafter is not None:
+            # deep in a long rest (or the generation's last step, too short to draft, inside one): may skip
+            dormant = draft_length is not None and ((rest and draft_length.dormant()) or (
+                step is None and room <= 0 and draft_length.dormant_prefill()))
             if dormant:
                 drafter.observe_dormant(batch, pos, k + 1, timer)
             elif rest:  # the drafter may postpone its work (DFlash: inject the rows at its next propose)

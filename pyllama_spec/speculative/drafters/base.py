@@ -64,12 +64,8 @@ class Drafter(ABC):
         supports_tree: ``propose_tree`` and ``observe_rows`` are implemented (token trees).
         n_max_limit: the longest draft block this drafter can make (tokens).
         n_max_default: the draft block used when the caller gives no ``n_max`` (tokens).
-        dormant_reads_features: :meth:`observe_dormant` reads the target's layer inputs (True unless it
-            overrides it to skip them, as DFlash does); False lets the loop switch the target's taps off
-            for those steps (``n_max="auto"`` deep in a long rest).
     """
     kind: ClassVar[str] = ""
-    dormant_reads_features: ClassVar[bool] = True
     aliases: ClassVar[tuple[str, ...]] = ()
     supports_rejection: ClassVar[bool] = False
     supports_tree: ClassVar[bool] = False

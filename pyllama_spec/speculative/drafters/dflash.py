@@ -168,7 +168,6 @@ class DFlashDrafter(ModelDrafter):
     aliases = ("dflash",)
     supports_rejection = True
     supports_tree = True
-    dormant_reads_features = False  # observe_dormant skips the rows' features: the target need not record them
 
     #: the class a file with a selector over its block gets: ``dflash2.py`` sets it to
     #: DFlash2Drafter when it is imported (the package imports it), so that this base class
