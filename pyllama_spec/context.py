@@ -435,8 +435,15 @@ class Context:
         n = self._n_outputs if n is None else check_int("n", n, min=0)
         if not 0 <= n <= self._n_outputs:
             raise InvalidArgumentError(f"the last decode has {self._n_outputs} output rows, asked for {n}")
-        idx = range(n) if self._out_index is None else self._out_index[:n]
-        out = [int(lib.llama_get_sampled_token_ith(self.ptr, int(i))) for i in idx]
+        idx = np.arange(n, dtype=np.int32) if self._out_index is None else np.ascontiguousarray(
+            self._out_index[:n], dtype=np.int32)
+        buf = np.empty(n, dtype=np.int32)
+        # one call, one synchronization: llama_get_sampled_token_ith synchronizes the backends on every call (on a
+        # GPU a stream sync a row; a DFlash draft call read 8-16 rows so, RESULTS.md 13.8)
+        if n and lib.pyls_get_sampled_tokens(self.ptr, ffi.cast("const int32_t *", idx.ctypes.data), n,
+                                             ffi.cast("int32_t *", buf.ctypes.data)) != 0:
+            raise ContextError("llama.cpp failed to read the sampled tokens (an exception in the shim)")
+        out = buf.tolist()
         if any(t < 0 for t in out):
             raise UnsupportedError(f"llama.cpp sampled no token for some output rows ({out}): their sequence has "
                                    "no backend sampler")
@@ -458,12 +465,17 @@ class Context:
         if not 0 <= i < self._n_outputs:
             raise InvalidArgumentError(f"the last decode has {self._n_outputs} output rows, asked for row {i}")
         b = i if self._out_index is None else int(self._out_index[i])  # llama.cpp takes the batch index
-        n = int(lib.llama_get_sampled_candidates_count_ith(self.ptr, b))
-        if n == 0 or int(lib.llama_get_sampled_logits_count_ith(self.ptr, b)) != n:
+        # one synchronization for the four reads (llama.cpp's getters sync the backends once each)
+        ids_p, logits_p = ffi.new("const int32_t **"), ffi.new("const float **")
+        n_ids, n_logits = ffi.new("uint32_t *"), ffi.new("uint32_t *")
+        if lib.pyls_get_sampled_candidates(self.ptr, b, ids_p, n_ids, logits_p, n_logits) != 0:
+            raise ContextError("llama.cpp failed to read the sampled candidates (an exception in the shim)")
+        n = int(n_ids[0])
+        if n == 0 or int(n_logits[0]) != n or ids_p[0] == ffi.NULL or logits_p[0] == ffi.NULL:
             raise InvalidArgumentError(f"row {i} has no candidate set: the attached chain ends in a draw (read "
                                        "sampled_tokens()) or keeps the whole vocabulary")
-        ids = np.frombuffer(ffi.buffer(lib.llama_get_sampled_candidates_ith(self.ptr, b), 4 * n), dtype=np.int32)
-        logits = np.frombuffer(ffi.buffer(lib.llama_get_sampled_logits_ith(self.ptr, b), 4 * n), dtype=np.float32)
+        ids = np.frombuffer(ffi.buffer(ids_p[0], 4 * n), dtype=np.int32)
+        logits = np.frombuffer(ffi.buffer(logits_p[0], 4 * n), dtype=np.float32)
         return ids.copy(), logits.copy()
 
     # decoding -------------------------------------------------------------------------------

@@ -3,6 +3,7 @@
 #include "shim.h"
 #include "llama-ext.h"
 #include "llama-model.h"
+#include "llama-context.h"
 #include "ggml-backend.h"
 
 #include <algorithm>
@@ -211,6 +212,32 @@ int32_t pyls_rpc_add_server(const char * endpoint) {
         return (int32_t) (ggml_backend_dev_count() - n_before);
     } catch (...) {
         return -3;
+    }
+}
+
+int32_t pyls_get_sampled_candidates(llama_context * ctx, int32_t idx, const int32_t ** ids, uint32_t * n_ids,
+                                    const float ** logits, uint32_t * n_logits) {
+    try {
+        ctx->synchronize();  // once (each llama_get_sampled_*_ith getter would sync again)
+        *n_ids = (uint32_t) ctx->get_sampled_candidates_count(idx);
+        *n_logits = (uint32_t) ctx->get_sampled_logits_count(idx);
+        *ids = ctx->get_sampled_candidates_ith(idx);
+        *logits = ctx->get_sampled_logits_ith(idx);
+        return 0;
+    } catch (...) {
+        return -1;
+    }
+}
+
+int32_t pyls_get_sampled_tokens(llama_context * ctx, const int32_t * idx, int32_t n, int32_t * out) {
+    try {
+        ctx->synchronize();  // once for all rows (each llama_get_sampled_token_ith call would sync again)
+        for (int32_t j = 0; j < n; ++j) {
+            out[j] = ctx->get_sampled_token_ith(idx[j]);
+        }
+        return 0;
+    } catch (...) {
+        return -1;
     }
 }
 

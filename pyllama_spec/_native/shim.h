@@ -33,6 +33,15 @@ bool pyls_dflash_set_inject(struct llama_context * ctx, const float * rows, int3
 const char * pyls_llama_cpp_commit(void);
 int32_t pyls_rpc_add_server(const char * endpoint);
 const char * pyls_model_dev_output(const struct llama_model * model);
+// the backend-sampled tokens of output rows idx[0..n) (batch indices, as llama_get_sampled_token_ith takes) into
+// out, after one synchronization: llama_get_sampled_token_ith synchronizes the backends on every call (a stream
+// sync a row on a GPU). 0, or -1 on an exception.
+int32_t pyls_get_sampled_tokens(struct llama_context * ctx, const int32_t * idx, int32_t n, int32_t * out);
+// the candidate ids and logits a backend chain kept for output row idx (a batch index), after one synchronization
+// (the four llama_get_sampled_*_ith getters sync once each): *n_ids / *n_logits their counts (0: none), the
+// pointers as those getters return them. 0, or -1 on an exception.
+int32_t pyls_get_sampled_candidates(struct llama_context * ctx, int32_t idx, const int32_t ** ids, uint32_t * n_ids,
+                                    const float ** logits, uint32_t * n_logits);
 
 #ifdef __cplusplus
 }
