@@ -430,12 +430,24 @@ def _array_survival(pol, n):
     return np.minimum.accumulate((acc + pol.prior * guess) / (tried + pol.prior))
 
 
+def _array_v(pol, rows):
+    """V at whole row counts inside the table, as numpy arrays (_v's code before 2026-12-06)."""
+    st = pol.state
+    eff = st.verify_scale * np.asarray(pol._vm, dtype=float)
+    m = min(len(eff), len(st.verify_seen))
+    if m:
+        seen = st.verify_seen[:m]
+        eff[:m] = np.where(seen > 0, seen, eff[:m])
+    np.maximum.accumulate(eff, out=eff)
+    return eff[np.asarray(rows, dtype=int) - 1]
+
+
 def _array_best_length(pol, p, keep_rows):
     """best_length as numpy arrays (its code before 2026-12-06)."""
     p = np.asarray(p, dtype=float)
     gain = 1.0 + np.concatenate([[0.0], np.cumsum(p)])
     rows = np.arange(1, len(p) + 2, dtype=float)
-    cost = (pol.state.other_ms or 0.0) + pol._v(rows)
+    cost = (pol.state.other_ms or 0.0) + pol._v(rows)  # (outside the table too: extrapolated)
     if keep_rows is not None:
         cost = cost + pol.state.shape_ms() * (rows != keep_rows)
         sure = int(np.count_nonzero(np.cumprod(p > 0)))
@@ -467,7 +479,7 @@ def test_per_step_decisions_in_plain_floats_equal_the_array_formulas():
         n = int(rng.integers(1, R + 3))  # (past the table now and then: V extrapolated)
         np.testing.assert_array_equal(pol.measured_survival(n), _array_survival(pol, n))
         rows = np.arange(1, R + 1, dtype=float)
-        assert [pol._v(float(r)) for r in rows] == pol._v(rows).tolist()
+        assert [pol._v(float(r)) for r in rows] == pol._v(rows).tolist() == _array_v(pol, rows).tolist()
         p = pol.measured_survival(n) * (rng.random(n) < 0.9)  # (a p_i of 0 ends the sure lengths)
         for keep in (None, int(rng.integers(1, n + 2))):
             assert pol.best_length(p, keep) == _array_best_length(pol, p, keep), (trial, keep)

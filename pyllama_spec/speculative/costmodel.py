@@ -735,7 +735,6 @@ class AutoDraftLength:
         vm = [float(v) for v in np.maximum.accumulate(np.asarray(verify_ms, dtype=float))]
         self.verify = VerifyCost(list(range(1, len(vm) + 1)), vm)
         self._vm = vm  # (V of a whole row count without numpy: a resting step books itself in microseconds)
-        self._vm_arr = np.asarray(vm, dtype=float)
         self.stats, self.prior, self.clock, self.timer = stats, prior, clock, timer
         self.state = state if state is not None else AutoState()
         self.n_bins = len(self.state.bin_tried)
@@ -810,14 +809,10 @@ class AutoDraftLength:
         # (called a few times every step: on a GPU a SmolLM2 step is ~1.2 ms, so this avoids np.pad and the
         # table's extrapolation where every row count is inside it — 2026-12-04, RESULTS.md 19.3)
         st = self.state
-        if isinstance(rows, (int, float)) and 1 <= rows <= len(self._vm) and rows == int(rows):
-            return self._eff_list()[int(rows) - 1]  # (one whole row count: no arrays)
-        eff = st.verify_scale * self._vm_arr
-        m = min(len(eff), len(st.verify_seen))
-        if m:
-            seen = st.verify_seen[:m]
-            eff[:m] = np.where(seen > 0, seen, eff[:m])
-        np.maximum.accumulate(eff, out=eff)
+        table = self._eff_list()  # (the one place the table is made)
+        if isinstance(rows, (int, float)) and 1 <= rows <= len(table) and rows == int(rows):
+            return table[int(rows) - 1]  # (one whole row count: no arrays)
+        eff = np.asarray(table)
         r = np.asarray(rows, dtype=float)
         inside = (r >= 1) & (r <= len(eff)) & (r == np.floor(r))
         if inside.all():  # (whole row counts inside the table: no extrapolation needed)
@@ -1052,7 +1047,7 @@ class AutoDraftLength:
         costs at most ``FREE_DRAFTER`` of a 1-row verify: then :meth:`plan` asks for the ceiling and never
         rests. False until a drafting step was measured (with a timer)."""
         st = self.state
-        return st.drafter_ms is not None and st.drafter_ms <= FREE_DRAFTER * st.verify_scale * self._vm[0]
+        return st.drafter_ms is not None and st.drafter_ms <= FREE_DRAFTER * self._v(1.0)
 
     def dormant(self) -> bool:
         """Whether this step (a rest, planned by :meth:`plan`) is deep inside its rest: at least
