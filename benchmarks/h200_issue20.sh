@@ -266,12 +266,13 @@ shape)
   ;;
 tau-file)
   # one drafter file (DRAFTER, default the shipped one) on held-out prompts (HELD: answers with a split, default
-  # the greedy held-out answers of the 21k set, RESULTS 15.4) and HumanEval[:40] chat and raw; ~2 min
+  # the greedy held-out answers of the 21k set's code-heavy part, RESULTS 15.4, and of the Magpie chat requests,
+  # 15.7) and HumanEval[:40] chat and raw; ~3 min
   smol
   D=$(drafter_file)
   # HELD: one file or several, comma-separated (e.g. also benchmarks/data/smollm2-selfdistill-9170.jsonl.gz, the
   # first drafter's templates); each at MAX_TOKENS (256) a prompt
-  HELD=${HELD:-benchmarks/data/issue20-h200-torch/heldout-greedy.jsonl.gz}
+  HELD=${HELD:-benchmarks/data/issue20-h200-torch/heldout-greedy.jsonl.gz,benchmarks/data/issue20-h200-torch/heldout-magpie-greedy.jsonl.gz}
   for h in ${HELD//,/ }; do
     n=$(basename "$h"); n=${n%%.*}
     log "$(basename "$D"): held-out τ on $n, ${TAU_PROMPTS:-60} prompts × ${MAX_TOKENS:-256} tokens"
