@@ -8,13 +8,15 @@
 #                                          # synchronised (--sync-stages): where a tree step's time goes
 #   bash benchmarks/h200_tree.sh natural   # the same on 40 of issue 20's natural prompts (benchmarks/data/issue20-h200)
 #   bash benchmarks/h200_tree.sh softmax   # tree 16 ranked in the graph (patch 0011) vs on the host, 40 natural prompts
+#   bash benchmarks/h200_tree.sh budgets   # budgets 4, 8, 16, 32 vs the chain on the same 40 natural prompts, stages
+#                                          # not synchronised (the tok/s a user sees; the CPU run of RESULTS 20.4)
 #   bash benchmarks/h200_tree.sh bakeoff   # carry .dev/smol.part03: the bake-off with --tree 4,8,16,32 at
 #                                          # n_max 3,7 (builtin:mixed, 1 turn, 2 runs); REPORT.md's "Token trees"
 #                                          # and the log name the budget the cost model picks
 #
 # Results go to $OUT (default /tmp/w/out): tree_tau_h200.json, bakeoff-tree/ and the logs.
 set -uo pipefail
-PHASE=${1:?phase: tau | stages | natural | softmax | bakeoff}
+PHASE=${1:?phase: tau | stages | natural | softmax | budgets | bakeoff}
 W=/tmp/w
 OUT=${OUT:-$W/out}
 mkdir -p "$W/cache" "$OUT"
@@ -38,6 +40,10 @@ case "$PHASE" in
     timeout 560 python benchmarks/tree_tau.py benchmarks/data/issue20-h200/answers-s0of8-00.jsonl.gz --split all \
       --target "$GGUF" --budgets 16 --n-prompts 40 --max-tokens 128 -ngl 99 --sync-stages --host-softmax-too \
       --json "$OUT/tree_softmax_h200.json" 2>&1 | tee "$OUT/tree_softmax_h200.log" ;;
+  budgets)  # issue 22's goal (tree 16 ≥ 1.3 × the chain's τ on natural prompts) with tok/s as a user sees them
+    timeout 560 python benchmarks/tree_tau.py benchmarks/data/issue20-h200/answers-s0of8-00.jsonl.gz --split all \
+      --target "$GGUF" --budgets 4,8,16,32 --n-prompts 40 --max-tokens 128 -ngl 99 \
+      --json "$OUT/tree_budgets_h200.json" 2>&1 | tee "$OUT/tree_budgets_h200.log" ;;
   bakeoff)  # (from /tmp: `python -m` in the checkout would import its source tree, which has no extension)
     cd /tmp && timeout 560 python -m pyllama_spec.cli bakeoff "$GGUF" -d "dflash=$W/pkg/pyllama_spec/data/smollm2-135m-instruct-dflash-q8_0.gguf" \
       --n-max 3,7 --tree 4,8,16,32 --prompts builtin:mixed --turns 1 --runs 2 -n 128 -ngl 99 --no-progress \
