@@ -55,7 +55,8 @@ def main() -> None:
     gen = ps.Generator(smollm2_path(), drafters={"d": spec}, n_ctx=4096, n_gpu_layers=a.n_gpu_layers)
     convs = load_prompts(a.prompts)
     gen.generate("Hello", drafter="d", max_tokens=8)  # warm-up (first graphs)
-    gen.verify_ms(32, drafter="d")  # the table "auto" reads, measured before any timed generation
+    vt = gen.verify_ms(32, drafter="d")  # the table "auto" reads, measured before any timed generation
+    print("verify table V(1..16), ms: " + " ".join(f"{v:.3f}" for v in list(vt)[:16]))
     # "auto" runs twice: timed without the profiler (cProfile roughly doubles the host time of every Python
     # call: on the H200, 2026-12-06, the profiled auto pass showed 0.60 ms of "other" a step, much of it the
     # profiler's), then profiled, untimed
@@ -65,6 +66,7 @@ def main() -> None:
         prof = cProfile.Profile() if profiled else None
         stages: dict[str, float] = {}
         steps = toks = ngen = 0
+        lengths: dict[int, int] = {}  # verified draft tokens per step (0: a plain step, rest or empty draft)
         secs = 0.0
         gen.ctx.reset_perf()  # llama.cpp's counters: how many of the target's decodes reused their graph
         gcc = GCClock()
@@ -82,6 +84,8 @@ def main() -> None:
                 steps += r.stats.n_steps
                 ngen += 1
                 toks += r.n_generated
+                for n in r.stats.draft_lengths:
+                    lengths[n] = lengths.get(n, 0) + 1
                 for k, v in r.timings.items():
                     stages[k] = stages.get(k, 0.0) + v["seconds"]
         per = {k: 1e3 * v / max(steps, 1) for k, v in stages.items() if v > 0}
@@ -91,6 +95,13 @@ def main() -> None:
               f"reused {perf['n_reused']} times over {steps} steps and {ngen} prefills, garbage collection "
               f"{1e3 * gcc.seconds / max(steps, 1):.3f} ms/step ({gcc.full} full), ms/step: "
               + "  ".join(f"{k} {v:.3f}" for k, v in sorted(per.items())))
+        print("  draft tokens verified per step: " + ", ".join(f"{n}: {c}" for n, c in sorted(lengths.items())))
+        if n_max == "auto":
+            st = gen.auto_state("d")
+            print(f"  auto state: plain step {st.plain_step_ms} ms (measured in rests), trial {st.trial_steps} "
+                  f"steps of {st.trial_tokens:.2f} tokens in {st.trial_ms:.3f} ms, guard gap {st.guard_gap}, "
+                  f"other {st.other_ms}, rest other {st.rest_ms}, drafter {st.drafter_ms}, verify scale "
+                  f"{st.verify_scale:.3f}")
         gc.callbacks.remove(gcc)
         if prof is not None:
             out = io.StringIO()

@@ -128,7 +128,7 @@ q6k)
     ;;
 seq)
     tbo
-    # GGML_CUDA_SBMM_SEQ=1 (off by default until this has run): the NT = 2 launches (9..16 columns) of q4_0 / q8_0 /
+    # GGML_CUDA_SBMM_SEQ=1 (since 2026-12-06 the default for q4_K and q6_K; =1 adds q4_0 / q8_0): the NT = 2 launches (9..16 columns) of q4_0 / q8_0 /
     # q4_K (staged) and q6_K (registers) on the SEQ kernel. The fusions (whole graphs; FUSE=3, the default, and 2)
     # and every MUL_MAT case of those types against the CPU, also q4_K on the register path (GGML_CUDA_SBMM_STAGE=0:
     # its SEQ (2, 8, 1)); then the op benchmark at 8 columns (NT = 1, unchanged: the reference) and 9, 12, 16, with
@@ -141,9 +141,9 @@ seq)
     GGML_CUDA_SBMM_SEQ=1 evaluate seq 300 'q4_0|q8_0|q4_K|q6_K'
     GGML_CUDA_SBMM_SEQ=1 GGML_CUDA_SBMM_STAGE=0 evaluate seq_register 200 'q4_K'
     P='type_a=(q4_0|q4_K|q8_0|q6_K),type_b=f32,m=4096,n=(8|9|12|16),k=14336,'
-    GGML_CUDA_SBMM_SEQ=1 perf seq 100; perf noseq 100
+    GGML_CUDA_SBMM_SEQ=1 perf seq 100; GGML_CUDA_SBMM_SEQ=0 perf noseq 100
     echo "## GGML_CUDA_SBMM_SEQ=1"; cat "$OUT/perf_seq.txt"
-    echo "## default (SEQ off)"; cat "$OUT/perf_noseq.txt"
+    echo "## GGML_CUDA_SBMM_SEQ=0"; cat "$OUT/perf_noseq.txt"
     ;;
 defaults)
     tbo

@@ -594,6 +594,15 @@ class AutoState:
             decode before had R rows too / another count (0 = none yet): llama.cpp reuses a decode's graph
             only for the shape of the last decode and rebuilds it otherwise — on CUDA it also captures a new
             CUDA graph — so a step whose verify changes shape pays more (:meth:`shape_ms`).
+        guard: check the model's verdict against what drafting steps really gave (True; the class
+            docstring of :class:`AutoDraftLength`, "The guard"); False: the cost model alone, as before
+            2026-12-06.
+        trial_steps, trial_tokens, trial_ms: drafting steps measured since the guard last sent the loop
+            resting (or since the start), and their running means of committed tokens and wall ms a step.
+        plain_step_ms: running mean of a resting step's wall ms (a plain decode through the loop), None
+            before the first rest (:meth:`AutoDraftLength.plain_step`).
+        guard_gap: the length of the last rest the guard began (steps); doubled each time a new trial loses
+            again, 0 once a trial pays.
     """
     bin_tried: np.ndarray = field(default_factory=lambda: np.zeros(10))
     bin_accepted: np.ndarray = field(default_factory=lambda: np.zeros(10))
@@ -612,6 +621,12 @@ class AutoState:
     verify_scale: float = 1.0
     verify_same: np.ndarray = field(default_factory=lambda: np.zeros(0))
     verify_new: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    guard: bool = True
+    trial_steps: int = 0
+    trial_tokens: float = 0.0
+    trial_ms: float = 0.0
+    plain_step_ms: float | None = None
+    guard_gap: int = 0
     _last_stats: Any = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
@@ -677,6 +692,16 @@ DORMANT_WINDOW = 64
 FREE_DRAFTER = 0.05
 
 
+#: drafting steps the guard measures before its first verdict on a trial (a trial: the drafting steps since the
+#: start or since the guard's last rest); and the share of a drafting step's time it must lose against plain
+#: decoding for the same tokens before the guard rests (below that, noise: on the H100 two runs of the same plain
+#: decoding differ by ~1–2 %)
+GUARD_STEPS = 16
+GUARD_MARGIN = 0.03
+#: after this many drafting steps a trial's means weigh the newest step 1/GUARD_WINDOW (before: plain means)
+GUARD_WINDOW = 32
+
+
 def rest_length(probe_loss_ms: float, plain_ms: float, gap: int, *, loss: float = 0.02, longest: int = 512) -> int:
     """How many steps to rest (draft nothing) before the next probe: the first rest is long enough that
     one probe — a drafting step that costs ``probe_loss_ms`` more than plain decoding would for the
@@ -718,6 +743,17 @@ class AutoDraftLength:
     from ×0.986 to ×1.005 of plain decoding in one run (RESULTS.md 19.2). A *free* drafter (:meth:`free_drafter`:
     its call measured at ≤ ``FREE_DRAFTER`` of a 1-row verify, as the n-gram kinds are) never rests: it is asked
     for the ceiling every step, and only :meth:`trim` decides (RESULTS.md 19.4).
+
+    **The guard.** The model's verdict rests on a verify table measured apart and on per-step costs booked
+    by kind of step; on a GPU a run's real drafting steps cost more than that (verifies of changing shapes,
+    confidences read back, the plan itself: on an H100, 2026-12-06, DFlash auto's drafting steps gave 586 tok/s
+    where plain decoding gave 733 and the model still said drafting paid — RESULTS.md 19.5). So the loop also
+    measures what drafting steps really give — committed tokens and wall ms a step, over a *trial* of at least
+    ``GUARD_STEPS`` of them (:meth:`guard_loss`) — against a plain step's wall (measured in rests; before the
+    first, V(1), :meth:`plain_step`). When a trial loses more than ``GUARD_MARGIN`` of its time the loop rests, the same
+    :func:`rest_length` back-off as the model's rests (doubled while new trials keep losing), then the probe
+    starts a new trial; a free drafter rests too. That bounds auto's loss against plain decoding by one trial a
+    back-off, whatever the model's error. Lossless as before: a resting step is a plain decode.
 
     Args:
         verify_ms: ``[V(1), ..., V(R)]``, ms of verify batches of 1..R rows (:func:`measure_verify_ms`);
@@ -762,6 +798,8 @@ class AutoDraftLength:
         self._drafter_s = self._drafter_seconds()
         self.n_rest = 0  # resting steps of this generation (the report's view of it)
         self.n_probes = 0
+        self.n_guard_rests = 0  # rests the guard began (this generation)
+        self._n_steps = 0  # stats.n_steps when the step being timed began
 
     # -- the pieces ---------------------------------------------------------------------------------
     def _drafter_seconds(self) -> tuple[float, float, float]:
@@ -947,6 +985,40 @@ class AutoDraftLength:
             tau += surv
         return n
 
+    def _book_trial(self, tokens: float, wall_ms: float) -> None:
+        """Book one drafting step of the current trial: ``tokens`` committed in ``wall_ms``."""
+        st = self.state
+        n = st.trial_steps + 1
+        w = max(1.0 / n, 1.0 / GUARD_WINDOW)
+        if n > 1:  # (one slow step — a busy machine — counts at most as 2 × the mean + 1 ms, as _ema)
+            wall_ms = min(wall_ms, 2.0 * st.trial_ms + 1.0)
+        st.trial_tokens = (1.0 - w) * st.trial_tokens + w * tokens
+        st.trial_ms = (1.0 - w) * st.trial_ms + w * wall_ms
+        st.trial_steps = n
+
+    def plain_step(self) -> float:
+        """ms of a plain step through this loop, as the guard takes it: measured in rests, else V(1) alone.
+        (Not the model's ``O_plain + V(1)``: where a run's real costs exceed the table's, as on a GPU whose
+        verify time lands outside the verify stage, the model books the excess as "other" time that it
+        assumes plain steps pay too, and would find every trial paying. V(1) is a lower bound of a plain
+        step: a trial that pays against it pays; one that does not makes the loop rest, and the rest
+        measures the plain step the next verdicts use.)"""
+        st = self.state
+        if st.plain_step_ms is not None:
+            return st.plain_step_ms
+        return float(self._v(1.0))
+
+    def guard_loss(self) -> float | None:
+        """The guard's verdict on the current trial (class docstring, "The guard"): the ms a drafting step
+        loses against plain decoding of the same tokens, ``trial_ms − trial_tokens × plain_step()``, where it
+        exceeds ``GUARD_MARGIN`` of the step; None while it does not, before ``GUARD_STEPS`` drafting steps
+        were measured, or with ``AutoState.guard`` off."""
+        st = self.state
+        if not st.guard or st.trial_steps < GUARD_STEPS:
+            return None
+        loss = st.trial_ms - st.trial_tokens * self.plain_step()
+        return loss if loss > GUARD_MARGIN * st.trial_ms else None
+
     # -- the loop's calls ----------------------------------------------------------------------------
     def _learn(self, now: float) -> None:
         """Book the previous step: its other costs (by kind of step) and its confidences' outcome."""
@@ -984,16 +1056,20 @@ class AutoDraftLength:
                     arr = np.pad(arr, (0, rows - len(arr)))
                 arr[rows - 1] = verify_ms if arr[rows - 1] <= 0 else _ema(arr[rows - 1], verify_ms)
                 setattr(st, name, arr)
+        wall = 1e3 * (now - self._t)
         if self._first:
             # a generation's first step pays one-time costs (the drafter's first graphs: 65 ms against
             # 1 ms later on the tiny fixtures): not what a step costs
             self._first = False
         elif self._prev == "rest":  # (less the rows it injected for the drafter: a probe's share of work)
             st.rest_ms = _ema(st.rest_ms, max(0.0, other - inject_ms))
+            st.plain_step_ms = _ema(st.plain_step_ms, wall)
         elif self._prev == "draft":
             st.other_ms = _ema(st.other_ms, other)
             if self.timer is not None:
                 st.drafter_ms = _ema(st.drafter_ms, drafter_ms)
+            if self.stats.n_steps == self._n_steps + 1:  # (the step was booked: its committed tokens are known)
+                self._book_trial(1.0 + float(self.stats.acceptance_lengths[-1]), wall)
         elif self.timer is not None or st.other_ms is None:
             # a probe also injects the rows deferred while resting, in one decode: not a drafting
             # step's cost (left out where the timer tells it)
@@ -1016,15 +1092,23 @@ class AutoDraftLength:
         st = self.state
         ask = 0
         if ceiling > 0:
+            guard = self.guard_loss() if st.rest else None  # (None: no verdict against drafting)
+            if guard is None and st.trial_steps >= GUARD_STEPS:
+                st.guard_gap = 0  # (this trial pays: the next one the guard stops starts the back-off again)
             if st.rest and st.rest_left > 0:
                 st.rest_left -= 1
-            elif self.free_drafter():
+            elif self.free_drafter() and guard is None:
                 st.gap = 0
                 ask = ceiling
             else:
-                pays, loss_ms = self.drafting_pays(ceiling) if st.rest else (True, 0.0)
+                if self.free_drafter():  # (losing, by the guard: nothing for the model to add)
+                    pays, loss_ms = False, 0.0
+                else:
+                    pays, loss_ms = self.drafting_pays(ceiling) if st.rest else (True, 0.0)
+                if guard is not None:  # what this trial's drafting steps really gave overrules the model
+                    pays, loss_ms = False, max(loss_ms, guard)
                 # a rest just ended (here or in the last generation): probe once, whatever the model says
-                due = self._prev == "rest" or (self._prev == "none" and st.gap > 0)
+                due = guard is None and (self._prev == "rest" or (self._prev == "none" and st.gap > 0))
                 if pays:
                     st.gap = 0
                     ask = max(1, self.budget(ceiling))
@@ -1033,6 +1117,13 @@ class AutoDraftLength:
                     ask = 1
                     self.n_probes += 1
                     self._prev = "rest"  # (so this step counts as a probe)
+                elif guard is not None:  # the trial lost: rest, twice as long as the guard's last rest, and
+                    # start a new trial after it
+                    st.guard_gap = rest_length(loss_ms, self.plain_step(), st.guard_gap, longest=st.max_rest)
+                    st.gap = st.guard_gap
+                    st.rest_left = st.gap - 1
+                    st.trial_steps, st.trial_tokens, st.trial_ms = 0, 0.0, 0.0
+                    self.n_guard_rests += 1
                 else:  # nothing pays: rest, longer after each probe that failed
                     plain = self.plain_other_ms() + float(self._v(1.0))
                     st.gap = rest_length(loss_ms, plain, st.gap, longest=st.max_rest)
@@ -1040,6 +1131,7 @@ class AutoDraftLength:
         kind = "rest" if ask == 0 else "probe" if self._prev == "rest" else "draft"
         self.n_rest += kind == "rest"
         self._t, self._rows, self._prev, self._planned = now, 1, kind, True
+        self._n_steps = self.stats.n_steps
         return ask
 
     def free_drafter(self) -> bool:
@@ -1067,7 +1159,7 @@ class AutoDraftLength:
         if not self._planned:  # (used without plan(): each trim begins a step)
             now = self.clock()
             self._learn(now)
-            self._t, self._prev = now, "draft"
+            self._t, self._prev, self._n_steps = now, "draft", self.stats.n_steps
         self._planned = False
         n = 0
         if draft.tokens:
@@ -1083,4 +1175,4 @@ class AutoDraftLength:
 __all__ = ["VerifyCost", "StepCosts", "Acceptance", "Measured", "CostModel", "fit_costs", "measure_verify_ms",
            "tree_calibration", "tree_tau_from_mass", "expected_tree_tau", "fit_tree_row_ms",
            "AutoDraftLength", "AutoState", "AUTO_RULES", "DRAFT_STAGES", "DRAFTER_STAGES", "VERIFY_STAGES",
-           "adaedl_lower_bound", "rest_length", "DORMANT_WINDOW"]
+           "adaedl_lower_bound", "rest_length", "DORMANT_WINDOW", "GUARD_STEPS", "GUARD_MARGIN", "GUARD_WINDOW"]

@@ -35,9 +35,16 @@ struct sbmm_env {
                            // columns) a Q4_0 verify of 8 rows 3.98 vs 4.25 ms (1.28 decodes), Q4_K_M 4.87 vs 5.26 ms
                            // with the other defaults of 2026-12-06; SBMM_FUSION 350/350 (H200, RESULTS 13.8).
                            // GGML_CUDA_SBMM_FUSE=2: without it (the default before 2026-12-06)
-    bool seq = false;      // GGML_CUDA_SBMM_SEQ=1: 9..16 columns (NT = 2) run the SEQ configurations below (the column
-                           // tiles one after the other over the same weights, sbmm-kernel.cuh), where a type has one;
-                           // off until an H200 measurement says otherwise
+    int seq = -1;          // 9..16 columns (NT = 2) on the SEQ configurations below (the column tiles one after the
+                           // other over the same weights, sbmm-kernel.cuh), where a type has one. Default (-1): q4_K
+                           // and q6_K only, from test-backend-ops perf m = 4096, k = 14336 (H100, 2026-12-06, RESULTS
+                           // 13.9): q4_K 9 / 12 / 16 columns 24.3 / 24.9 / 25.6 vs 25.3 / 26.0 / 26.6 us, q6_K 43.5 /
+                           // 43.7 / 44.0 vs 46.5 / 47.0 / 50.4, while q4_0 was slower (20.5 / 21.0 / 22.9 vs 17.7 /
+                           // 19.3 / 20.9) and q8_0 equal; SBMM_FUSION 350/350 (FUSE=3, 2), MUL_MAT 327/327 + 102/102
+                           // (register path) with SEQ on. GGML_CUDA_SBMM_SEQ=1: every type that has one, =0: none
+    bool seq_on(int t) const {
+        return seq < 0 ? (t == sbmm::W_Q4_K || t == sbmm::W_Q6_K) : seq != 0;
+    }
     bool fold_zero = true; // where k is split over the grid, the op that writes the activations (fused_act) also
                            // zeroes the matmuls' dst instead of one cudaMemsetAsync per matrix: with FUSE=3 an 8-row
                            // Q4_0 verify ran 522 device activities, 4.37 vs 4.50 ms, logits bit-identical; SBMM_FUSION
@@ -65,7 +72,7 @@ struct sbmm_env {
             fuse_q8 = atoi(e) >= 3;
         }
         if (const char * e = getenv("GGML_CUDA_SBMM_SEQ")) {
-            seq = atoi(e) != 0;
+            seq = atoi(e) != 0 ? 1 : 0;
         }
         if (const char * e = getenv("GGML_CUDA_SBMM_FOLD_ZERO")) {
             fold_zero = atoi(e) != 0;
@@ -155,7 +162,7 @@ template <> struct sbmm_config<sbmm::W_Q4_K, 2, true> { static constexpr int MT 
 // while the grid has fewer blocks than SMs.
 template <> struct sbmm_config<sbmm::W_F16,  1, true> { static constexpr int MT = 1, NW = 8, U = 4, ST = 2, KS = 8, FILL = 1; static constexpr bool SB = false, HB = true; };
 template <> struct sbmm_config<sbmm::W_F16,  2, true> { static constexpr int MT = 1, NW = 8, U = 4, ST = 2, KS = 8, FILL = 1; static constexpr bool SB = false, HB = true; };
-// SEQ (GGML_CUDA_SBMM_SEQ=1, NT = 2 only; written without a GPU, 2026-12-06, not measured): the column tiles one
+// SEQ (NT = 2 only; written without a GPU, measured on an H100 on 2026-12-06: the default for q4_K and q6_K, sbmm_env::seq): the column tiles one
 // after the other, so that one tile's activations are live at a time and 9..16 columns may run the shape of 8
 // (ptxas, sm_90, harness *_seq: registers of SEQ vs the plain NT = 2 kernel of the same shape). q4_0 / q8_0
 // staged: their NT = 1 shape, which NT = 2 already had (128 / 225 registers, as plain). q4_K staged: NT = 2's
@@ -296,7 +303,7 @@ void launch_nt(const sbmm_job & job, const void * Y, int64_t stride_col_y, int k
         launch<T, 1, STAGED>(job, Y, stride_col_y, k, ncols, nsm, stream);
     } else {
         if constexpr (seq_ok<T, STAGED>) {
-            if (env().seq) {
+            if (env().seq_on(T)) {
                 launch<T, 2, STAGED, true>(job, Y, stride_col_y, k, ncols, nsm, stream);
                 return;
             }
@@ -334,11 +341,11 @@ unsigned split_mask_cfg(const sbmm_job & job, int k, int nsm) {
     return ksplit_of<T, NT, STAGED, SEQ>(gx, k, nsm) > 1 ? (1u << job.n) - 1 : 0u;
 }
 
-// NT = 2 as launch_nt picks it (the SEQ configuration where GGML_CUDA_SBMM_SEQ=1 and the type has one)
+// NT = 2 as launch_nt picks it (the SEQ configuration where env().seq_on(T) and the type has one)
 template <int T, bool STAGED>
 unsigned split_mask_nt2(const sbmm_job & job, int k, int nsm) {
     if constexpr (seq_ok<T, STAGED>) {
-        if (env().seq) {
+        if (env().seq_on(T)) {
             return split_mask_cfg<T, 2, STAGED, true>(job, k, nsm);
         }
     }
