@@ -43,7 +43,8 @@
 # MAX_TOKENS (512), BATCH (1024), CONFIGS (B8-L3,B8-L5,B16-L3,B16-L5: block size, drafter layers),
 # LAYERS (target taps, 2,15,28), TRAIN_SECONDS (400), TRAIN_SERIAL (0), CONTINUE (0: 1 = warm restart from the
 # last train call's drafter.pt of each configuration, same machine), INIT (a drafter GGUF to start from, e.g.
-# pyllama_spec/data/smollm2-135m-instruct-dflash-q8_0.gguf: the shipped drafter trained further),
+# pyllama_spec/data/smollm2-135m-instruct-dflash-q8_0.gguf: the shipped drafter trained further), GROW (0: 1 = an
+# INIT of fewer layers than the configuration's, deepened first by no-op layers: CONFIGS=B8-L4 GROW=1 INIT=<shipped>),
 # LR (1.5e-3: the peak of each run's cosine; a warm restart from 2.67 first lost 0.24 of τ at it, RESULTS 15.5),
 # BLOCKS (32 anchor blocks a sequence), TAU_PROMPTS (60); for a CPU dry run also W, GGUF,
 # TRAIN_EXTRA (e.g. "--device cpu --target-dtype float32"), ENGINE (torch: train/static_kv.py, 38 k tok/s on
@@ -146,6 +147,8 @@ train)
     # CONTINUE=1: go on from this configuration's last run on this warm machine (a warm restart: calls ≤ 10 min)
     # INIT=drafter.gguf (e.g. the shipped one): start every configuration of its shape from that file's weights
     init=""; [ -n "${INIT:-}" ] && init="--init $(realpath "$INIT")"
+    # GROW=1: INIT may have fewer layers than the configuration's L (a deeper drafter from the shipped one)
+    [ -n "${INIT:-}" ] && [ "${GROW:-0}" = 1 ] && init="$init --grow"
     if [ "${CONTINUE:-0}" = 1 ] && [ -f "$I/run/$c/drafter.pt" ]; then
       cp "$I/run/$c/drafter.pt" "$I/run/$c-init.pt" && init="--init $I/run/$c-init.pt"
       cp "$I/run/$c/report.json" "$I/run/$c-init-report.json" 2>/dev/null

@@ -203,3 +203,66 @@ def test_online_run_continues_from_a_drafter_gguf(tiny, seqs, tmp_path):
     again = run(tiny[0], tmp_path / "d", [str(data)], TrainConfig(steps=3, lr=1e-30, **kw), progress=False,
                 target_dtype="float32", init=tmp_path / "a" / "drafter-q8_0.gguf")
     assert again["steps"] == 3
+
+
+def test_grown_layers_compute_what_the_shallower_drafter_did():
+    """grow_layers deepens a drafter without changing its function: the new layers' output projections
+    are zero, so a 3-layer model holding a 1-layer model's weights gives the same hidden states; its
+    new layers copy the last one's other weights (non-zero, so they train), and bad counts are refused."""
+    from pyllama_spec.train.model import DFlashModel, grow_layers
+
+    torch.manual_seed(0)
+    kw = dict(n_embd=32, n_head=4, n_head_kv=2, head_dim=8, n_ff=64, n_vocab=50, block_size=4,
+              target_layer_ids=[0, 1], mask_token_id=3)
+    emb, head = torch.randn(50, 32), torch.randn(50, 32)
+    small = DFlashModel(DFlashConfig(n_layer=1, **kw), emb, head)
+    big = DFlashModel(DFlashConfig(n_layer=3, **kw), emb, head)
+    big.load_state_dict(grow_layers(small.state_dict(), 1, 3))
+    feats, ctx_pos = torch.randn(2, 6, 64), torch.arange(6).repeat(2, 1)
+    toks, pos = torch.randint(0, 50, (2, 4)), torch.arange(6, 10).repeat(2, 1)
+    mask = torch.ones(2, 1, 4, 10, dtype=torch.bool)
+    a, b = small(feats, ctx_pos, toks, pos, mask), big(feats, ctx_pos, toks, pos, mask)
+    torch.testing.assert_close(b, a, rtol=0, atol=0)
+    st = big.state_dict()
+    for i in (1, 2):
+        assert not st[f"layers.{i}.o.weight"].any() and not st[f"layers.{i}.down.weight"].any()
+        torch.testing.assert_close(st[f"layers.{i}.q.weight"], st["layers.0.q.weight"])
+        assert st[f"layers.{i}.q.weight"].abs().sum() > 0
+    # (a mutation: the new layers' o left as the copy changes the function)
+    bad = grow_layers(small.state_dict(), 1, 2)
+    bad["layers.1.o.weight"] = bad["layers.0.o.weight"].clone()
+    mid = DFlashModel(DFlashConfig(n_layer=2, **kw), emb, head)
+    mid.load_state_dict(bad)
+    assert (mid(feats, ctx_pos, toks, pos, mask) - a).abs().max() > 1e-4
+    with pytest.raises(ValueError, match="cannot grow"):
+        grow_layers(small.state_dict(), 2, 1)
+    with pytest.raises(ValueError, match="no layer 1"):
+        grow_layers(small.state_dict(), 2, 3)
+
+
+def test_online_run_grows_a_shallower_init(tiny, seqs, tmp_path):
+    """``run(init=…, grow=True)`` with more --drafter-layers than the init has: the old layers come through
+    (q8_0 GGUF: within its block step), the new one starts as a no-op and is recorded in the report;
+    without ``grow`` the same call is refused (the layer count is part of the shape)."""
+    from pyllama_spec.errors import InvalidArgumentError
+    from pyllama_spec.train.online import run
+
+    data = _answers_file(tmp_path, seqs)
+    kw = RUN_KW
+    run(tiny[0], tmp_path / "a", [str(data)], TrainConfig(steps=6, lr=3e-3, **kw), progress=False,
+        target_dtype="float32")
+    a = torch.load(tmp_path / "a" / "drafter.pt", weights_only=True)
+    deeper = {**kw, "drafter_layers": 2}
+    with pytest.raises(InvalidArgumentError, match="another configuration.*--drafter-layers"):
+        run(tiny[0], tmp_path / "b", [str(data)], TrainConfig(steps=3, lr=1e-30, **deeper), progress=False,
+            target_dtype="float32", init=tmp_path / "a" / "drafter.pt")
+    for init in ("drafter.pt", "drafter-q8_0.gguf"):
+        rep = run(tiny[0], tmp_path / init, [str(data)], TrainConfig(steps=3, lr=1e-30, **deeper), progress=False,
+                  target_dtype="float32", init=tmp_path / "a" / init, grow=True)
+        b = torch.load(tmp_path / init / "drafter.pt", weights_only=True)
+        assert rep["grown_from_layers"] == 1 and b["config"]["n_layer"] == 2
+        for k, v in a["state_dict"].items():
+            scale = v.abs().max().item() if init.endswith("gguf") else 0.0
+            assert bool(((b["state_dict"][k] - v).abs() <= scale / 127 + 1e-6).all()), (init, k)
+        assert b["state_dict"]["layers.1.o.weight"].abs().max().item() < 1e-6
+        assert b["state_dict"]["layers.1.down.weight"].abs().max().item() < 1e-6

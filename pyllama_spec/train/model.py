@@ -189,4 +189,36 @@ class DFlashModel(nn.Module):
         return h @ self.head.to(h.dtype).T
 
 
-__all__ = ["DFlashConfig", "DFlashModel", "RMSNorm", "rope", "rope_norm"]
+def grow_layers(state: typing.Mapping[str, torch.Tensor], n_from: int, n_to: int) -> dict[str, torch.Tensor]:
+    """A :class:`DFlashModel` state of ``n_from`` layers made into one of ``n_to`` that computes the same
+    function: layers ``n_from .. n_to − 1`` are copies of the last layer with their output projections
+    (``o``, ``down``) zero, so each adds nothing to the residual stream until training moves them (a
+    function-preserving deepening, as Net2DeeperNet: Chen, Goodfellow & Shlens 2016, "Net2Net", arXiv
+    1511.05641, there with identity layers; zero-initialised residual branches as in Goyal et al. 2017).
+    The copied query/key/value/gate/up weights are non-zero, so gradients reach them once ``o``/``down`` move.
+    Used by ``online --init … --grow`` to train a deeper drafter from a shipped one (issue 20).
+
+    Args:
+        state: a ``state_dict`` of ``n_from`` layers (``layers.{i}.*`` keys).
+        n_from, n_to: layer counts, ``1 ≤ n_from ≤ n_to``.
+
+    Returns:
+        a new ``state_dict`` (the old tensors shared, the new layers' cloned).
+
+    Raises:
+        ValueError: ``n_from`` outside ``1..n_to``, or ``state`` lacks layer ``n_from − 1``.
+    """
+    if not 1 <= n_from <= n_to:
+        raise ValueError(f"cannot grow {n_from} layers into {n_to}: need 1 <= n_from <= n_to")
+    last = f"layers.{n_from - 1}."
+    src = {k[len(last):]: v for k, v in state.items() if k.startswith(last)}
+    if not src:
+        raise ValueError(f"the state has no layer {n_from - 1} (keys {last}*)")
+    out = dict(state)
+    for i in range(n_from, n_to):
+        for name, v in src.items():
+            out[f"layers.{i}.{name}"] = torch.zeros_like(v) if name in ("o.weight", "down.weight") else v.clone()
+    return out
+
+
+__all__ = ["DFlashConfig", "DFlashModel", "RMSNorm", "rope", "rope_norm", "grow_layers"]

@@ -207,7 +207,7 @@ def data_files(spec: Sequence[str]) -> list[str]:
 
 def run(target: str | os.PathLike, out_dir: str | os.PathLike, files: Sequence[str], tc: Any, *,
         target_dtype: str = "bfloat16", progress: bool = True, command: str | None = None,
-        init: str | os.PathLike | None = None) -> dict[str, Any]:
+        init: str | os.PathLike | None = None, grow: bool = False) -> dict[str, Any]:
     """Train a DFlash drafter online on the answer files ``files`` (:mod:`.data` / :mod:`.regen`
     JSON lines); export it (``drafter-{q8_0,f16}.gguf``, ``hf/``, ``drafter.pt``) and write
     ``report.json`` (config, command, data hashes, history of held-out τ, seconds). Returns the report.
@@ -215,7 +215,10 @@ def run(target: str | os.PathLike, out_dir: str | os.PathLike, files: Sequence[s
     ``init``: the ``drafter.pt`` of an earlier run, or a DFlash drafter GGUF of the same shape (e.g. the
     shipped one; q8_0 / f16 matrices dequantized: :func:`.export.read_dflash_gguf`), to continue from
     (a warm restart: fresh optimizer and schedule; its mask token is kept), so training can go on
-    across device calls of ≤ 10 min and across sessions.
+    across device calls of ≤ 10 min and across sessions. ``grow``: an ``init`` of fewer layers than
+    ``tc.drafter_layers`` is deepened to that many first (:func:`.model.grow_layers`: the new layers
+    start as no-ops, so training starts from the old drafter's τ); without it a layer count that differs
+    is refused like any other shape.
 
     Raises:
         InvalidArgumentError: ``tc.kind`` is not dflash, or no training sequences; an ``init``
@@ -277,6 +280,14 @@ def run(target: str | os.PathLike, out_dir: str | os.PathLike, files: Sequence[s
     c = DFlashConfig.for_target(info, emb.shape[0], n_layer=tc.drafter_layers or 2, target_layer_ids=layers,
                                 block_size=tc.block_size, mask_token_id=mask)
     # a drafter.pt holds the whole configuration, a GGUF the shape fields it stores: those must agree
+    # (but the layer count, where grow deepens a shallower one)
+    grown_from = None
+    if ckpt is not None and grow and int(ckpt["config"]["n_layer"]) < c.n_layer:
+        from .model import grow_layers
+
+        grown_from = int(ckpt["config"]["n_layer"])
+        ckpt["state_dict"] = grow_layers(ckpt["state_dict"], grown_from, c.n_layer)
+        ckpt["config"] = {**ckpt["config"], "n_layer": c.n_layer}
     diff = {} if ckpt is None else {k: (ckpt["config"][k], v) for k, v in c.to_dict().items()
                                     if k in ckpt["config"] and ckpt["config"][k] != v}
     if diff:
@@ -302,7 +313,8 @@ def run(target: str | os.PathLike, out_dir: str | os.PathLike, files: Sequence[s
     report = {
         "kind": "dflash", "mode": "online", "target": str(target), "target_dtype": target_dtype,
         "command": command if command is not None else shlex.join([sys.executable, *sys.argv]),
-        "seed": tc.seed, "init": str(init) if init is not None else None, "data": list(files),
+        "seed": tc.seed, "init": str(init) if init is not None else None, "grown_from_layers": grown_from,
+        "data": list(files),
         "data_sha256": {Path(f).name: file_sha256(f) for f in files},
         "train_config": tc.to_dict(), "config": c.to_dict(), "n_sequences": len(seqs), "n_train": n_train,
         "n_heldout": len(seqs) - n_train,
@@ -334,13 +346,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--init", help="drafter.pt of an earlier run, or a DFlash drafter .gguf (e.g. the shipped one), "
                                    "with the same configuration: continue from its weights (fresh optimizer and "
                                    "cosine schedule)")
+    ap.add_argument("--grow", action="store_true",
+                    help="with --init of fewer layers than --drafter-layers: add the missing layers as no-ops "
+                         "(copies of its last layer with zero output projections) and train them from there")
     a = ap.parse_args(args)
     try:
         files = data_files(a.data)
         a.data = ",".join(files)
         tc = config_from_args(a)
         rep = run(a.target, a.out_dir, files, tc, target_dtype=a.target_dtype,
-                  command=shlex.join(["python", "-m", "pyllama_spec.train.online", *args]), init=a.init)
+                  command=shlex.join(["python", "-m", "pyllama_spec.train.online", *args]), init=a.init,
+                  grow=a.grow)
     except (PyllamaSpecError, ValueError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
