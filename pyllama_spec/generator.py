@@ -111,8 +111,8 @@ class Generator:
             ``device=`` in its kwargs.
         repack: llama.cpp's CPU weight repacking (off by default; refused on AMX CPUs, where it crashes).
         tree: token-tree verification (``speculative/tree_step.py``): the node budget of the tree each
-            step drafts and verifies with drafters that support trees (draft-dflash; ``n_max`` is the
-            depth); 0 (default) = chains. The target context gets ``tree`` branch sequences in one
+            step drafts and verifies with drafters that support trees (draft-dflash, DFlash2, draft-eagle3;
+            ``n_max`` is the depth); 0 (default) = chains. The target context gets ``tree`` branch sequences in one
             unified KV cache (``n_seq_max=tree, kv_unified=True``); a ``SpecConfig(tree=...)`` may ask
             for a smaller tree, or 0, per generation. Not with ``n_parallel > 1``.
 
@@ -536,7 +536,7 @@ class Generator:
                                        f"trees of up to tree={self.tree}: create the Generator with tree={spec.tree}")
         if spec.tree and not d.supports_tree:
             raise UnsupportedError(f"drafter {spec.drafter!r} ({d.kind}) drafts chains only: tree={spec.tree} needs a "
-                                   "drafter with supports_tree (draft-dflash)")
+                                   "drafter with supports_tree (draft-dflash with or without a selector, draft-eagle3)")
         if spec.tree and spec.n_max == AUTO:
             raise UnsupportedError("n_max='auto' chooses a chain's length: use an int n_max (the depth) with a tree")
         return int(spec.tree)

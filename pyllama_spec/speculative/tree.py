@@ -326,6 +326,79 @@ def build_tree(cand_tokens: np.ndarray, cand_logp: np.ndarray, budget: int, spin
                      top_logp=top)
 
 
+def build_lattice_tree(rows: np.ndarray, top_k: int, budget: int) -> TreeDraft:
+    """The best-first tree through a DFlash2 selector's lattice (``drafters/dflash2.py``), where a
+    candidate's score depends on the candidate before it.
+
+    Row ``d`` (depth ``d + 1``) holds the position's ``top_k`` candidate ids (as floats), then a
+    ``top_k × top_k`` table of transition scores, predecessor-major (``scores[p·k + s]``: successor ``s``
+    after the previous position's candidate ``p``; at depth 1 the predecessor is the anchor, row 0 of
+    the table). A node is (depth, candidate) under its parent candidate; its log-probability is the
+    log softmax of its parent's score row at it, and the tree keeps the ``budget`` nodes of highest path
+    log-probability (EAGLE-2 / DDTree's rule, as :func:`build_tree`, with the parent-dependent scores
+    the lattice gives instead of one distribution per depth). llama.cpp walks the same lattice greedily
+    for one path (``common_speculative_impl_draft_dflash``, :func:`~.drafters.dflash2.walk_lattice`);
+    that path's nodes are each depth's best under their parent.
+
+    Args:
+        rows: ``(D, width)`` float, ``width ≥ top_k + top_k²``.
+        top_k: candidates per position (the file's ``dflash.selector_top_k``).
+        budget: the most nodes (≥ 0).
+
+    Returns:
+        A deterministic :class:`TreeDraft` (``probs`` None; ``logp`` per node; ``top_logp`` the greedy
+        walk's per-depth log-probabilities), nodes in the order chosen (topological, siblings best first).
+
+    Raises:
+        InvalidArgumentError: rows of another shape, ``top_k`` < 1 or a negative budget.
+    """
+    budget = check_int("budget", budget, min=0)
+    k = check_int("top_k", top_k, min=1)
+    r = np.asarray(rows, dtype=np.float64)
+    if r.ndim != 2 or r.shape[1] < k + k * k:
+        raise InvalidArgumentError(f"lattice rows must be (D, >= top_k + top_k^2 = {k + k * k}), got {r.shape}")
+    D = r.shape[0]
+    ids = np.rint(r[:, :k]).astype(np.int64).tolist()
+    sc = r[:, k:k + k * k].reshape(D, k, k)
+    m = sc.max(axis=2, keepdims=True)
+    lsm = sc - m - np.log(np.exp(sc - m).sum(axis=2, keepdims=True))  # [depth, predecessor, successor]
+    order = np.argsort(-lsm, axis=2, kind="stable").tolist()  # successors best first, per (depth, predecessor)
+    lsl = lsm.tolist()
+    top, pred = np.full(D, -np.inf), 0
+    for d in range(D):  # the greedy walk (llama.cpp's draft)
+        s = order[d][pred][0]
+        top[d], pred = lsl[d][pred][s], s
+    tokens: list[int] = []
+    parents: list[int] = []
+    logp: list[float] = []
+    path_lp: list[float] = []
+    heap: list[tuple[float, int, int, int, int, int]] = []  # (-path logp, depth, serial, parent, predecessor, rank)
+    serial = 0
+
+    def offer(parent: int, d: int, p: int, rank: int) -> None:
+        nonlocal serial
+        if d < D and rank < k:
+            v = lsl[d][p][order[d][p][rank]]
+            if math.isfinite(v):
+                heapq.heappush(heap, (-((path_lp[parent] if parent >= 0 else 0.0) + v), d, serial, parent, p, rank))
+                serial += 1
+
+    if D and budget:
+        offer(-1, 0, 0, 0)
+    while heap and len(tokens) < budget:
+        neg, d, _, parent, p, rank = heapq.heappop(heap)
+        s = order[d][p][rank]
+        i = len(tokens)
+        tokens.append(ids[d][s])
+        parents.append(parent)
+        logp.append(lsl[d][p][s])
+        path_lp.append(-neg)
+        offer(parent, d, p, rank + 1)  # the next sibling
+        offer(i, d + 1, s, 0)         # the first child: the best successor of this candidate
+    return TreeDraft(tokens=tokens, parents=np.asarray(parents, dtype=np.int64), logp=np.asarray(logp),
+                     top_logp=top)
+
+
 def tree_from_logits(logits: np.ndarray, budget: int, top_k: int = 10) -> TreeDraft:
     """:func:`build_tree` over the ``top_k`` best tokens of each row of ``logits`` (softmax per row).
 
@@ -394,4 +467,5 @@ def sample_tree(q: np.ndarray, budget: int, rng: np.random.Generator, top_k: int
     return TreeDraft(tokens=tokens.tolist(), parents=shape.parents, logp=lp, probs=rows, top_logp=shape.top_logp)
 
 
-__all__ = ["TreeDraft", "check_tree", "build_tree", "tree_from_logits", "sample_tree", "TREE_BUDGET_MAX"]
+__all__ = ["TreeDraft", "check_tree", "build_tree", "build_lattice_tree", "tree_from_logits", "sample_tree",
+           "TREE_BUDGET_MAX"]

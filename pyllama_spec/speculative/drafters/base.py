@@ -146,7 +146,7 @@ class Drafter(ABC):
             UnsupportedError: this kind drafts chains only (``supports_tree`` is False).
         """
         raise UnsupportedError(f"drafter kind {self.kind!r} drafts chains only; token trees need a drafter with "
-                               "supports_tree (draft-dflash)")
+                               "supports_tree (draft-dflash, DFlash2, draft-eagle3)")
 
     def observe_rows(self, tokens: list[int], positions: np.ndarray, rows: list[int], timer: StageTimer) -> None:
         """As :meth:`observe` for a tree verify: the target decoded ``tokens`` at ``positions`` (its

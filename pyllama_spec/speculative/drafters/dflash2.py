@@ -20,6 +20,7 @@ import numpy as np
 
 from ..sampling import SamplingParams
 from ..timing import StageTimer
+from ..tree import TreeDraft, build_lattice_tree
 from .base import Draft, Drafter
 from .dflash import DFlashDrafter
 
@@ -49,10 +50,12 @@ class DFlash2Drafter(DFlashDrafter):
     """A DFlash2 drafter (made by :class:`~.dflash.DFlashDrafter` for a file with a selector).
 
     The selector gives a path, not distributions: with ``verify="rejection"`` the draft counts
-    as deterministic.
+    as deterministic. Token trees (``tree=``): the best-first tree through the same lattice
+    (:func:`~pyllama_spec.speculative.tree.build_lattice_tree`), from the one block decode; deterministic
+    too (the match rule's acceptance at T > 0, one-hot q for ``verify="rejection"``).
     """
     supports_rejection = False
-    supports_tree = False  # (its lattice walk picks one path; a tree of it is not built yet)
+    supports_tree = True
 
     def __init__(self, target, path=None, **kwargs):
         super().__init__(target, path, **kwargs)
@@ -78,6 +81,24 @@ class DFlash2Drafter(DFlashDrafter):
         self._settle()
         return Draft(tokens=tokens if len(tokens) >= self.n_min else [])
 
+
+    def propose_tree(self, last_token: int, n_past: int, n_max: int, budget: int, sp: SamplingParams,
+                     rng: np.random.Generator, timer: StageTimer) -> TreeDraft:
+        # the block decode of propose(); the lattice becomes a tree instead of one greedy path
+        n_max = min(n_max, self.n_max_limit, budget)
+        if n_max <= 0:
+            return TreeDraft(tokens=[], parents=np.zeros(0, dtype=np.int64))
+        self.flush(timer)
+        block = np.full(n_max + 1, self.mask_token, dtype=np.int32)
+        block[0] = last_token
+        with timer("draft", self.ctx):
+            self.ctx.decode(block, np.arange(n_past, n_past + n_max + 1, dtype=np.int32), logits="none")
+        with timer("draft_sample"):
+            tree = build_lattice_tree(self.ctx.embeddings_nextn()[1:n_max + 1], self.top_k, budget)
+        with timer("rollback"):
+            self.ctx.memory.seq_rm(0, n_past)
+        self._settle()
+        return tree
 
     def batched(self, n_seq: int) -> BatchDrafter:
         # DFlashBatch drafts plain DFlash blocks (logits rows); this kind reads more of its graph

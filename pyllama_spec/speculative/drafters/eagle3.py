@@ -27,10 +27,12 @@ from ...context import Context
 from ...errors import DrafterMismatchError, InvalidArgumentError
 from ...gguf_file import read_gguf
 from ...model import HIDDEN_STATE_ARCHS, TAPPABLE_ARCHS, Model
-from ..sampling import SamplingParams
+from ..sampling import SamplingParams, densify, filtered_rows
 from ..timing import StageTimer
+from ..tree import TreeDraft, sample_tree, tree_from_logits
 from ._pick import pick
 from .base import Draft, ModelDrafter, register_drafter
+from .dflash import DRAFT_TOP_K  # (candidates per depth of a tree: the same 10 as DFlash's)
 
 
 def check_eagle3_pair(target_model: Model, drafter_path: str | os.PathLike) -> dict:
@@ -112,6 +114,7 @@ class Eagle3Drafter(ModelDrafter):
     supports_rejection = True
     n_max_limit = 32
     n_max_default = 3  # llama.cpp's --spec-draft-n-max default
+    supports_tree = True
 
     def __init__(self, target: Context, path: str | os.PathLike | None = None, *, p_min: float = 0.0, n_min: int = 0,
                  n_gpu_layers: int = -1, flash_attn: bool | str = "auto", type_k: str = "f16", type_v: str = "f16",
@@ -158,16 +161,30 @@ class Eagle3Drafter(ModelDrafter):
             # every row's final hidden state, not only output rows (llama.cpp: masked = false)
             self.target.set_embeddings_nextn(True, False)
 
-    def _features(self, n: int) -> np.ndarray:
+    def _features(self, rows: slice | np.ndarray) -> np.ndarray:
+        """The target's features of batch ``rows`` of its last decode, side by side (a copy)."""
         n_layer_t = self.target.model.n_layer
-        cols = [self.target.layer_input(i)[:n] if i < n_layer_t else self.target.embeddings_nextn()[:n]
+        cols = [self.target.layer_input(i)[rows] if i < n_layer_t else self.target.embeddings_nextn()[rows]
                 for i in self.feature_ids]
         return np.concatenate(cols, axis=1)
 
     def observe(self, tokens: list[int], positions: np.ndarray, n_commit: int, timer: StageTimer) -> None:
-        n = len(tokens)
         with timer("extract"):
-            feats = self._features(n)
+            feats = self._features(slice(0, len(tokens)))
+        self._inject(list(tokens), np.asarray(positions), feats, timer)
+
+    def observe_rows(self, tokens: list[int], positions: np.ndarray, rows: list[int], timer: StageTimer) -> None:
+        # a tree verify: the accepted path's rows, wherever they sit in the batch, observed as a chain verify
+        # of those rows that accepted all of them (its last row is the new boundary, as on_accept would set it)
+        idx = np.asarray(rows, dtype=np.int64)
+        with timer("extract"):
+            feats = self._features(idx)
+        self._inject([int(tokens[r]) for r in rows], np.asarray(positions)[idx], feats, timer)
+
+    def _inject(self, tokens: list[int], positions: np.ndarray, feats: np.ndarray, timer: StageTimer) -> None:
+        """Encode the verify rows' features and decode the (token of p + 1, g_p) pairs into the head's cache;
+        the last row waits for its token (``pending_*``)."""
+        n = len(tokens)
         with timer("inject", self.ctx):
             # the per-token encoder ignores positions; llama.cpp passes placeholders after the cache
             base = self.ctx.memory.pos_max(0) + 1
@@ -231,3 +248,37 @@ class Eagle3Drafter(ModelDrafter):
         if len(tokens) < self.n_min:
             return Draft(tokens=[])
         return Draft(tokens=tokens, probs=np.stack(qs).astype(np.float32) if qs else None)
+
+    def propose_tree(self, last_token: int, n_past: int, n_max: int, budget: int, sp: SamplingParams,
+                     rng: np.random.Generator, timer: StageTimer) -> TreeDraft:
+        """A token tree from the head's autoregressive chain: each step's distribution gives that depth's
+        candidates (best-first by path probability, :func:`~pyllama_spec.speculative.tree.tree_from_logits`;
+        at T > 0 children drawn from it, :func:`~pyllama_spec.speculative.tree.sample_tree`), the chain
+        itself conditioned on each step's most probable token, so that the distributions — and the tree's
+        shape — do not depend on draws. A node off that chain gets its depth's distribution as its
+        parent's, as every node of a DFlash block's tree does (one distribution per depth); ``p_min`` and
+        ``n_min`` do not apply. Costs ``min(n_max, budget)`` head decodes, as a chain of that length."""
+        n_max = min(n_max, self.n_max_limit, budget)
+        if n_max <= 0 or self.pending_pos < 0:
+            return TreeDraft(tokens=[], parents=np.zeros(0, dtype=np.int64))
+        with timer("rollback"):
+            self.ctx.memory.seq_rm(0, self.pending_pos)
+        tok, g, pos = int(last_token), self.pending_g, self.pending_pos
+        rows = []
+        for _ in range(n_max):
+            with timer("draft", self.ctx):
+                self.ctx.decode_tokens_embd([tok], g[None, :], [pos], logits="all")
+            with timer("draft_sample"):
+                row = self.ctx.logits()[0].copy()
+                g = self.ctx.embeddings_nextn()[0].copy()
+            rows.append(row)
+            tok = int(np.argmax(row))
+            pos += 1
+        with timer("rollback"):
+            self.ctx.memory.seq_rm(0, n_past)
+        with timer("draft_sample"):
+            lg = np.stack(rows)
+            if sp.greedy:
+                return tree_from_logits(lg, budget, DRAFT_TOP_K)
+            q = densify(*filtered_rows(lg, sp), self.target.model.n_vocab)
+            return sample_tree(q, budget, rng, DRAFT_TOP_K)
