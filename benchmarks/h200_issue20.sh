@@ -45,6 +45,8 @@
 # last train call's drafter.pt of each configuration, same machine), INIT (a drafter GGUF to start from, e.g.
 # pyllama_spec/data/smollm2-135m-instruct-dflash-q8_0.gguf: the shipped drafter trained further), GROW (0: 1 = an
 # INIT of fewer layers than the configuration's, deepened first by no-op layers: CONFIGS=B8-L4 GROW=1 INIT=<shipped>),
+# KIND (dflash; eagle3: an EAGLE-3 head on llama.cpp's default taps, CONFIGS=B8-L1; draft: a draft model of L layers,
+# CONFIGS=B8-L4 — B is ignored for both; INIT only a drafter.pt of the same kind),
 # LR (1.5e-3: the peak of each run's cosine; a warm restart from 2.67 first lost 0.24 of τ at it, RESULTS 15.5),
 # BLOCKS (32 anchor blocks a sequence), TAU_PROMPTS (60); for a CPU dry run also W, GGUF,
 # TRAIN_EXTRA (e.g. "--device cpu --target-dtype float32"), ENGINE (torch: train/static_kv.py, 38 k tok/s on
@@ -154,7 +156,8 @@ train)
       cp "$I/run/$c/report.json" "$I/run/$c-init-report.json" 2>/dev/null
     fi
     (cd /tmp && timeout $(( ${TRAIN_SECONDS:-400} + 150 )) python3 -m pyllama_spec.train.online "$GGUF" "$I/run/$c" \
-        --data "$I/answers/answers-*.jsonl.gz" --layers "$LAYERS" --drafter-layers "$L" --block-size "$B" \
+        --data "$I/answers/answers-*.jsonl.gz" --kind "${KIND:-dflash}" $([ "${KIND:-dflash}" = dflash ] && echo --layers "$LAYERS") \
+        --drafter-layers "$L" --block-size "$B" \
         --seconds ${TRAIN_SECONDS:-400} --steps 1000000 --batch 32 --blocks ${BLOCKS:-32} --lr ${LR:-1.5e-3} --eval-every 400 --eval-seqs 200 \
         --seed "$SEED" --quant q8_0 $init ${TRAIN_EXTRA:-} > "$I/log_$c.txt" 2>&1) &
     # side by side they share the GPU: 4 runs made 3.1 / 2.9 / 2.7 / 2.4 steps/s where one alone made

@@ -266,3 +266,65 @@ def test_online_run_grows_a_shallower_init(tiny, seqs, tmp_path):
             assert bool(((b["state_dict"][k] - v).abs() <= scale / 127 + 1e-6).all()), (init, k)
         assert b["state_dict"]["layers.1.o.weight"].abs().max().item() < 1e-6
         assert b["state_dict"]["layers.1.down.weight"].abs().max().item() < 1e-6
+
+
+def test_online_eagle3_loss_equals_stored_features_loss(tiny, seqs):
+    """EAGLE-3 online: the batch holds the token ids in the features' place, and the loss with the target's
+    features computed in the step equals the loss over llama.cpp's stored taps of the same rows."""
+    from pyllama_spec.gguf_file import read_gguf
+    from pyllama_spec.train.objectives import build_objective
+    from pyllama_spec.train.online import _eagle3_objective
+
+    hf = load_hf_target(tiny[0], dtype=torch.float32)
+    layers = [0, 2, 3]
+    tf = TargetFeatures(hf, layers)
+    try:
+        emb, head = token_matrices(hf)
+        tc = TrainConfig(kind="eagle3", layers=layers, device="cpu", seed=0)
+        off = build_objective(tc, read_gguf(tiny[0]), seqs, emb, head)
+        on = _eagle3_objective()(off, tf)
+        feats, _ = extract(tiny[0], seqs, layers, progress=False)
+        idx = [0, 1, 2, 3]
+        cpu = torch.device("cpu")
+        b_on = on.batch(seqs, None, idx, np.random.default_rng(7), cpu)
+        b_off = off.batch(seqs, feats, idx, np.random.default_rng(7), cpu)
+        assert b_on[0].dtype == torch.int64 and b_on[0].shape == b_off[0].shape[:2]
+        for x, y in zip(b_on[1:], b_off[1:]):  # the same tokens and step labels
+            assert torch.equal(x, y)
+        torch.manual_seed(0)
+        model = on.build()
+        l_on = float(on.loss(model, b_on, torch.float32).detach())
+        l_off = float(off.loss(model, b_off, torch.float32).detach())
+        assert abs(l_on - l_off) < 2e-3 * abs(l_off), (l_on, l_off)
+    finally:
+        tf.close()
+
+
+@pytest.mark.parametrize("kind", ["eagle3", "draft"])
+def test_online_run_trains_eagle3_and_draft_models(tiny, seqs, tmp_path, kind):
+    """``run`` with kind eagle3 / draft: it trains (the held-out τ is measured), exports GGUFs that
+    llama.cpp's drafters load and whose outputs at T = 0 are plain decoding's, and continues from its own
+    drafter.pt; a GGUF init is refused for these kinds with the fix named."""
+    from pyllama_spec.errors import InvalidArgumentError
+    from pyllama_spec.train.online import run
+
+    data = _answers_file(tmp_path, seqs)
+    kw = {**RUN_KW, "kind": kind, "layers": [0, 2, 3] if kind == "eagle3" else None, "drafter_layers": 1}
+    rep = run(tiny[0], tmp_path / "a", [str(data)], TrainConfig(steps=8, lr=3e-3, **kw), progress=False,
+              target_dtype="float32")
+    assert rep["kind"] == kind and rep["steps"] == 8 and np.isfinite(rep["best_tau"])
+    q8 = tmp_path / "a" / "drafter-q8_0.gguf"
+    with ps.Generator(tiny[0], drafters={"d": q8}, n_ctx=512, n_batch=64) as g:
+        assert g.drafters["d"].kind == ("draft-eagle3" if kind == "eagle3" else "draft-simple")
+        plain = g.generate(TEXTS[0], max_tokens=16).tokens
+        assert g.generate(TEXTS[0], drafter="d", n_max=3, max_tokens=16).tokens == plain
+    again = run(tiny[0], tmp_path / "b", [str(data)], TrainConfig(steps=2, lr=1e-30, **kw), progress=False,
+                target_dtype="float32", init=tmp_path / "a" / "drafter.pt")
+    a = torch.load(tmp_path / "a" / "drafter.pt", weights_only=True)
+    b = torch.load(tmp_path / "b" / "drafter.pt", weights_only=True)
+    assert again["init"].endswith("drafter.pt") and a["kind"] == b["kind"] == kind
+    for k, v in a["state_dict"].items():
+        torch.testing.assert_close(b["state_dict"][k], v, rtol=0, atol=1e-12, msg=k)
+    with pytest.raises(InvalidArgumentError, match="GGUF is for DFlash"):
+        run(tiny[0], tmp_path / "c", [str(data)], TrainConfig(steps=2, **kw), progress=False,
+            target_dtype="float32", init=q8)

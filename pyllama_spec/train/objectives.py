@@ -222,23 +222,30 @@ class Eagle3Objective(Objective["Eagle3Model"]):
         return Eagle3Model(self.config, torch.tensor(np.asarray(self._embd, np.float32)),
                            torch.tensor(np.asarray(self._head, np.float32)))
 
-    def batch(self, seqs: Sequence[dict[str, Any]], feats: Sequence[np.ndarray] | None, idx: Sequence[int],
-              rng: np.random.Generator, device: torch.device, *, evaluate: bool = False) -> Batch:
-        feats = _features(feats, self.kind)
+    def labels(self, seqs: Sequence[dict[str, Any]], idx: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+        """The batch's token ids ``(B, T + K + 1)`` (zero-padded) and step labels ``(B, K, T)``: row t of
+        step k is labelled with token t + 2 + k where that is an answer token, −100 elsewhere."""
         K = self.config.n_steps
         lens = [len(seqs[i]["tokens"]) for i in idx]
         T = max(lens)
-        f = np.zeros((len(idx), T, feats[idx[0]].shape[1]), dtype=np.float16)
         tok = np.zeros((len(idx), T + K + 1), dtype=np.int64)
         tgt = np.full((len(idx), K, T), -100, dtype=np.int64)
         for r, i in enumerate(idx):
             s, L = seqs[i], lens[r]
-            f[r, :L] = feats[i]
             tok[r, :L] = s["tokens"]
             for k in range(K):  # row t, step k predicts token t + 2 + k (an answer token)
                 t0, t1 = max(0, s["n_prompt"] - 2 - k), L - 2 - k
                 if t1 > t0:
                     tgt[r, k, t0:t1] = tok[r, t0 + 2 + k:t1 + 2 + k]
+        return tok, tgt
+
+    def batch(self, seqs: Sequence[dict[str, Any]], feats: Sequence[np.ndarray] | None, idx: Sequence[int],
+              rng: np.random.Generator, device: torch.device, *, evaluate: bool = False) -> Batch:
+        feats = _features(feats, self.kind)
+        tok, tgt = self.labels(seqs, idx)
+        f = np.zeros((len(idx), tgt.shape[2], feats[idx[0]].shape[1]), dtype=np.float16)
+        for r, i in enumerate(idx):
+            f[r, :len(seqs[i]["tokens"])] = feats[i]
         return _as_t(f, device), _as_t(tok, device), _as_t(tgt, device)
 
     def _map(self, model: Eagle3Model, y: torch.Tensor) -> torch.Tensor:

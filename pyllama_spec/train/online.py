@@ -15,7 +15,9 @@ version does to its last hidden state) and stops the forward after the last laye
         [--layers 2,15,28] [--drafter-layers 3] [--block-size 8] [--seconds 500] [--batch 32] [--seed 0]
 
 Needs ``transformers`` and ``accelerate`` (imported lazily: the package itself does not depend
-on them) and ``gguf``. Only DFlash trains online so far.
+on them) and ``gguf``. Kinds: ``dflash`` (the default), ``eagle3`` (its features from the same hooks:
+the inputs of its three tapped layers) and ``draft`` (a small causal LM distilled from the answers: no
+features; the target is loaded for its token matrices only).
 """
 from __future__ import annotations
 
@@ -183,6 +185,38 @@ def _dflash_objective() -> type:
     return OnlineDFlashObjective
 
 
+def _eagle3_objective() -> type:
+    """:class:`OnlineEagle3Objective`, defined on first use (it subclasses the torch-importing
+    :class:`.objectives.Eagle3Objective`)."""
+    from .objectives import Eagle3Objective, _as_t
+
+    class OnlineEagle3Objective(Eagle3Objective):
+        """EAGLE-3's objective with features from :class:`TargetFeatures` inside each step: the batch's
+        features ``(B, T, F)`` are replaced by the token ids ``(B, T)`` they are computed from."""
+
+        def __init__(self, base: Eagle3Objective, target: TargetFeatures) -> None:
+            super().__init__(base.config, base._embd, base._head)
+            self.target = target
+
+        def batch(self, seqs: Sequence[dict[str, Any]], feats: Any, idx: Sequence[int], rng: np.random.Generator,
+                  device: torch.device, *, evaluate: bool = False) -> Batch:
+            tok, tgt = self.labels(seqs, idx)
+            # the ids of the T rows whose features the target computes in the step, in the features' place
+            return _as_t(np.ascontiguousarray(tok[:, :tgt.shape[2]]), device), _as_t(tok, device), _as_t(tgt, device)
+
+        def with_features(self, b: Batch) -> Batch:
+            return (self.target(b[0]).to(b[0].device), *b[1:])
+
+        def loss(self, model: Any, b: Batch, dtype: torch.dtype) -> torch.Tensor:
+            return super().loss(model, self.with_features(b), dtype)
+
+        def leads(self, model: Any, b: Batch, seqs: Sequence[dict[str, Any]], idx: Sequence[int],
+                  dtype: torch.dtype) -> Leads:
+            return super().leads(model, self.with_features(b), seqs, idx, dtype)
+
+    return OnlineEagle3Objective
+
+
 def online_objective(c: Any, tok_embd: np.ndarray, head: np.ndarray, target: TargetFeatures, *,
                      n_blocks: int = 32) -> Any:
     """An online DFlash objective (a :class:`.objectives.DFlashObjective` whose batches hold token
@@ -208,8 +242,9 @@ def data_files(spec: Sequence[str]) -> list[str]:
 def run(target: str | os.PathLike, out_dir: str | os.PathLike, files: Sequence[str], tc: Any, *,
         target_dtype: str = "bfloat16", progress: bool = True, command: str | None = None,
         init: str | os.PathLike | None = None, grow: bool = False) -> dict[str, Any]:
-    """Train a DFlash drafter online on the answer files ``files`` (:mod:`.data` / :mod:`.regen`
-    JSON lines); export it (``drafter-{q8_0,f16}.gguf``, ``hf/``, ``drafter.pt``) and write
+    """Train a drafter of ``tc.kind`` (dflash, eagle3 or draft) online on the answer files ``files``
+    (:mod:`.data` / :mod:`.regen` JSON lines); export it (``drafter-{q8_0,f16}.gguf``, ``drafter.pt``;
+    DFlash also ``hf/``) and write
     ``report.json`` (config, command, data hashes, history of held-out τ, seconds). Returns the report.
 
     ``init``: the ``drafter.pt`` of an earlier run, or a DFlash drafter GGUF of the same shape (e.g. the
@@ -221,7 +256,7 @@ def run(target: str | os.PathLike, out_dir: str | os.PathLike, files: Sequence[s
     is refused like any other shape.
 
     Raises:
-        InvalidArgumentError: ``tc.kind`` is not dflash, or no training sequences; an ``init``
+        InvalidArgumentError: ``tc.kind`` none of those, or no training sequences; an ``init``
             checkpoint or GGUF of another kind or shape (block size, layers, target taps, widths), or
             a file that is neither.
         FileNotFoundError: ``init`` does not exist.
@@ -231,8 +266,11 @@ def run(target: str | os.PathLike, out_dir: str | os.PathLike, files: Sequence[s
     from .features import load_sequences
     from .pipeline import file_sha256, pick_mask_token
 
-    if tc.kind != "dflash":
-        raise InvalidArgumentError(f"online training covers DFlash only so far, got kind={tc.kind!r}")
+    if tc.kind not in ("dflash", "eagle3", "draft"):
+        raise InvalidArgumentError(f"online training takes kind dflash, eagle3 or draft, got kind={tc.kind!r}")
+    if init is not None and Path(init).suffix == ".gguf" and tc.kind != "dflash":
+        raise InvalidArgumentError(f"{init}: continuing from a GGUF is for DFlash drafters; for kind={tc.kind!r} "
+                                   "pass the drafter.pt of an earlier run")
     t0 = time.time()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -244,7 +282,7 @@ def run(target: str | os.PathLike, out_dir: str | os.PathLike, files: Sequence[s
     info = read_gguf(target)
     n_layer = int(info.get(f"{info.arch}.block_count"))
     # llama.cpp (vocab only) before torch: see benchmarks/h200.sh
-    mask = pick_mask_token(target, seqs) if init is None else None
+    mask = pick_mask_token(target, seqs) if init is None and tc.kind == "dflash" else None
     import torch
 
     ckpt: dict[str, Any] | None = None
@@ -263,26 +301,37 @@ def run(target: str | os.PathLike, out_dir: str | os.PathLike, files: Sequence[s
             raise
         except Exception as exc:  # a pickle error of torch's own: not a checkpoint
             raise InvalidArgumentError(f"{init} cannot be read as a torch checkpoint ({exc})") from exc
-        if not isinstance(ckpt, dict) or ckpt.get("kind") != "dflash" or "state_dict" not in ckpt:
-            raise InvalidArgumentError(f"{init} is not a DFlash drafter.pt of pyllama_spec.train.online")
-        mask = int(ckpt["config"]["mask_token_id"])
+        if not isinstance(ckpt, dict) or ckpt.get("kind") != tc.kind or "state_dict" not in ckpt:
+            raise InvalidArgumentError(f"{init} is not a {tc.kind} drafter.pt of pyllama_spec.train.online")
+        if tc.kind == "dflash":
+            mask = int(ckpt["config"]["mask_token_id"])
 
     from .export import export_gguf, export_hf
     from .model import DFlashConfig
-    from .objectives import target_layers
+    from .objectives import build_objective, target_layers
     from .trainer import train
 
     dev = torch.device(tc.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     hf = load_hf_target(target, dtype=getattr(torch, target_dtype), device=dev)
     layers = target_layers(tc, n_layer)
-    feats = TargetFeatures(hf, layers)
     emb, head = token_matrices(hf)
-    c = DFlashConfig.for_target(info, emb.shape[0], n_layer=tc.drafter_layers or 2, target_layer_ids=layers,
-                                block_size=tc.block_size, mask_token_id=mask)
+    feats = None
+    if tc.kind == "draft":  # a draft model reads tokens only: the target gave its matrices, and is let go
+        obj: Any = build_objective(tc, info, seqs, emb, head, target=target)
+        c = obj.config
+        del hf
+    else:
+        feats = TargetFeatures(hf, layers)
+    if tc.kind == "eagle3":
+        obj = _eagle3_objective()(build_objective(tc, info, seqs, emb, head, target=target), feats)
+        c = obj.config
+    elif tc.kind == "dflash":
+        c = DFlashConfig.for_target(info, emb.shape[0], n_layer=tc.drafter_layers or 2, target_layer_ids=layers,
+                                    block_size=tc.block_size, mask_token_id=mask)
     # a drafter.pt holds the whole configuration, a GGUF the shape fields it stores: those must agree
     # (but the layer count, where grow deepens a shallower one)
     grown_from = None
-    if ckpt is not None and grow and int(ckpt["config"]["n_layer"]) < c.n_layer:
+    if ckpt is not None and grow and tc.kind == "dflash" and int(ckpt["config"]["n_layer"]) < c.n_layer:
         from .model import grow_layers
 
         grown_from = int(ckpt["config"]["n_layer"])
@@ -291,27 +340,32 @@ def run(target: str | os.PathLike, out_dir: str | os.PathLike, files: Sequence[s
     diff = {} if ckpt is None else {k: (ckpt["config"][k], v) for k, v in c.to_dict().items()
                                     if k in ckpt["config"] and ckpt["config"][k] != v}
     if diff:
-        feats.close()
+        if feats is not None:
+            feats.close()
         raise InvalidArgumentError(f"{init} was trained with another configuration: (checkpoint, now) {diff}; "
                                    "pass the same --block-size, --drafter-layers and --layers as that run")
-    obj = online_objective(c, emb, head, feats, n_blocks=tc.n_blocks)
+    if tc.kind == "dflash":
+        assert feats is not None
+        obj = online_objective(c, emb, head, feats, n_blocks=tc.n_blocks)
     t_load = time.time() - t0
     t1 = time.time()
     model, history = train(seqs, None, obj, tc, progress=progress,
                            init_state=ckpt["state_dict"] if ckpt is not None else None)
     t_train = time.time() - t1
-    export_hf(model, out / "hf")
-    torch.save({"kind": "dflash", "config": c.to_dict(), "train_config": tc.to_dict(),
+    if tc.kind == "dflash":
+        export_hf(model, out / "hf")
+    torch.save({"kind": tc.kind, "config": c.to_dict(), "train_config": tc.to_dict(),
                 "state_dict": model.state_dict()}, out / "drafter.pt")
     ggufs = {}
     for q in sorted({tc.quant, "f16"}):
         ggufs[q] = out / f"drafter-{q}.gguf"
-        export_gguf(model, ggufs[q], target=target, quant=q, name=f"dflash drafter for {Path(target).name} (online)")
+        export_gguf(model, ggufs[q], target=target, quant=q,
+                    name=f"{tc.kind} drafter for {Path(target).name} (online)")
     n_train = sum(s["split"] == "train" for s in seqs)
     steps = history[-1]["step"] if history else 0
     best = max(history, key=lambda h: h["tau"]) if history else {}
     report = {
-        "kind": "dflash", "mode": "online", "target": str(target), "target_dtype": target_dtype,
+        "kind": tc.kind, "mode": "online", "target": str(target), "target_dtype": target_dtype,
         "command": command if command is not None else shlex.join([sys.executable, *sys.argv]),
         "seed": tc.seed, "init": str(init) if init is not None else None, "grown_from_layers": grown_from,
         "data": list(files),
