@@ -353,7 +353,7 @@ def main(argv: list[str] | None = None) -> int:
     k.add_argument("--n-max", default="1,2,3,4,7,15", help="draft lengths, comma-separated; 'auto' = chosen per step")
     k.add_argument("--tree", default="", metavar="BUDGETS",
                    help="token-tree node budgets, comma-separated (e.g. 8,16,32): a point per budget at each n_max "
-                        "(the depth) for drafters that draft trees (draft-dflash)")
+                        "(the depth) for drafters that draft trees (draft-dflash, DFlash2, draft-eagle3)")
     k.add_argument("--prompts", default="builtin:coding-chat",
                    help="builtin:coding-chat | builtin:mixed | a .jsonl file of conversations")
     k.add_argument("--turns", type=int, default=4, help="most user turns per conversation (0 = all)")

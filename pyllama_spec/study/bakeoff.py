@@ -156,8 +156,8 @@ def bakeoff(target: str | os.PathLike, drafters: Any = None, *, n_max: Any = (1,
         resume: continue the sweep of ``out/results.json`` (same settings; ``runs`` may be larger):
             its finished (point, run) pairs are kept, not run again; its verify costs are reused.
         tree: token-tree node budgets (ints, or ``"4,16"``): each is a point of its own at every int
-            n_max (its depth) of the drafters that draft trees (draft-dflash); the target context is
-            then sized for the largest (``Generator(tree=...)``) for every point. The cost model is
+            n_max (its depth) of the drafters that draft trees (draft-dflash, DFlash2, draft-eagle3); the
+            target context is then sized for the largest (``Generator(tree=...)``) for every point. The cost model is
             fitted on the chains and predicts the trees (``cost_models[i]["trees"]``: tok/s at the
             measured τ, τ and tok/s from the drafter's calibrated probabilities, the budget it picks).
 
@@ -222,7 +222,8 @@ def bakeoff(target: str | os.PathLike, drafters: Any = None, *, n_max: Any = (1,
             thinking_values = [None]
         points, clamp_notes = make_points(gen, n_max_values, temps, thinking_values, trees)
         if trees and not any(p.tree for p in points):
-            notes.append(f"--tree {trees}: no drafter here drafts token trees (draft-dflash does); no tree points")
+            notes.append(f"--tree {trees}: no drafter here drafts token trees (draft-dflash, DFlash2 and draft-eagle3 "
+                         "do); no tree points")
         notes += clamp_notes
         files = {name: drafter_file(gen, name, spec) for name, spec in specs.items()}
         runner = Runner(gen, convs, turns=turns, max_tokens=max_tokens, seed=seed, native=native,
