@@ -587,8 +587,50 @@ def test_the_guard_leaves_a_paying_trial_drafting():
 def test_the_guard_compares_with_the_plain_steps_its_rests_measured():
     """Before its first rest the guard compares with the model's plain step (the table's V(1), 1.0 ms); the
     rest then measures plain steps at 1.8 ms (a busy machine), against which drafting steps of 2.5 ms for 2
-    tokens pay: one rest, then the loop drafts on, and the back-off is cleared."""
+    tokens pay: one rest, then the loop drafts on (but for its short measuring rests, GUARD_MEASURE steps every
+    GUARD_REFRESH drafting steps), and the back-off is cleared."""
+    from pyllama_spec.speculative.costmodel import GUARD_MEASURE
+
     pol, asks = _guarded_run(300, draft_ms=2.5, accepted=1, rest_plain_ms=1.8)
     assert pol.n_guard_rests == 1 and pol.state.plain_step_ms == pytest.approx(1.8)
-    assert all(a > 0 for a in asks[-200:])
+    assert sum(a == 0 for a in asks[-200:]) <= GUARD_MEASURE
     assert pol.state.guard_gap == 0
+
+
+def test_the_guard_measures_a_stale_plain_step_again():
+    """A plain step remembered at 1.6 ms (an earlier generation on a busier machine) while plain steps now
+    take 1.0: drafting steps of 2.3 ms for 2 tokens pay against the stale value, lose against the true one.
+    Every GUARD_REFRESH drafting steps the loop rests GUARD_MEASURE steps to measure it afresh; then the
+    guard sees the loss and rests, and over the run the tokens per ms come near plain decoding's (a fresh
+    AutoState does the same from its first trial)."""
+    from pyllama_spec.speculative.costmodel import GUARD_MEASURE, GUARD_REFRESH
+
+    def run(st, n=2000):
+        stats = SpecStats(n_max=7)
+        clock, timer = FakeClock(), FakeTimer(sync=False)
+        pol = AutoDraftLength([1.0] * 8, stats, state=st, clock=clock, timer=timer)
+        asks = []
+        for _ in range(n):
+            ask = pol.plan(7)
+            asks.append(ask)
+            if ask:
+                k = len(pol.trim(Draft(tokens=[1] * ask, confidence=[0.9] * ask)).tokens)
+                timer.stages["draft"].seconds += 0.3e-3
+                stats.record(k, min(1, k))
+                clock.t += 2.3e-3
+            else:
+                stats.record(0, 0)
+                clock.t += 1.0e-3
+        drafting = sum(1 for a in asks if a)
+        return pol, asks, (2 * drafting + n - drafting) / (2.3 * drafting + 1.0 * (n - drafting))
+
+    stale = AutoState(plain_step_ms=1.6)
+    pol, asks, rate = run(stale)
+    first_rest = asks.index(0)
+    assert GUARD_REFRESH <= first_rest <= GUARD_REFRESH + 2  # the measuring rest, not a verdict of the trial
+    assert asks[first_rest:first_rest + GUARD_MEASURE] == [0] * GUARD_MEASURE
+    assert stale.plain_step_ms == pytest.approx(1.0)
+    assert pol.n_guard_rests >= 1 and rate > 0.95
+    _, _, fresh_rate = run(AutoState())
+    assert fresh_rate > 0.95
+    # (without the refresh the stale value hid the loss for good: 0.87 tokens a ms over the whole run)

@@ -328,3 +328,42 @@ def test_online_run_trains_eagle3_and_draft_models(tiny, seqs, tmp_path, kind):
     with pytest.raises(InvalidArgumentError, match="GGUF is for DFlash"):
         run(tiny[0], tmp_path / "c", [str(data)], TrainConfig(steps=2, **kw), progress=False,
             target_dtype="float32", init=q8)
+
+
+def test_online_eagle3_restart_keeps_its_own_vocabulary(tiny, seqs, tmp_path):
+    """An EAGLE-3 head with its own vocabulary (draft_vocab) continued on other data: its lm_head rows belong to
+    the checkpoint's ids, so the run keeps them (config, buffer and the exported GGUF's d2t) instead of the ids
+    the new data would pick; ``grow`` is refused for kinds other than dflash, and without an init."""
+    from gguf import GGUFReader
+
+    from pyllama_spec.errors import InvalidArgumentError
+    from pyllama_spec.train.online import run
+
+    kw = {**RUN_KW, "kind": "eagle3", "layers": [0, 2, 3], "draft_vocab": 16}
+    a_data = _answers_file(tmp_path, seqs)
+    rep = run(tiny[0], tmp_path / "a", [str(a_data)], TrainConfig(steps=4, lr=3e-3, **kw), progress=False,
+              target_dtype="float32")
+    a = torch.load(tmp_path / "a" / "drafter.pt", weights_only=True)
+    # other data: the letters text and a held-out one only (other tokens are frequent in their answers)
+    b_dir = tmp_path / "other"
+    b_dir.mkdir()
+    b_data = _answers_file(b_dir, [s for i, s in enumerate(seqs) if i % 6 in (4, 5)])
+    run(tiny[0], tmp_path / "b", [str(b_data)], TrainConfig(steps=2, lr=1e-30, **kw), progress=False,
+        target_dtype="float32", init=tmp_path / "a" / "drafter.pt")
+    b = torch.load(tmp_path / "b" / "drafter.pt", weights_only=True)
+    assert torch.equal(b["state_dict"]["d2t"], a["state_dict"]["d2t"])
+    fresh = run(tiny[0], tmp_path / "c", [str(b_data)], TrainConfig(steps=1, **kw), progress=False,
+                target_dtype="float32")
+    c = torch.load(tmp_path / "c" / "drafter.pt", weights_only=True)
+    assert not torch.equal(c["state_dict"]["d2t"], a["state_dict"]["d2t"])  # (the test's data do pick others)
+    for d in ("a", "b"):
+        r = GGUFReader(str(tmp_path / d / "drafter-f16.gguf"))
+        t = next(t for t in r.tensors if t.name == "d2t")
+        assert list(np.asarray(t.data).reshape(-1)) == a["state_dict"]["d2t"].tolist(), d
+    assert rep["kind"] == fresh["kind"] == "eagle3"
+    with pytest.raises(InvalidArgumentError, match="grow deepens the DFlash drafter"):
+        run(tiny[0], tmp_path / "d", [str(a_data)], TrainConfig(steps=1, **kw), progress=False,
+            target_dtype="float32", init=tmp_path / "a" / "drafter.pt", grow=True)
+    with pytest.raises(InvalidArgumentError, match="grow deepens the DFlash drafter"):
+        run(tiny[0], tmp_path / "d", [str(a_data)], TrainConfig(steps=1, **RUN_KW), progress=False,
+            target_dtype="float32", grow=True)

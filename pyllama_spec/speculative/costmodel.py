@@ -603,6 +603,7 @@ class AutoState:
             before the first rest (:meth:`AutoDraftLength.plain_step`).
         guard_gap: the length of the last rest the guard began (steps); doubled each time a new trial loses
             again, 0 once a trial pays.
+        plain_age: drafting steps booked since a resting step last measured ``plain_step_ms``.
     """
     bin_tried: np.ndarray = field(default_factory=lambda: np.zeros(10))
     bin_accepted: np.ndarray = field(default_factory=lambda: np.zeros(10))
@@ -627,6 +628,7 @@ class AutoState:
     trial_ms: float = 0.0
     plain_step_ms: float | None = None
     guard_gap: int = 0
+    plain_age: int = 0
     _last_stats: Any = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
@@ -698,6 +700,9 @@ FREE_DRAFTER = 0.05
 #: decoding differ by ~1–2 %)
 GUARD_STEPS = 16
 GUARD_MARGIN = 0.03
+#: every this many drafting steps without a rest the guard rests GUARD_MEASURE steps to measure a plain step again
+GUARD_REFRESH = 128
+GUARD_MEASURE = 4
 #: after this many drafting steps a trial's means weigh the newest step 1/GUARD_WINDOW (before: plain means)
 GUARD_WINDOW = 32
 
@@ -741,8 +746,9 @@ class AutoDraftLength:
     the rows to ``Drafter.observe_dormant`` instead, which may skip them (DFlash: no features copied or
     injected; the probe drafts from the rest's last ``DORMANT_WINDOW`` rows): on 2 CPU cores that took auto
     from ×0.986 to ×1.005 of plain decoding in one run (RESULTS.md 19.2). A *free* drafter (:meth:`free_drafter`:
-    its call measured at ≤ ``FREE_DRAFTER`` of a 1-row verify, as the n-gram kinds are) never rests: it is asked
-    for the ceiling every step, and only :meth:`trim` decides (RESULTS.md 19.4).
+    its call measured at ≤ ``FREE_DRAFTER`` of a 1-row verify, as the n-gram kinds are) is asked for the ceiling
+    every step without the model's rest test, and only :meth:`trim` decides (RESULTS.md 19.4) — unless the guard
+    below finds its drafting steps losing, then it rests too.
 
     **The guard.** The model's verdict rests on a verify table measured apart and on per-step costs booked
     by kind of step; on a GPU a run's real drafting steps cost more than that (verifies of changing shapes,
@@ -750,10 +756,15 @@ class AutoDraftLength:
     where plain decoding gave 733 and the model still said drafting paid — RESULTS.md 19.5). So the loop also
     measures what drafting steps really give — committed tokens and wall ms a step, over a *trial* of at least
     ``GUARD_STEPS`` of them (:meth:`guard_loss`) — against a plain step's wall (measured in rests; before the
-    first, V(1), :meth:`plain_step`). When a trial loses more than ``GUARD_MARGIN`` of its time the loop rests, the same
-    :func:`rest_length` back-off as the model's rests (doubled while new trials keep losing), then the probe
-    starts a new trial; a free drafter rests too. That bounds auto's loss against plain decoding by one trial a
-    back-off, whatever the model's error. Lossless as before: a resting step is a plain decode.
+    first, V(1), :meth:`plain_step`). When a trial loses more than ``GUARD_MARGIN`` of its time the loop rests,
+    the same :func:`rest_length` back-off as the model's rests (doubled while new trials keep losing), then the
+    probe starts a new trial; a free drafter rests too. The plain step it compares with goes stale (a longer
+    context, a busier machine, an earlier generation's value), and a trial that pays against a stale value would
+    never rest to measure it again: so every ``GUARD_REFRESH`` drafting steps without a rest the loop rests
+    ``GUARD_MEASURE`` steps to measure it (3 % of the steps; ≈ 1 % of the time where drafting pays 1.5×). That
+    bounds auto's loss against plain decoding by one trial a back-off, whatever the model's error. Off with
+    ``AutoState(rest=False)`` (no rests at all) or ``AutoState(guard=False)``. Lossless as before: a resting
+    step is a plain decode.
 
     Args:
         verify_ms: ``[V(1), ..., V(R)]``, ms of verify batches of 1..R rows (:func:`measure_verify_ms`);
@@ -1012,7 +1023,8 @@ class AutoDraftLength:
         """The guard's verdict on the current trial (class docstring, "The guard"): the ms a drafting step
         loses against plain decoding of the same tokens, ``trial_ms − trial_tokens × plain_step()``, where it
         exceeds ``GUARD_MARGIN`` of the step; None while it does not, before ``GUARD_STEPS`` drafting steps
-        were measured, or with ``AutoState.guard`` off."""
+        were measured, or with ``AutoState.guard`` off. (:meth:`plan` asks only where resting is allowed,
+        ``AutoState.rest``.)"""
         st = self.state
         if not st.guard or st.trial_steps < GUARD_STEPS:
             return None
@@ -1064,12 +1076,14 @@ class AutoDraftLength:
         elif self._prev == "rest":  # (less the rows it injected for the drafter: a probe's share of work)
             st.rest_ms = _ema(st.rest_ms, max(0.0, other - inject_ms))
             st.plain_step_ms = _ema(st.plain_step_ms, wall)
+            st.plain_age = 0
         elif self._prev == "draft":
             st.other_ms = _ema(st.other_ms, other)
             if self.timer is not None:
                 st.drafter_ms = _ema(st.drafter_ms, drafter_ms)
             if self.stats.n_steps == self._n_steps + 1:  # (the step was booked: its committed tokens are known)
                 self._book_trial(1.0 + float(self.stats.acceptance_lengths[-1]), wall)
+                st.plain_age += 1
         elif self.timer is not None or st.other_ms is None:
             # a probe also injects the rows deferred while resting, in one decode: not a drafting
             # step's cost (left out where the timer tells it)
@@ -1097,6 +1111,12 @@ class AutoDraftLength:
                 st.guard_gap = 0  # (this trial pays: the next one the guard stops starts the back-off again)
             if st.rest and st.rest_left > 0:
                 st.rest_left -= 1
+            elif (st.rest and st.guard and st.plain_step_ms is not None and st.plain_age >= GUARD_REFRESH
+                  and self._prev != "rest"):
+                # a short rest that measures the plain step afresh (class docstring): its first step replaces the
+                # stale value, the next ones average in
+                st.rest_left = GUARD_MEASURE - 1
+                st.plain_age, st.plain_step_ms = 0, None
             elif self.free_drafter() and guard is None:
                 st.gap = 0
                 ask = ceiling
@@ -1136,8 +1156,8 @@ class AutoDraftLength:
 
     def free_drafter(self) -> bool:
         """Whether the drafter's measured call (``AutoState.drafter_ms``, its drafting steps' drafter stages)
-        costs at most ``FREE_DRAFTER`` of a 1-row verify: then :meth:`plan` asks for the ceiling and never
-        rests. False until a drafting step was measured (with a timer)."""
+        costs at most ``FREE_DRAFTER`` of a 1-row verify: then :meth:`plan` asks for the ceiling without the
+        model's rest test (the guard may still rest it). False until a drafting step was measured (with a timer)."""
         st = self.state
         return st.drafter_ms is not None and st.drafter_ms <= FREE_DRAFTER * self._v(1.0)
 
@@ -1175,4 +1195,5 @@ class AutoDraftLength:
 __all__ = ["VerifyCost", "StepCosts", "Acceptance", "Measured", "CostModel", "fit_costs", "measure_verify_ms",
            "tree_calibration", "tree_tau_from_mass", "expected_tree_tau", "fit_tree_row_ms",
            "AutoDraftLength", "AutoState", "AUTO_RULES", "DRAFT_STAGES", "DRAFTER_STAGES", "VERIFY_STAGES",
-           "adaedl_lower_bound", "rest_length", "DORMANT_WINDOW", "GUARD_STEPS", "GUARD_MARGIN", "GUARD_WINDOW"]
+           "adaedl_lower_bound", "rest_length", "DORMANT_WINDOW", "GUARD_STEPS", "GUARD_MARGIN", "GUARD_WINDOW",
+           "GUARD_REFRESH", "GUARD_MEASURE"]

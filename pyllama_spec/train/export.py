@@ -239,7 +239,9 @@ def export_eagle3_gguf(model: Eagle3Model, path: str | os.PathLike, *, target: s
         if ours in state:
             _add_tensor(w, gg, state[ours], quant)
     if c.draft_vocab:
-        w.add_tensor("d2t", np.asarray(c.d2t, dtype=np.int64))
+        # the model's d2t buffer, not c.d2t: a warm restart loads the checkpoint's map into the buffer (its lm_head
+        # rows follow it), while c.d2t was counted again on the new run's data
+        w.add_tensor("d2t", model.d2t.detach().cpu().numpy().astype(np.int64))
     _close(w)
     return {"target_layers": list(c.target_layer_ids), "draft_vocab": c.draft_vocab}
 

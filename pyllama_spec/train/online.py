@@ -268,6 +268,9 @@ def run(target: str | os.PathLike, out_dir: str | os.PathLike, files: Sequence[s
 
     if tc.kind not in ("dflash", "eagle3", "draft"):
         raise InvalidArgumentError(f"online training takes kind dflash, eagle3 or draft, got kind={tc.kind!r}")
+    if grow and (tc.kind != "dflash" or init is None):
+        raise InvalidArgumentError("grow deepens the DFlash drafter given as init: pass --init with kind dflash, or "
+                                   "drop --grow")
     if init is not None and Path(init).suffix == ".gguf" and tc.kind != "dflash":
         raise InvalidArgumentError(f"{init}: continuing from a GGUF is for DFlash drafters; for kind={tc.kind!r} "
                                    "pass the drafter.pt of an earlier run")
@@ -325,6 +328,10 @@ def run(target: str | os.PathLike, out_dir: str | os.PathLike, files: Sequence[s
     if tc.kind == "eagle3":
         obj = _eagle3_objective()(build_objective(tc, info, seqs, emb, head, target=target), feats)
         c = obj.config
+        if ckpt is not None and "d2t" in ckpt["state_dict"] and c.draft_vocab:
+            # a warm restart keeps the checkpoint's own vocabulary (its lm_head rows belong to those ids), not
+            # the one this run's data would pick
+            c.d2t = [int(t) for t in ckpt["state_dict"]["d2t"].tolist()]
     elif tc.kind == "dflash":
         c = DFlashConfig.for_target(info, emb.shape[0], n_layer=tc.drafter_layers or 2, target_layer_ids=layers,
                                     block_size=tc.block_size, mask_token_id=mask)

@@ -52,7 +52,8 @@ class DFlash2Drafter(DFlashDrafter):
     The selector gives a path, not distributions: with ``verify="rejection"`` the draft counts
     as deterministic. Token trees (``tree=``): the best-first tree through the same lattice
     (:func:`~pyllama_spec.speculative.tree.build_lattice_tree`), from the one block decode; deterministic
-    too (the match rule's acceptance at T > 0, one-hot q for ``verify="rejection"``).
+    too (the match rule's acceptance at T > 0, one-hot q for ``verify="rejection"``); ``p_min`` / ``n_min``
+    do not apply to trees.
     """
     supports_rejection = False
     supports_tree = True
