@@ -25,6 +25,7 @@ from pyllama_spec.study.prompts import load_prompts
 AUTO = [("auto cost+rest", "dflash", {"rule": "cost", "rest": True}),
         # deep in a long rest the drafter sees no rows (observe_dormant, the default) vs every row
         ("auto cost+rest awake", "dflash-awake", {"rule": "cost", "rest": True, "dormant": False}),
+        ("auto cost+rest noguard", "dflash-noguard", {"rule": "cost", "rest": True, "guard": False}),
         ("auto adaedl+rest", "dflash-adaedl", {"rule": "adaedl", "rest": True}),
         ("auto cost", "dflash-norest", {"rule": "cost", "rest": False}),
         ("auto adaedl", "dflash-adaedl-norest", {"rule": "adaedl", "rest": False})]
