@@ -6,19 +6,25 @@
 # Four parts of ~25 MB: each travels with the checkout (~35 MB with the committed issue-20 answers) under 64 MiB
 # (SMOL_PARTS=5 or 6 for prepare_device.sh: smaller parts, one more model call each; smol_cat takes any number).
 SMOL_BYTES=98362432
-smol_cat() {
-  local out=$1 parts=() n
-  for n in $(ls "$W"/smol.part[0-9][0-9] .dev/smol.part[0-9][0-9] 2>/dev/null | xargs -r -n1 basename | sort -u); do
+QWEN_BYTES=491400064  # Qwen2.5-Coder-0.5B-Instruct Q4_K_M (pyllama_spec.assets), 26 parts of 19 MB (QWEN_PARTS=1)
+# parts_cat NAME OUT BYTES: the parts NAME.partNN earlier calls left in $W and those this call carries (.dev/), in
+# order, into OUT; refuses a set of another size (returns 2, OUT untouched)
+parts_cat() {
+  local name=$1 out=$2 bytes=$3 parts=() n
+  for n in $(ls "$W"/"$name".part[0-9][0-9] .dev/"$name".part[0-9][0-9] 2>/dev/null | xargs -r -n1 basename | sort -u); do
     if [ -f "$W/$n" ]; then parts+=("$W/$n"); else parts+=(".dev/$n"); fi
   done
   [ ${#parts[@]} -gt 0 ] && cat "${parts[@]}" > "$out.tmp"
-  if [ "$(stat -c %s "$out.tmp" 2>/dev/null)" != "$SMOL_BYTES" ]; then
+  if [ "$(stat -c %s "$out.tmp" 2>/dev/null)" != "$bytes" ]; then
     rm -f "$out.tmp"
-    echo "SmolLM2 incomplete (parts: ${parts[*]:-none}): run \`h200.sh model0\`, model1, model2 (carry .dev/smol.part00," \
-         "01, 02) and carry .dev/smol.part03 with this call (bash benchmarks/prepare_device.sh makes them)"
+    echo "$name incomplete (${#parts[@]} parts: ${parts[*]:-none})"
     return 2
   fi
   mv "$out.tmp" "$out"
+}
+smol_cat() {
+  parts_cat smol "$1" $SMOL_BYTES || { echo "run \`h200.sh model0\`, model1, model2 (carry .dev/smol.part00, 01, 02)" \
+      "and carry the last part with this call (bash benchmarks/prepare_device.sh makes them)"; return 2; }
 }
 
 smol_checkout() {

