@@ -517,14 +517,17 @@ def test_a_free_drafter_is_asked_for_the_ceiling_and_never_rests(drafter_ms, fre
         assert pol.n_rest > 150
 
 
-def _guarded_run(n_steps, *, draft_ms, accepted, guard=True, drafter_ms=0.3, plain_ms=1.0, rest_plain_ms=None):
+def _guarded_run(n_steps, *, draft_ms, accepted, guard=True, drafter_ms=0.3, plain_ms=1.0, rest_plain_ms=None,
+                 state=None):
     """``n_steps`` steps of a policy whose verify table says 8 rows cost what 1 does (the model: drafting
     confident positions pays), while on the fake clock a drafting step really costs ``draft_ms`` (whatever its
     length) and commits ``1 + accepted`` tokens, and a resting step ``rest_plain_ms`` (default ``plain_ms``,
-    the table's V(1)). Returns the policy and each step's ask."""
+    the table's V(1)); ``state``: the AutoState to start from (default a fresh one). Returns the policy and
+    each step's ask."""
     stats = SpecStats(n_max=7)
     clock, timer = FakeClock(), FakeTimer(sync=False)  # (a GPU run: the verify stage is no measurement)
-    pol = AutoDraftLength([plain_ms] * 8, stats, state=AutoState(guard=guard), clock=clock, timer=timer)
+    st = AutoState(guard=guard) if state is None else state
+    pol = AutoDraftLength([plain_ms] * 8, stats, state=st, clock=clock, timer=timer)
     asks = []
     for _ in range(n_steps):
         ask = pol.plan(7)
@@ -606,21 +609,7 @@ def test_the_guard_measures_a_stale_plain_step_again():
     from pyllama_spec.speculative.costmodel import GUARD_MEASURE, GUARD_REFRESH
 
     def run(st, n=2000):
-        stats = SpecStats(n_max=7)
-        clock, timer = FakeClock(), FakeTimer(sync=False)
-        pol = AutoDraftLength([1.0] * 8, stats, state=st, clock=clock, timer=timer)
-        asks = []
-        for _ in range(n):
-            ask = pol.plan(7)
-            asks.append(ask)
-            if ask:
-                k = len(pol.trim(Draft(tokens=[1] * ask, confidence=[0.9] * ask)).tokens)
-                timer.stages["draft"].seconds += 0.3e-3
-                stats.record(k, min(1, k))
-                clock.t += 2.3e-3
-            else:
-                stats.record(0, 0)
-                clock.t += 1.0e-3
+        pol, asks = _guarded_run(n, draft_ms=2.3, accepted=1, state=st)
         drafting = sum(1 for a in asks if a)
         return pol, asks, (2 * drafting + n - drafting) / (2.3 * drafting + 1.0 * (n - drafting))
 

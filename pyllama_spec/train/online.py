@@ -36,7 +36,6 @@ import numpy as np
 if TYPE_CHECKING:
     import torch
 
-    from .model import DFlashModel
     from .objectives import Batch, Leads
 
 
@@ -147,12 +146,30 @@ def token_matrices(model: Any) -> tuple[np.ndarray, np.ndarray]:
     return emb, head
 
 
+class _OnlineFeatures:
+    """Mixin for an objective whose batches carry token ids ``(B, L)`` in the features' place: :meth:`loss`
+    and :meth:`leads` run the target (``self.target``, a :class:`TargetFeatures`) on them first, then the
+    stored-features objective it is mixed into."""
+    target: TargetFeatures
+
+    def with_features(self, b: Batch) -> Batch:
+        """The batch with the target's features in place of the token ids."""
+        return (self.target(b[0]).to(b[0].device), *b[1:])
+
+    def loss(self, model: Any, b: Batch, dtype: torch.dtype) -> torch.Tensor:
+        return super().loss(model, self.with_features(b), dtype)  # type: ignore[misc]
+
+    def leads(self, model: Any, b: Batch, seqs: Sequence[dict[str, Any]], idx: Sequence[int],
+              dtype: torch.dtype) -> Leads:
+        return super().leads(model, self.with_features(b), seqs, idx, dtype)  # type: ignore[misc]
+
+
 def _dflash_objective() -> type:
     """:class:`OnlineDFlashObjective`, defined on first use (it subclasses the torch-importing
     :class:`.objectives.DFlashObjective`)."""
     from .objectives import DFlashObjective, _as_t, make_blocks
 
-    class OnlineDFlashObjective(DFlashObjective):
+    class OnlineDFlashObjective(_OnlineFeatures, DFlashObjective):
         """DFlash's objective with features from :class:`TargetFeatures` inside each step: batches
         carry the padded token ids ``(B, Lc)`` in the features' place; :meth:`loss` and
         :meth:`leads` run the target first."""
@@ -171,17 +188,6 @@ def _dflash_objective() -> type:
                 toks[r, :len(seqs[i]["tokens"])] = seqs[i]["tokens"]
             return (_as_t(toks, device), *(_as_t(x, device) for x in blocks))
 
-        def with_features(self, b: Batch) -> Batch:
-            """The batch with the target's features in place of the token ids."""
-            return (self.target(b[0]).to(b[0].device), *b[1:])
-
-        def loss(self, model: DFlashModel, b: Batch, dtype: torch.dtype) -> torch.Tensor:
-            return super().loss(model, self.with_features(b), dtype)
-
-        def leads(self, model: DFlashModel, b: Batch, seqs: Sequence[dict[str, Any]], idx: Sequence[int],
-                  dtype: torch.dtype) -> Leads:
-            return super().leads(model, self.with_features(b), seqs, idx, dtype)
-
     return OnlineDFlashObjective
 
 
@@ -190,7 +196,7 @@ def _eagle3_objective() -> type:
     :class:`.objectives.Eagle3Objective`)."""
     from .objectives import Eagle3Objective, _as_t
 
-    class OnlineEagle3Objective(Eagle3Objective):
+    class OnlineEagle3Objective(_OnlineFeatures, Eagle3Objective):
         """EAGLE-3's objective with features from :class:`TargetFeatures` inside each step: the batch's
         features ``(B, T, F)`` are replaced by the token ids ``(B, T)`` they are computed from."""
 
@@ -203,16 +209,6 @@ def _eagle3_objective() -> type:
             tok, tgt = self.labels(seqs, idx)
             # the ids of the T rows whose features the target computes in the step, in the features' place
             return _as_t(np.ascontiguousarray(tok[:, :tgt.shape[2]]), device), _as_t(tok, device), _as_t(tgt, device)
-
-        def with_features(self, b: Batch) -> Batch:
-            return (self.target(b[0]).to(b[0].device), *b[1:])
-
-        def loss(self, model: Any, b: Batch, dtype: torch.dtype) -> torch.Tensor:
-            return super().loss(model, self.with_features(b), dtype)
-
-        def leads(self, model: Any, b: Batch, seqs: Sequence[dict[str, Any]], idx: Sequence[int],
-                  dtype: torch.dtype) -> Leads:
-            return super().leads(model, self.with_features(b), seqs, idx, dtype)
 
     return OnlineEagle3Objective
 
