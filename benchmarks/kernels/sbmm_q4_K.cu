@@ -19,4 +19,6 @@ void sbmm::register_q4_K() {
     add_config_seq<W_Q4_K, 2, 4, 1, 2, true>();
     add_config_seq<W_Q4_K, 2, 8, 1, 1, true>();
     add_config_seq<W_Q4_K, 2, 8, 1>();
+    // (MT = 4, RESULTS.md 13.9: (4, 4, 1, 2)b spills 4 bytes at NT = 1, 336 at NT = 2 and 880 with SEQ (ptxas,
+    // sm_90, 2026-12-06): q4_K's 144-byte blocks leave no room for 64 rows a block)
 }

@@ -17,4 +17,7 @@ void sbmm::register_q8_0() {
     // double-buffered
     add_config_seq<W_Q8_0, 2, 4, 8, 1, true>();
     add_config_seq<W_Q8_0, 2, 4, 8, 2, true>();
+    // MT = 4 (RESULTS.md 13.9: fewer activation reads at 9..16 columns; 2026-12-06, not measured): (4, 4, 8, 1)b
+    // spills 12 bytes at NT = 1 (ptxas, sm_90), so SEQ only
+    add_config_seq<W_Q8_0, 4, 4, 8, 1, true>();
 }
