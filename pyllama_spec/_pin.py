@@ -28,6 +28,7 @@ PATCHES = (
     "0011-sampler-top-k-logprobs",
     "0012-cuda-top-k-small-k",
     "0013-cuda-fattn-vec-rows-env",
+    "0014-sched-async-inputs",
 )
 
 
