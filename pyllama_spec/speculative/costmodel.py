@@ -1105,10 +1105,12 @@ class AutoDraftLength:
         self._learn(now)
         st = self.state
         ask = 0
-        if ceiling > 0:
-            guard = self.guard_loss() if st.rest else None  # (None: no verdict against drafting)
+        guard = None  # (the guard's verdict against drafting: None = none; asked only where a step may draft)
+        if ceiling > 0 and st.rest and st.rest_left <= 0:
+            guard = self.guard_loss()
             if guard is None and st.trial_steps >= GUARD_STEPS:
                 st.guard_gap = 0  # (this trial pays: the next one the guard stops starts the back-off again)
+        if ceiling > 0:
             if st.rest and st.rest_left > 0:
                 st.rest_left -= 1
             elif (st.rest and st.guard and st.plain_step_ms is not None and st.plain_age >= GUARD_REFRESH

@@ -64,24 +64,30 @@ class DFlash2Drafter(DFlashDrafter):
         # the lattice rows are read for every block token (llama.cpp: masked = false)
         self.ctx.set_embeddings_nextn(True, False)
 
-    def propose(self, last_token: int, n_past: int, n_max: int, sp: SamplingParams, rng: np.random.Generator,
-                timer: StageTimer) -> Draft:
-        n_max = min(n_max, self.n_max_limit)
-        if n_max <= 0:
-            return Draft(tokens=[])
+    def _lattice(self, last_token: int, n_past: int, n_max: int, timer: StageTimer) -> np.ndarray:
+        """One block decode of ``[last, mask × n_max]``: the lattice rows of positions 1..n_max ``(n_max, width)``
+        (a view of the drafter's output, valid until its next decode); the block leaves the drafter's cache."""
         self.flush(timer)  # rows deferred while n_max="auto" rested (observe_deferred); closes a hole of a long rest
         block = np.full(n_max + 1, self.mask_token, dtype=np.int32)
         block[0] = last_token
         with timer("draft", self.ctx):
             # no logits rows: DFlash2 reads the lattice only
             self.ctx.decode(block, np.arange(n_past, n_past + n_max + 1, dtype=np.int32), logits="none")
-        with timer("draft_sample"):
-            tokens = walk_lattice(self.ctx.embeddings_nextn()[1:n_max + 1], self.top_k, self.p_min)
+        rows = self.ctx.embeddings_nextn()[1:n_max + 1]
         with timer("rollback"):
             self.ctx.memory.seq_rm(0, n_past)
         self._settle()
-        return Draft(tokens=tokens if len(tokens) >= self.n_min else [])
+        return rows
 
+    def propose(self, last_token: int, n_past: int, n_max: int, sp: SamplingParams, rng: np.random.Generator,
+                timer: StageTimer) -> Draft:
+        n_max = min(n_max, self.n_max_limit)
+        if n_max <= 0:
+            return Draft(tokens=[])
+        rows = self._lattice(last_token, n_past, n_max, timer)
+        with timer("draft_sample"):
+            tokens = walk_lattice(rows, self.top_k, self.p_min)
+        return Draft(tokens=tokens if len(tokens) >= self.n_min else [])
 
     def propose_tree(self, last_token: int, n_past: int, n_max: int, budget: int, sp: SamplingParams,
                      rng: np.random.Generator, timer: StageTimer) -> TreeDraft:
@@ -89,17 +95,9 @@ class DFlash2Drafter(DFlashDrafter):
         n_max = min(n_max, self.n_max_limit, budget)
         if n_max <= 0:
             return TreeDraft(tokens=[], parents=np.zeros(0, dtype=np.int64))
-        self.flush(timer)
-        block = np.full(n_max + 1, self.mask_token, dtype=np.int32)
-        block[0] = last_token
-        with timer("draft", self.ctx):
-            self.ctx.decode(block, np.arange(n_past, n_past + n_max + 1, dtype=np.int32), logits="none")
+        rows = self._lattice(last_token, n_past, n_max, timer)
         with timer("draft_sample"):
-            tree = build_lattice_tree(self.ctx.embeddings_nextn()[1:n_max + 1], self.top_k, budget)
-        with timer("rollback"):
-            self.ctx.memory.seq_rm(0, n_past)
-        self._settle()
-        return tree
+            return build_lattice_tree(rows, self.top_k, budget)
 
     def batched(self, n_seq: int) -> BatchDrafter:
         # DFlashBatch drafts plain DFlash blocks (logits rows); this kind reads more of its graph

@@ -219,6 +219,15 @@ class Eagle3Drafter(ModelDrafter):
         self.pending_pos = self.verify_pos_first + i
         self.pending_g = self.verify_g[i].copy()
 
+    def _step(self, tok: int, g: np.ndarray, pos: int, timer: StageTimer) -> tuple[np.ndarray, np.ndarray]:
+        """One head decode of the pair (``tok``, ``g``) at ``pos``: its logits row (a view, valid until the next
+        decode) and its pre-norm state, the next step's ``g`` (a copy)."""
+        with timer("draft", self.ctx):
+            # the boundary pair (newest token, g of the position before it), then the drafts
+            self.ctx.decode_tokens_embd([tok], g[None, :], [pos], logits="all")
+        with timer("draft_sample"):
+            return self.ctx.logits()[0], self.ctx.embeddings_nextn()[0].copy()
+
     def propose(self, last_token: int, n_past: int, n_max: int, sp: SamplingParams, rng: np.random.Generator,
                 timer: StageTimer) -> Draft:
         if self.pending_pos < 0:  # nothing observed yet (a one-token prompt)
@@ -229,12 +238,9 @@ class Eagle3Drafter(ModelDrafter):
             self.ctx.memory.seq_rm(0, self.pending_pos)
         tok, g, pos = int(last_token), self.pending_g, self.pending_pos
         for _ in range(n_max):
-            with timer("draft", self.ctx):
-                # the boundary pair (newest token, g of the position before it), then the drafts
-                self.ctx.decode_tokens_embd([tok], g[None, :], [pos], logits="all")
+            logits, g = self._step(tok, g, pos, timer)
             with timer("draft_sample"):
-                nxt, q = pick(self.ctx.logits()[0], sp, rng, self.p_min)
-                g = self.ctx.embeddings_nextn()[0].copy()  # pre-norm state: the next step's g
+                nxt, q = pick(logits, sp, rng, self.p_min)
             if nxt is None:
                 break
             tok = nxt
@@ -266,12 +272,8 @@ class Eagle3Drafter(ModelDrafter):
         tok, g, pos = int(last_token), self.pending_g, self.pending_pos
         rows = []
         for _ in range(n_max):
-            with timer("draft", self.ctx):
-                self.ctx.decode_tokens_embd([tok], g[None, :], [pos], logits="all")
-            with timer("draft_sample"):
-                row = self.ctx.logits()[0].copy()
-                g = self.ctx.embeddings_nextn()[0].copy()
-            rows.append(row)
+            row, g = self._step(tok, g, pos, timer)
+            rows.append(row.copy())  # (the next decode overwrites the view)
             tok = int(np.argmax(row))
             pos += 1
         with timer("rollback"):
