@@ -102,6 +102,9 @@ def main() -> None:
                   f"steps of {st.trial_tokens:.2f} tokens in {st.trial_ms:.3f} ms, guard gap {st.guard_gap}, "
                   f"other {st.other_ms}, rest other {st.rest_ms}, drafter {st.drafter_ms}, verify scale "
                   f"{st.verify_scale:.3f}")
+            print("  auto steps by kind (all generations, first steps left out): " + "; ".join(
+                f"{k} {v['steps']} steps, {v['ms_per_step']:.3f} ms a step, {v['tokens_per_ms']:.3f} tokens a ms"
+                for k, v in sorted(st.step_table().items())))
         gc.callbacks.remove(gcc)
         if prof is not None:
             out = io.StringIO()

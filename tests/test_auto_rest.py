@@ -578,6 +578,23 @@ def test_the_guard_rests_where_drafting_steps_really_lose():
     assert tokens / ms > 0.93  # plain decoding: 1 token a ms; drafting every step: 0.8
 
 
+def test_the_step_table_sums_each_kind_of_step():
+    """``AutoState.step_kinds`` books every step but a generation's first by kind — rests (1 token), probes (the
+    first drafting step after a rest) and drafting steps — with the wall ms the clock gave and the tokens they
+    committed: in the losing run above, the drafting steps' 2 tokens in 2.5 ms, the rests' 1 in 1.0 ms."""
+    pol, asks = _guarded_run(600, draft_ms=2.5, accepted=1)
+    t = pol.state.step_table()
+    assert set(t) == {"rest", "probe", "draft"}
+    n_rest, n_drafting = sum(a == 0 for a in asks), sum(a > 0 for a in asks)
+    # (the first step is a drafting step and not booked; the last step's wall is not known yet)
+    assert t["rest"]["steps"] + (asks[-1] == 0) == n_rest
+    assert t["probe"]["steps"] + t["draft"]["steps"] + 1 + (asks[-1] > 0) == n_drafting
+    assert t["probe"]["steps"] == len(_rests(asks)) - (asks[-1] == 0)
+    assert t["rest"]["ms_per_step"] == pytest.approx(1.0) and t["rest"]["tokens_per_ms"] == pytest.approx(1.0)
+    assert t["draft"]["ms_per_step"] == pytest.approx(2.5) and t["draft"]["tokens"] == 2 * t["draft"]["steps"]
+    assert t["probe"]["tokens_per_ms"] == pytest.approx(2 / 2.5)
+
+
 def test_the_guard_leaves_a_paying_trial_drafting():
     """Drafting steps of 1.5 ms for 3 tokens against plain steps of 1.0 ms for 1: the trial pays, the guard
     never rests."""

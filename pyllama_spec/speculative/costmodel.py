@@ -604,6 +604,10 @@ class AutoState:
         guard_gap: the length of the last rest the guard began (steps); doubled each time a new trial loses
             again, 0 once a trial pays.
         plain_age: drafting steps booked since a resting step last measured ``plain_step_ms``.
+        step_kinds: per kind of step (``"rest"``, ``"probe"``: the first drafting step after a rest,
+            ``"draft"``), ``[steps, wall ms, committed tokens]`` summed over every generation (a generation's
+            first step left out): where auto's time went against plain decoding's, e.g. a first use on a GPU
+            whose 36 drafting steps of 470 cost it 15 % (RESULTS.md 19.6). :meth:`step_table` reads it.
     """
     bin_tried: np.ndarray = field(default_factory=lambda: np.zeros(10))
     bin_accepted: np.ndarray = field(default_factory=lambda: np.zeros(10))
@@ -629,6 +633,7 @@ class AutoState:
     plain_step_ms: float | None = None
     guard_gap: int = 0
     plain_age: int = 0
+    step_kinds: dict = field(default_factory=dict)
     _last_stats: Any = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
@@ -647,6 +652,16 @@ class AutoState:
         if not both.any():
             return 0.0
         return max(0.0, float(np.mean(self.verify_new[:n][both] - self.verify_same[:n][both])))
+
+    def step_table(self) -> dict[str, dict[str, float]]:
+        """``step_kinds`` as ``{kind: {"steps", "ms", "tokens", "ms_per_step", "tokens_per_ms"}}`` (ms: wall
+        milliseconds summed over the kind's steps; tokens: committed tokens). A kind whose ``tokens_per_ms`` is
+        below the rests' lost time against plain decoding."""
+        out = {}
+        for kind, (n, ms, tok) in self.step_kinds.items():
+            out[kind] = {"steps": n, "ms": ms, "tokens": tok, "ms_per_step": ms / n if n else 0.0,
+                         "tokens_per_ms": tok / ms if ms > 0 else 0.0}
+        return out
 
 
 _GUESSES: dict[int, list[float]] = {}
@@ -1069,6 +1084,11 @@ class AutoDraftLength:
                 arr[rows - 1] = verify_ms if arr[rows - 1] <= 0 else _ema(arr[rows - 1], verify_ms)
                 setattr(st, name, arr)
         wall = 1e3 * (now - self._t)
+        if not self._first and self._prev in ("rest", "probe", "draft"):
+            booked = self.stats.n_steps == self._n_steps + 1 and self.stats.acceptance_lengths
+            tok = 1.0 + float(self.stats.acceptance_lengths[-1]) if booked and self._prev != "rest" else 1.0
+            rec = st.step_kinds.setdefault(self._prev, [0, 0.0, 0.0])
+            rec[0], rec[1], rec[2] = rec[0] + 1, rec[1] + wall, rec[2] + tok
         if self._first:
             # a generation's first step pays one-time costs (the drafter's first graphs: 65 ms against
             # 1 ms later on the tiny fixtures): not what a step costs
