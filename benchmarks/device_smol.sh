@@ -1,10 +1,9 @@
 # Sourced by the device scripts (h200_issue14.sh, h200_issue20.sh, h200_tree.sh) after they set W and GGUF:
-# smol_checkout gathers SmolLM2 from its four parts (h200.sh model0 / model1 / model2 left the first three in $W,
-# the call carries .dev/smol.part03) and lays this checkout's Python over the installed wheel in $W/pkg.
-# smol_cat OUT: SmolLM2 from its parts, those earlier calls left in $W (h200.sh model0, model1, model2) and the
-# last one, which this call carries (.dev/smol.part03); refuses an incomplete set (the file's size is known).
-# Four parts of ~25 MB: each travels with the checkout (~35 MB with the committed issue-20 answers) under 64 MiB
-# (SMOL_PARTS=5 or 6 for prepare_device.sh: smaller parts, one more model call each; smol_cat takes any number).
+# smol_checkout gathers SmolLM2 from its parts (h200.sh model0 … model7 left all but the last in $W, the call
+# carries the last, .dev/smol.part08) and lays this checkout's Python over the installed wheel in $W/pkg.
+# smol_cat OUT: SmolLM2 from its parts, those earlier calls left in $W and the last one, which this call carries;
+# refuses an incomplete set (the file's size is known). prepare_device.sh makes SMOL_PARTS parts (9 of 10.9 MB:
+# each travels with the 54 MB checkout under 64 MiB); smol_cat takes any number.
 SMOL_BYTES=98362432
 QWEN_BYTES=491400064  # Qwen2.5-Coder-0.5B-Instruct Q4_K_M (pyllama_spec.assets), 26 parts of 19 MB (QWEN_PARTS=1)
 # parts_cat NAME OUT BYTES: the parts NAME.partNN earlier calls left in $W and those this call carries (.dev/), in

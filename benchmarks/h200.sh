@@ -5,16 +5,17 @@
 # SmolLM2 GGUF in four parts; everything is kept under /tmp/w, which survives between calls while the
 # machine stays warm (30 s between calls).
 #
-#   bash benchmarks/h200.sh wheel0   # carry .dev/wheel.part00 (our CUDA wheel travels in three parts, where
-#   bash benchmarks/h200.sh wheel1   # carry .dev/wheel.part01  prepare_device.sh made one; the last in .dev/gpu)
-#   bash benchmarks/h200.sh install  # carry .dev/gpu          (our wheel if carried, else builds: ~6 min)
-#   bash benchmarks/h200.sh model0   # carry .dev/smol.part00   (SmolLM2 travels in four parts: a call carries the
-#   bash benchmarks/h200.sh model1   # carry .dev/smol.part01    checkout, ~35 MB with the committed answers of
-#   bash benchmarks/h200.sh model2   # carry .dev/smol.part02    issue 20, plus at most ~29 MB; the phases carry part03)
-#   bash benchmarks/h200.sh data     # carry .dev/smol.part03  (self-distillation data, batched; features)
+#   bash benchmarks/h200.sh wheel0   # carry .dev/wheel.part00 (our CUDA wheel travels in WHEEL_PARTS parts, 6 of
+#   …                                #                           9.6 MB: wheel0 .. wheel4, where prepare_device.sh made one)
+#   bash benchmarks/h200.sh install  # carry .dev/gpu/wheel.part05, .dev/gpu/wheel.name, .dev/gpu/wheel.parts,
+#                                    # .dev/gpu/whl (with no wheel of ours: carry .dev/gpu whole, it builds, ~6 min)
+#   bash benchmarks/h200.sh model0   # carry .dev/smol.part00   (SmolLM2 travels in SMOL_PARTS parts, 9 of 10.9 MB:
+#   …                                #                           the checkout is 54.3 MB since the draft model ships,
+#   bash benchmarks/h200.sh model7   # carry .dev/smol.part07    a call carries 64 MiB; the phases carry part08)
+#   bash benchmarks/h200.sh data     # carry .dev/smol.part08  (self-distillation data, batched; features)
 #   bash benchmarks/h200.sh train    # the configurations in parallel on shared features, pick the best
 #   bash benchmarks/h200.sh bench    # best drafter vs plain vs native on held-out prompts; pytest
-#   bash benchmarks/h200.sh retest   # carry .dev/smol.part03 after install + model0..model2: tests, τ, demo of this checkout
+#   bash benchmarks/h200.sh retest   # carry .dev/smol.part08 after install + model0..model7: tests, τ, demo of this checkout
 #   bash benchmarks/h200.sh step-big # Qwen3-8B-shaped random pairs (f16, Q4_0) written there: step cost, kernels,
 #                                    # the matmul-dispatch variants of vendor/patches/0001 (carry .dev/smol.part00 along)
 #   bash benchmarks/h200.sh sbmm A   # issue 19, after install (our wheel with patch 0008): the Qwen3-8B-shaped f16,
@@ -37,16 +38,16 @@
 #                                    # `ops topk`: patch 0012's TOP_K (eval + perf) beside GGML_CUDA_TOPK_SMALL=0;
 #                                    # `ops fattn`: patch 0013, FLASH_ATTN_EXT with the vector kernel to 16 rows
 #                                    # `ops seq`: GGML_CUDA_SBMM_SEQ=1 (NT = 2 tiles one after the other): eval + perf n=8,9,12,16 on / off
-#   bash benchmarks/h200.sh auto-overhead # carry .dev/smol.part03 after model0..model2: issue 25, auto's per-step cost
-#   bash benchmarks/h200.sh step-smol # carry .dev/smol.part03 after model0..model2: SmolLM2 step cost, T>0, held-out
-#   bash benchmarks/h200.sh bakeoff  # carry .dev/smol.part03 after install + model0..model2: the drafter bake-off
+#   bash benchmarks/h200.sh auto-overhead # carry .dev/smol.part08 after model0..model7: issue 25, auto's per-step cost
+#   bash benchmarks/h200.sh step-smol # carry .dev/smol.part08 after model0..model7: SmolLM2 step cost, T>0, held-out
+#   bash benchmarks/h200.sh bakeoff  # carry .dev/smol.part08 after install + model0..model7: the drafter bake-off
 #                                    # (benchmarks/bakeoff/README.md); plots re-rendered here with --from-json
-#   bash benchmarks/h200.sh sweep PART # carry .dev/smol.part03 after install + model0..model2: issue 25's whole bake-off
+#   bash benchmarks/h200.sh sweep PART # carry .dev/smol.part08 after install + model0..model7: issue 25's whole bake-off
 #                                    # sweep in four calls, PART = coding-t0a | coding-t0b | coding-t08 | mixed, each
 #                                    # packed into ONE archive $OUT/sweep-PART.tar.gz; then on the CPU machine:
 #   bash benchmarks/h200.sh render sweep-*.tar.gz
 #                                    # unpack, merge the parts, draw the plots into benchmarks/bakeoff/h200-sweep-*/
-#   KIND=eagle3 bash benchmarks/h200.sh kind  # carry .dev/smol.part03 after install + model0..model2: one drafter kind
+#   KIND=eagle3 bash benchmarks/h200.sh kind  # carry .dev/smol.part08 after install + model0..model7: one drafter kind
 #                                    # (dflash | eagle3 | draft) trained on the committed 9170-prompt set in one call
 #
 # The order that fits a 30-minute lease (2026-12-02: wheel0 → install → model0 → model1 → a phase took
@@ -104,19 +105,26 @@ tests_against_the_wheel() {
 }
 
 case "$PHASE" in
-wheel0|wheel1)
-  cp .dev/wheel.part0${PHASE#wheel} "$W/" && ls -la "$W"/wheel.part0*
+wheel[0-9]|wheel[0-9][0-9])  # (prepare_device.sh makes WHEEL_PARTS parts: wheel0 .. wheel{N-2} here, install the last)
+  cp .dev/wheel.part$(printf %02d "${PHASE#wheel}") "$W/" && ls -la "$W"/wheel.part*
   ;;
 install)
-  if [ -f .dev/gpu/wheel.part02 ]; then
-    [ -f "$W/wheel.part00" ] && [ -f "$W/wheel.part01" ] \
-      || { echo "run 'wheel0' and 'wheel1' first (carry .dev/wheel.part00, .dev/wheel.part01), on this warm machine"; exit 1; }
-    cat "$W/wheel.part00" "$W/wheel.part01" .dev/gpu/wheel.part02 > ".dev/gpu/whl/$(cat .dev/gpu/wheel.name)"
+  np=$(cat .dev/gpu/wheel.parts 2>/dev/null || echo 3)  # (a .dev/gpu made before 2026-12-06: three parts)
+  last=.dev/gpu/wheel.part$(printf %02d $(( np - 1 )))
+  if [ -f "$last" ]; then
+    parts=()
+    for i in $(seq 0 $(( np - 2 ))); do
+      p=$W/wheel.part$(printf %02d "$i")
+      [ -f "$p" ] || { echo "run 'wheel$i' first (carry .dev/wheel.part$(printf %02d "$i")), on this warm machine"; exit 1; }
+      parts+=("$p")
+    done
+    cat "${parts[@]}" "$last" > ".dev/gpu/whl/$(cat .dev/gpu/wheel.name)"
   fi
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$OUT/gpu.txt"
   python3 -m pip install -q --no-index --no-deps --no-compile --target "$W/site" \
       $(ls .dev/gpu/whl/*.whl | grep -v pyllama_spec) || exit 1
-  cp .dev/gpu/llama.cpp.tar.xz "$W/"
+  # (the trimmed llama.cpp tree, 2.8 MB, is needed only to build here: carry .dev/gpu whole then, else its other files)
+  [ -f .dev/gpu/llama.cpp.tar.xz ] && cp .dev/gpu/llama.cpp.tar.xz "$W/"
   if ls .dev/gpu/whl/pyllama_spec-*.whl >/dev/null 2>&1; then
     log "installing the wheel built on the CPU machine"
     python3 -m pip install -q --no-index --no-deps --target "$W/pkg" .dev/gpu/whl/pyllama_spec-*.whl
@@ -127,7 +135,7 @@ install)
     split -b 15000000 -d "$W"/wheels/pyllama_spec-*.whl "$OUT/wheel.part" && ls "$W"/wheels/ > "$OUT/wheel.name"
   fi
   ;;
-model[0-9])  # (prepare_device.sh makes SMOL_PARTS parts, 4 by default: model0..2 here, the last carried by the phase)
+model[0-9])  # (prepare_device.sh makes SMOL_PARTS parts, 9 by default: model0..7 here, the last carried by the phase)
   cp .dev/smol.part0${PHASE#model} "$W/" && ls -la "$W"/smol.part0*
   ;;
 data)
@@ -219,7 +227,7 @@ kind)
   cp "$KW"/out/train_[LED]*.json "$OUT/" 2>/dev/null
   ;;
 retest)
-  # carry .dev/smol.part03 after install + model0..model2: this checkout's Python files and shipped data go over
+  # carry .dev/smol.part08 after install + model0..model7: this checkout's Python files and shipped data go over
   # the installed wheel (its native part is unchanged), then tests, τ on held-out prompts and the demo
   smol_cat "$GGUF" || exit 2
   (cd pyllama_spec && tar -cf - $(find . -name "*.py" -o -path "./data/*" -type f)) | tar -xf - -C "$W/pkg/pyllama_spec"
@@ -385,7 +393,7 @@ ops)
   ;;
 auto-overhead)
   # issue 25: where n_max="auto" loses time against fixed n_max on this GPU (RESULTS.md 19.3): stage tables, the
-  # target's graph reuse and a profile by own time, for an n-gram kind and DFlash (carry .dev/smol.part03)
+  # target's graph reuse and a profile by own time, for an n-gram kind and DFlash (carry .dev/smol.part08)
   smol_cat "$GGUF" || exit 2
   (cd pyllama_spec && tar -cf - $(find . -name "*.py")) | tar -xf - -C "$W/pkg/pyllama_spec"
   for d in ngram-map-k dflash; do
@@ -430,8 +438,8 @@ bakeoff)
       --no-plots --no-progress --out "$OUT/bakeoff/h200-mixed") 2>&1 | tail -12
   ;;
 sweep)
-  # Issue 25: SmolLM2 with every drafter kind that has a real drafter for it (the shipped DFlash drafter and the
-  # six n-gram kinds; no EAGLE-3 head or draft model ships yet), n_max 1,2,3,4,7,15,auto, the coding chat (4 turns)
+  # Issue 25: SmolLM2 with every drafter kind that has a real drafter for it (the shipped DFlash drafter, the shipped
+  # draft model and the six n-gram kinds; no EAGLE-3 head ships yet), n_max 1,2,3,4,7,15,auto, the coding chat (4 turns)
   # and the held-out mix, T = 0 and 0.8, llama.cpp's programs beside the greedy points. One call per PART (each
   # about 3-5 min on the H200, estimated from the 2026-11-30 bake-off: 240 generations + ~200 native runs in ~3 min):
   #   coding-t0a  coding chat, T 0, --native, dflash ngram ngram-simple   (22 points x 8 answers + 152 native runs)
@@ -450,11 +458,14 @@ sweep)
     (cd pyllama_spec && tar -cf - $(find . -name "*.py" -o -path "./data/*" -type f)) | tar -xf - -C "$W/pkg/pyllama_spec"
   fi
   DFL=$(cd /tmp && python3 -c "from pyllama_spec.assets import smollm2_dflash_path as p; print(p())")
+  # the shipped draft model (draft-simple) too, where this checkout ships one (2026-12-06 on)
+  DRM=$(cd /tmp && python3 -c "from pyllama_spec.assets import smollm2_draft_path as p; print(p())" 2>/dev/null)
+  DRM=${DRM:+,draft=$DRM}
   DR=()
   case "$PART" in
-    coding-t0a) ALL=dflash=$DFL,ngram,ngram-simple ;;
+    coding-t0a) ALL=dflash=$DFL$DRM,ngram,ngram-simple ;;
     coding-t0b) ALL=ngram-map-k,ngram-map-k4v,ngram-mod,ngram-cache ;;
-    *) ALL=dflash=$DFL,ngram,ngram-simple,ngram-map-k,ngram-map-k4v,ngram-mod,ngram-cache ;;
+    *) ALL=dflash=$DFL$DRM,ngram,ngram-simple,ngram-map-k,ngram-map-k4v,ngram-mod,ngram-cache ;;
   esac
   IFS=, read -ra names <<< "${DRAFTERS:-$ALL}"
   for d in "${names[@]}"; do DR+=(-d "$d"); done

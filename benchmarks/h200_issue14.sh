@@ -5,16 +5,16 @@
 #
 #   nvidia-h200, ONE call of at most 5 min (after `h200.sh install` with a CUDA wheel built from this code,
 #   e.g. by build_cuda_wheel.sh, and `model0`, in the same lease; or any phase that left the SmolLM2 GGUF):
-#   bash benchmarks/h200_issue14.sh quick       # carry .dev/smol.part03: the N = 1..32 table (plain, dflash,
+#   bash benchmarks/h200_issue14.sh quick       # carry .dev/smol.part08: the N = 1..32 table (plain, dflash,
 #                                               # ngram; batch vs alone checked), stages at N = 1, 8, 32, RPC on
 #                                               # loopback vs CUDA0 (steps capped at 150 + 50 + 70 s)
 #   the full phases, one call each:
-#   bash benchmarks/h200_issue14.sh batch-smol  # carry .dev/smol.part03: throughput table N = 1..32, SmolLM2 +
+#   bash benchmarks/h200_issue14.sh batch-smol  # carry .dev/smol.part08: throughput table N = 1..32, SmolLM2 +
 #                                               # shipped DFlash drafter (and n-gram), plain vs speculative
 #   bash benchmarks/h200_issue14.sh batch-big   # Qwen3-8B-shaped f16 pair (random drafter: cost only), N = 1..32
-#   bash benchmarks/h200_issue14.sh rpc-gpu     # carry .dev/smol.part03: RPC on loopback lending CUDA0 vs CUDA0
+#   bash benchmarks/h200_issue14.sh rpc-gpu     # carry .dev/smol.part08: RPC on loopback lending CUDA0 vs CUDA0
 #   nvidia-h200-x2:
-#   bash benchmarks/h200_issue14.sh multi-gpu   # carry .dev/smol.part03: target split over 2 GPUs (layer, row),
+#   bash benchmarks/h200_issue14.sh multi-gpu   # carry .dev/smol.part08: target split over 2 GPUs (layer, row),
 #                                               # drafter on either; single-GPU reference; big f16 pair too
 #
 # Results go to $OUT (default /tmp/w/out): batch_*.json / multi_gpu_*.json / rpc_gpu.json and the logs.

@@ -2,19 +2,25 @@
 # On the CPU machine, before using the H200 (benchmarks/h200.sh): put into .dev/ (git-ignored) what
 # that offline machine needs: cffi/pycparser/gguf wheels for its Python 3.12, a trimmed llama.cpp
 # tree (other GPU backends, tests, server left out: 2.6 MB as tar.xz), optionally our own CUDA wheel
-# built here (argument: its path; saves the ~6 min build there; in three parts, .dev/wheel.part00 and 01 for
-# `h200.sh wheel0` / `wheel1` and .dev/gpu/wheel.part02 for `h200.sh install`), and SmolLM2 in four parts (a
+# built here (argument: its path; saves the ~6 min build there; in WHEEL_PARTS parts, .dev/wheel.part00 … for
+# `h200.sh wheel0`, `wheel1`, … and the last in .dev/gpu for `h200.sh install`), and SmolLM2 in SMOL_PARTS parts (a
 # call carries at most 64 MiB with the checkout).
 #
 #   bash benchmarks/prepare_device.sh [pyllama_spec-…-cp312-…whl]
+#
+# Part sizes follow the checkout's size: 54.3 MB since the draft model ships (2026-12-06), so a call has room for
+# ≈ 12.7 MB more — WHEEL_PARTS=6 (≈ 9.6 MB each; install carries the last with the cffi / gguf wheels, ≈ 0.6 MB),
+# SMOL_PARTS=9 (10.9 MB), Qwen in parts of 11 MB. `du -cb $(git ls-files)` says what the checkout weighs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rm -rf .dev/gpu && mkdir -p .dev/gpu/whl
 rm -f .dev/wheel.part0*
 if [ $# -ge 1 ]; then
-  # a CUDA wheel is ~58 MB: with the ~35 MB checkout it travels in three calls (h200.sh wheel0, wheel1, then install)
-  split -n 3 -d "$1" .dev/gpu/wheel.part && mv .dev/gpu/wheel.part00 .dev/gpu/wheel.part01 .dev/ \
-    && basename "$1" > .dev/gpu/wheel.name
+  # a CUDA wheel is ~58 MB: it travels in WHEEL_PARTS calls (h200.sh wheel0, wheel1, …, then install with the last)
+  n=${WHEEL_PARTS:-6}
+  split -n "$n" -d "$1" .dev/gpu/wheel.part
+  for i in $(seq 0 $(( n - 2 ))); do mv .dev/gpu/wheel.part$(printf %02d "$i") .dev/; done
+  basename "$1" > .dev/gpu/wheel.name && echo "$n" > .dev/gpu/wheel.parts
 fi
 python3 vendor/fetch_llama_cpp.py
 python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
@@ -39,14 +45,14 @@ import pyllama_spec.assets as a; print(a.$1)"
 }
 gguf=$(assets "smollm2_path()")
 rm -f .dev/smol.part0*
-# four parts of 25 MB: each travels with the ~35 MB checkout under 64 MiB; SMOL_PARTS=5 (19.7 MB) or 6 leaves room
-# for more committed answers (issue 20): then h200.sh model0 .. model3 (4) and the phases carry the last part
-split -n "${SMOL_PARTS:-4}" -d "$gguf" .dev/smol.part
-# QWEN_PARTS=1: Qwen2.5-Coder-0.5B-Instruct (491 MB) in 26 parts of 19 MB, .dev/qwen.part00..25, each carried by one
-# `h200_issue20.sh stash` call (with the ~45 MB checkout under 64 MiB); TARGET=qwen phases assemble them
+# SMOL_PARTS parts (9: 10.9 MB each), each carried with the checkout under 64 MiB: h200.sh model0 .. model7, and the
+# phases carry the last part
+split -n "${SMOL_PARTS:-9}" -d "$gguf" .dev/smol.part
+# QWEN_PARTS=1: Qwen2.5-Coder-0.5B-Instruct (491 MB) in parts of QWEN_PART_BYTES (11 MB: 45 parts),
+# .dev/qwen.partNN, each carried by one `h200_issue20.sh stash` call; TARGET=qwen phases assemble them
 rm -f .dev/qwen.part*
 if [ "${QWEN_PARTS:-0}" = 1 ]; then
-  split -b 19000000 -d -a 2 "$(assets 'model_path("qwen2.5-coder-0.5b")')" .dev/qwen.part
+  split -b "${QWEN_PART_BYTES:-11000000}" -d -a 2 "$(assets 'model_path("qwen2.5-coder-0.5b")')" .dev/qwen.part
 fi
 # issue 20 (benchmarks/h200_issue20.sh): HumanEval's wheel (52 kB) for the prompt set's overlap check and HumanEval τ
 mkdir -p .dev/i20 && assets "humaneval_problems(1) and ''" > /dev/null \
