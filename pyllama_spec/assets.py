@@ -298,6 +298,19 @@ SMOLLM2_DFLASH = {"block_size": 8, "target_layer_ids": [2, 15, 28], "mask_token_
 _verified: set = set()  # paths whose sha256 was checked in this process
 
 
+def _shipped_file(filename: str, sha256: str, verify: bool) -> Path:
+    """``pyllama_spec/data/<filename>``, its sha256 checked once per process when ``verify``."""
+    path = Path(__file__).parent / "data" / filename
+    if not path.exists():
+        raise ModelNotFoundError(f"{path} is missing: this installation of pyllama_spec lacks its data files; "
+                                 "reinstall it with `pip install .` from a complete checkout")
+    if verify and path not in _verified:
+        if _sha256(path) != sha256:
+            raise ModelLoadError(f"{path} does not have the sha256 of the shipped drafter; reinstall pyllama_spec")
+        _verified.add(path)
+    return path
+
+
 def smollm2_dflash_path(verify: bool = True) -> Path:
     """Path of the DFlash drafter for SmolLM2-135M-Instruct shipped with the package (q8_0,
     block size and target layers in :data:`SMOLLM2_DFLASH`; model card: ``MODEL_CARD.md`` beside it).
@@ -309,20 +322,33 @@ def smollm2_dflash_path(verify: bool = True) -> Path:
         ModelNotFoundError: the file is missing from this installation.
         ModelLoadError: the file was altered (sha256).
     """
+    return _shipped_file(SMOLLM2_DFLASH_FILE, SMOLLM2_DFLASH_SHA256, verify)
 
-    path = Path(__file__).parent / "data" / SMOLLM2_DFLASH_FILE
-    if not path.exists():
-        raise ModelNotFoundError(f"{path} is missing: this installation of pyllama_spec lacks its data files; "
-                                 "reinstall it with `pip install .` from a complete checkout")
-    if verify and path not in _verified:
-        if _sha256(path) != SMOLLM2_DFLASH_SHA256:
-            raise ModelLoadError(f"{path} does not have the sha256 of the shipped drafter; reinstall pyllama_spec")
-        _verified.add(path)
-    return path
+
+# The draft model for SmolLM2 (a 4-layer, 256-wide llama of SmolLM2's vocabulary, distilled online from the
+# target's answers: issue 20; llama.cpp's ``draft-simple``); model card: MODEL_CARD-draft.md beside it.
+SMOLLM2_DRAFT_FILE = "smollm2-135m-instruct-draft-q8_0.gguf"
+SMOLLM2_DRAFT_SHA256 = "e9524ac9592bde022099de4c9affc29da6900075b437d392d9f06ee0c779681e"
+SMOLLM2_DRAFT = {"n_layer": 4, "n_embd": 256, "arch": "llama"}
+
+
+def smollm2_draft_path(verify: bool = True) -> Path:
+    """Path of the draft model for SmolLM2-135M-Instruct shipped with the package (llama.cpp
+    ``--spec-type draft-simple``; its shape in :data:`SMOLLM2_DRAFT`; model card:
+    ``MODEL_CARD-draft.md`` beside it).
+
+    Args:
+        verify: check the file's sha256 (once per process).
+
+    Raises:
+        ModelNotFoundError: the file is missing from this installation.
+        ModelLoadError: the file was altered (sha256).
+    """
+    return _shipped_file(SMOLLM2_DRAFT_FILE, SMOLLM2_DRAFT_SHA256, verify)
 
 
 #: drafters shipped inside the package, per model name: {drafter kind: function returning its path}
-SHIPPED_DRAFTERS: dict = {"smollm2": {"draft-dflash": smollm2_dflash_path}}
+SHIPPED_DRAFTERS: dict = {"smollm2": {"draft-dflash": smollm2_dflash_path, "draft-simple": smollm2_draft_path}}
 
 #: the drafter kinds that read a model file (``-d dflash`` with no file asks for a shipped one);
 #: the other kinds (n-gram, the target's own MTP layers) need none
@@ -446,6 +472,6 @@ def humaneval_problems(n: int | None = None) -> list[dict]:
 
 __all__ = ["humaneval_problems", "model_path", "asset", "MODELS", "ModelAsset", "WheelPart", "smollm2_path",
            "smollm2_f16_path", "random_dflash_for_smollm2", "smollm2_dflash_path", "shipped_dflash_path", "cache_dir",
-           "SMOLLM2_DFLASH",
+           "SMOLLM2_DFLASH", "smollm2_draft_path", "SMOLLM2_DRAFT",
            "resolve_model", "model_name_of", "shipped_drafter", "shipped_drafters",
            "model_table", "SHIPPED_DRAFTERS", "FILE_KINDS"]
