@@ -67,6 +67,27 @@ def test_lossless_and_kind_from_file(gen, pair):
     assert create_drafter("draft", gen.ctx, path=pair["copy"]).kind == "draft-simple"
 
 
+def test_greedy_drafts_drawn_in_the_graph_equal_the_host_argmax(gen):
+    """A greedy draft with no p_min cut is drawn in the draft model's decode graph (a token id per decode, no row
+    of logits read back): the same drafts, step for step, as the host's argmax over the logits; a generation whose
+    drafts are sampled (rejection sampling needs their distributions) takes the sampler off in between and the
+    next greedy one puts it back."""
+    d = gen.drafters["noisy"]
+    runs = {}
+    for in_graph in (True, False, True):
+        d.backend_sampling = in_graph
+        r = gen.generate(PROMPT2, drafter="noisy", n_max=4, max_tokens=30)
+        assert (0 in d.ctx.samplers) == in_graph
+        runs.setdefault(in_graph, []).append(r)
+        s = gen.generate(PROMPT, drafter="noisy", n_max=3, max_tokens=12, temperature=0.8, seed=3, verify="rejection")
+        assert 0 not in d.ctx.samplers and s.stats.n_drafted > 0
+    d.backend_sampling = True
+    a, b, c = runs[True][0], runs[False][0], runs[True][1]
+    assert a.tokens == b.tokens == c.tokens
+    assert a.stats.acceptance_lengths == b.stats.acceptance_lengths == c.stats.acceptance_lengths
+    assert a.stats.n_drafted == b.stats.n_drafted and 0 < a.stats.n_accepted < a.stats.n_drafted
+
+
 def test_rejection_sampling_runs_with_draft_probabilities(gen):
     r = gen.generate(PROMPT, drafter="noisy", n_max=3, max_tokens=24, temperature=0.8, seed=3, verify="rejection")
     assert len(r.tokens) == 24 and r.stats.n_drafted > 0 and r.stats.n_accepted > 0

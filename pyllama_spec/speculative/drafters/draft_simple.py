@@ -8,7 +8,9 @@ verify blocks) is decoded into the drafter too, and rollback cuts both at the sa
 A draft decodes the newest token, then each drafted token, one at a time, stopping at
 ``n_max`` or when the top candidate's probability falls below ``p_min``; the drafted
 positions are removed again right after (the next verify block re-enters them), as the
-native loop does.
+native loop does. A greedy draft with no ``p_min`` cut is drawn in the decode graph (llama.cpp's
+backend sampling: one token id per decode comes back instead of a row of ``n_vocab`` logits to
+argmax on the host; ``backend_sampling``), as the DFlash drafter's is.
 """
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ import numpy as np
 from ...context import Context
 from ...errors import DrafterMismatchError, InvalidArgumentError
 from ...model import Model
+from ...sampler import SamplerChain
 from ..sampling import SamplingParams
 from ..timing import StageTimer
 from ._pick import pick
@@ -112,6 +115,18 @@ class DraftModelDrafter(ModelDrafter):
         except BaseException:
             self.model.close()
             raise
+        #: draw a greedy draft (no p_min) in the decode graph, a token id per decode (False: the row of
+        #: logits comes back and the host takes its argmax — before 2026-12-06; on an H100 our loop then ran at
+        #: 0.94–0.97 × llama-speculative-simple with the shipped SmolLM2 draft model, RESULTS.md 15.9)
+        self.backend_sampling = True
+
+    def _draw_in_graph(self, on: bool) -> None:
+        """Attach a greedy backend sampler to the draft context, or take it off (a sampled or p_min draft reads
+        the logits). Each change makes llama.cpp re-reserve the graph once; a generation keeps one setting."""
+        if on and 0 not in self.ctx.samplers:
+            self.ctx.set_sampler(SamplerChain())
+        elif not on and 0 in self.ctx.samplers:
+            self.ctx.set_sampler(None)
 
     def begin(self, prompt: list[int], n_keep: int = 0) -> None:
         self.ctx.memory.clear()
@@ -129,11 +144,16 @@ class DraftModelDrafter(ModelDrafter):
         tokens: list[int] = []
         rows: list[np.ndarray] = []
         tok = int(last_token)
+        in_graph = sp.greedy and self.p_min == 0.0 and self.backend_sampling
+        self._draw_in_graph(in_graph)
         for i in range(n_max):
             with timer("draft", self.ctx):
                 self.ctx.decode([tok], [n_past + i], logits="last")
             with timer("draft_sample"):
-                nxt, q = pick(self.ctx.logits()[0], sp, rng, self.p_min)
+                if in_graph:
+                    nxt, q = self.ctx.sampled_tokens(1)[0], None
+                else:
+                    nxt, q = pick(self.ctx.logits()[0], sp, rng, self.p_min)
             if nxt is None:
                 break
             tok = nxt
