@@ -177,9 +177,13 @@ train)
     c=$(cname "$spec"); k=$(ckind "$spec"); s=${spec#*:}
     B=${s%%-*}; B=${B#B}; L=${s##*-}; L=${L#L}
     # a draft model at SmolLM2's width carries its own 49 152 × 576 embedding (≈ 30 MB q8_0): DRAFT_EMBD (256)
-    # makes it ≈ 16 MB (issue 20: ≤ 20 MB shipped); EAGLE-3 uses the target's output head (no d2t) unless
-    # TRAIN_EXTRA says --draft-vocab
-    kx=""; [ "$k" = draft ] && kx="--draft-embd ${DRAFT_EMBD:-256}"
+    # makes it 18.1 MB (issue 20: ≤ 20 MB shipped). EAGLE-3: its own head over the E3_VOCAB (16384) most frequent
+    # answer tokens with llama.cpp's d2t map (≈ 16 MB q8_0), as EAGLE-3's references do; E3_VOCAB=0 uses the
+    # target's 49 152-row head (7.2 MB, but each of the 7 training-time-test depths takes a 49 152-wide softmax:
+    # 2.9 steps/s and 39 GB on an H100, 2026-12-06, RESULTS 15.9)
+    kx=""
+    [ "$k" = draft ] && kx="--draft-embd ${DRAFT_EMBD:-256}"
+    [ "$k" = eagle3 ] && kx="--draft-vocab ${E3_VOCAB:-16384}"
     # CONTINUE=1: go on from this configuration's last run on this warm machine (a warm restart: calls ≤ 10 min)
     # INIT=drafter.gguf (e.g. the shipped one): start every configuration of its shape from that file's weights
     init=""; [ -n "${INIT:-}" ] && init="--init $(realpath "$INIT")"
