@@ -69,6 +69,8 @@ def main() -> None:
         lengths: dict[int, int] = {}  # verified draft tokens per step (0: a plain step, rest or empty draft)
         secs = 0.0
         gen.ctx.reset_perf()  # llama.cpp's counters: how many of the target's decodes reused their graph
+        if n_max == "auto":  # (the step table of this pass only: the state itself is kept across the passes)
+            gen.auto_state("d").step_kinds.clear()
         gcc = GCClock()
         for conv in convs:
             answers: list[str] = []
@@ -102,7 +104,8 @@ def main() -> None:
                   f"steps of {st.trial_tokens:.2f} tokens in {st.trial_ms:.3f} ms, guard gap {st.guard_gap}, "
                   f"other {st.other_ms}, rest other {st.rest_ms}, drafter {st.drafter_ms}, verify scale "
                   f"{st.verify_scale:.3f}")
-            print("  auto steps by kind (all generations, first steps left out): " + "; ".join(
+            print("  auto steps by kind (this pass; each generation's first step and last one or two left out): "
+                  + "; ".join(
                 f"{k} {v['steps']} steps, {v['ms_per_step']:.3f} ms a step, {v['tokens_per_ms']:.3f} tokens a ms"
                 for k, v in sorted(st.step_table().items())))
         gc.callbacks.remove(gcc)

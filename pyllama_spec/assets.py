@@ -406,9 +406,9 @@ def shipped_drafter(target: str | os.PathLike, kind: str = "draft-dflash") -> Pa
             to give a file instead.
     """
     name = target if isinstance(target, str) and target in MODELS else model_name_of(target)
-    have = shipped_drafters(name) if name else {}
-    if kind in have:
-        return have[kind]
+    fn = SHIPPED_DRAFTERS.get(name, {}).get(kind) if name else None
+    if fn is not None:  # (only this kind's file is looked at and hashed: another shipped file cannot spoil it)
+        return fn()
     ships = "; ".join(f"{n}: {', '.join(k)}" for n, k in SHIPPED_DRAFTERS.items())
     what = f"{name!r}" if name else f"{Path(target).name} (not one of the named models: {', '.join(MODELS)})"
     raise ModelNotFoundError(f"no {kind} drafter ships for {what}; shipped drafters: {ships}. Give the drafter's "

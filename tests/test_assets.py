@@ -107,9 +107,24 @@ def test_resolve_model_and_shipped_drafters(tmp_path):
     assert assets.shipped_drafters("gemma3-270m") == {}
     with pytest.raises(ModelNotFoundError, match=r"no draft-dflash drafter ships for m.gguf \(not one of the named"):
         assets.shipped_drafter(f, "draft-dflash")
-    with pytest.raises(ModelNotFoundError, match="shipped drafters: smollm2: draft-dflash"):
+    with pytest.raises(ModelNotFoundError, match="shipped drafters: smollm2: draft-dflash, draft-simple"):
         with_shipped_drafters("qwen2.5-coder-0.5b", {"dflash": "dflash", "ngram": "ngram"})
     specs = with_shipped_drafters("smollm2", {"dflash": "dflash", "d2": "draft-dflash", "ngram": "ngram",
-                                              "x": ("ngram-mod", {})})
-    path = str(assets.smollm2_dflash_path())
-    assert specs == {"dflash": path, "d2": path, "ngram": "ngram", "x": ("ngram-mod", {})}
+                                              "x": ("ngram-mod", {}), "draft": "draft", "d3": "draft-simple"})
+    path, draft = str(assets.smollm2_dflash_path()), str(assets.smollm2_draft_path())
+    assert specs == {"dflash": path, "d2": path, "ngram": "ngram", "x": ("ngram-mod", {}), "draft": draft, "d3": draft}
+
+
+def test_one_shipped_drafter_does_not_depend_on_another(monkeypatch):
+    """Asking for the shipped DFlash drafter reads (and hashes) that file only: a damaged draft-model file
+    does not make ``-d dflash`` fail, and the other way round."""
+    from pyllama_spec.errors import ModelLoadError
+
+    def broken():
+        raise ModelLoadError("damaged (test)")
+
+    monkeypatch.setitem(assets.SHIPPED_DRAFTERS, "smollm2",
+                        {"draft-dflash": assets.smollm2_dflash_path, "draft-simple": broken})
+    assert assets.shipped_drafter("smollm2", "draft-dflash") == assets.smollm2_dflash_path()
+    with pytest.raises(ModelLoadError, match="damaged"):
+        assets.shipped_drafter("smollm2", "draft-simple")

@@ -595,6 +595,39 @@ def test_the_step_table_sums_each_kind_of_step():
     assert t["probe"]["tokens_per_ms"] == pytest.approx(2 / 2.5)
 
 
+def test_the_step_table_books_each_steps_own_tokens_across_generations():
+    """Random acceptance over three generations (three policies) sharing one AutoState: the tokens booked equal
+    the tokens each booked step committed — a drafting step its own 1 + accepted, a rest 1 — summed over all
+    steps but each generation's first and last; nothing leaks from one generation into the next."""
+    rng = np.random.default_rng(5)
+    st = AutoState()
+    want_tokens, want_steps = 0.0, 0
+    for g in range(3):  # (the first generation's drafts pay; then nothing is accepted and drafting steps cost
+        # 3 ms: the model rests and probes)
+        stats, clock, timer = SpecStats(n_max=7), FakeClock(), FakeTimer(sync=False)
+        pol = AutoDraftLength([1.0] + [1.2] * 7, stats, state=st, clock=clock, timer=timer)
+        committed = []
+        for _ in range(60):
+            ask = pol.plan(7)
+            if ask:
+                n = len(pol.trim(Draft(tokens=[1] * ask, confidence=[0.9] * ask)).tokens)
+                k = int(rng.integers(0, n + 1)) if g == 0 else int(rng.random() < 0.1)
+                stats.record(n, min(k, n))
+                committed.append(1 + min(k, n))
+                timer.stages["draft"].seconds += 0.2e-3
+                clock.t += 1.5e-3 if g == 0 else 3.0e-3
+            else:
+                stats.record(0, 0)
+                committed.append(1)
+                clock.t += 1.0e-3
+        want_tokens += sum(committed[1:-1])
+        want_steps += len(committed) - 2
+    booked = st.step_table()
+    assert set(booked) == {"draft", "probe", "rest"}, booked  # (the model rests and probes on this table)
+    assert sum(v["steps"] for v in booked.values()) == want_steps
+    assert sum(v["tokens"] for v in booked.values()) == pytest.approx(want_tokens)
+
+
 def test_the_guard_leaves_a_paying_trial_drafting():
     """Drafting steps of 1.5 ms for 3 tokens against plain steps of 1.0 ms for 1: the trial pays, the guard
     never rests."""

@@ -88,6 +88,26 @@ def test_greedy_drafts_drawn_in_the_graph_equal_the_host_argmax(gen):
     assert a.stats.n_drafted == b.stats.n_drafted and 0 < a.stats.n_accepted < a.stats.n_drafted
 
 
+def test_a_backend_that_refuses_the_chain_falls_back_to_the_host(gen, monkeypatch, caplog):
+    """Where llama.cpp cannot run the greedy chain on the draft context, the drafter warns, turns
+    ``backend_sampling`` off and draws on the host: the generation still runs, with the same tokens."""
+    d = gen.drafters["copy"]
+    d.backend_sampling = False
+    ref = gen.generate(PROMPT, drafter="copy", n_max=3, max_tokens=16)
+    d.backend_sampling = True
+
+    def refuse(chain, seq_id=0):
+        raise ps.UnsupportedError("llama.cpp cannot run the sampler chain on this context's backend (test)")
+
+    monkeypatch.setattr(d.ctx, "set_sampler", refuse)  # (the draft context only: the target's keeps its own)
+    with caplog.at_level("WARNING", logger="pyllama_spec"):
+        r = gen.generate(PROMPT, drafter="copy", n_max=3, max_tokens=16)
+    assert r.tokens == ref.tokens and r.stats.acceptance_lengths == ref.stats.acceptance_lengths
+    assert d.backend_sampling is False and "drawing the drafts on the host" in caplog.text
+    monkeypatch.undo()
+    d.backend_sampling = True
+
+
 def test_rejection_sampling_runs_with_draft_probabilities(gen):
     r = gen.generate(PROMPT, drafter="noisy", n_max=3, max_tokens=24, temperature=0.8, seed=3, verify="rejection")
     assert len(r.tokens) == 24 and r.stats.n_drafted > 0 and r.stats.n_accepted > 0

@@ -606,8 +606,9 @@ class AutoState:
         plain_age: drafting steps booked since a resting step last measured ``plain_step_ms``.
         step_kinds: per kind of step (``"rest"``, ``"probe"``: the first drafting step after a rest,
             ``"draft"``), ``[steps, wall ms, committed tokens]`` summed over every generation (a generation's
-            first step left out): where auto's time went against plain decoding's, e.g. a first use on a GPU
-            whose 36 drafting steps of 470 cost it 15 % (RESULTS.md 19.6). :meth:`step_table` reads it.
+            first step and its last one or two — whose wall is not known when the generation ends — left out): where
+            auto's time went against plain decoding's, e.g. a first use on a GPU that verified drafts at 36 of
+            470 steps and lost 15 % (RESULTS.md 19.6). :meth:`step_table` reads it.
     """
     bin_tried: np.ndarray = field(default_factory=lambda: np.zeros(10))
     bin_accepted: np.ndarray = field(default_factory=lambda: np.zeros(10))
@@ -656,7 +657,7 @@ class AutoState:
     def step_table(self) -> dict[str, dict[str, float]]:
         """``step_kinds`` as ``{kind: {"steps", "ms", "tokens", "ms_per_step", "tokens_per_ms"}}`` (ms: wall
         milliseconds summed over the kind's steps; tokens: committed tokens). A kind whose ``tokens_per_ms`` is
-        below the rests' lost time against plain decoding."""
+        below the rests' (plain decoding's) is where auto loses time."""
         out = {}
         for kind, (n, ms, tok) in self.step_kinds.items():
             out[kind] = {"steps": n, "ms": ms, "tokens": tok, "ms_per_step": ms / n if n else 0.0,
