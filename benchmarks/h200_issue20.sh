@@ -32,9 +32,10 @@
 #   shape: DFlash fused decodes of one shape (constant_shape) vs varying vs split, side by side (benchmarks/drafter_shape.py)
 #   stash: one carried file into place (a model part, an uncommitted answer file); see the phase
 #   tau-file: one drafter file's (DRAFTER, absolute or checkout-relative) held-out and HumanEval τ
-#   engines: the regen engines' answer tok/s side by side (carry .dev/smol.part08, .dev/i20 with prompts.jsonl.gz)
+#   engines: the regen engines' answer tok/s side by side (carry .dev/smol.part08; the committed prompt set is used)
 #   decode: one batched decode of S streams as regen runs it, by KV layout and sampler (carry .dev/smol.part08)
-#   (carry .dev/i20 holding prompts.jsonl.gz and answers/ of earlier calls to start a fresh machine from them)
+#   (carry files of .dev/i20 by their paths, one answer file a call — never .dev/i20 whole: its three answer files
+#   are 26 MB — to start a fresh machine from them)
 #
 # Budget: the torch engine answered 38 k tok/s greedy / 26 k sampled on a random SmolLM2-shaped llama (512 slots,
 # 2026-12-03), so one 8-min regen call gives ≈ 10–15 M answer tokens (transformers generate / generate_batch and the
