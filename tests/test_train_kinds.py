@@ -238,3 +238,34 @@ def test_eagle3_draft_vocabulary_has_the_size_asked():
     assert draft_vocab_ids(seqs, 4, 12) == [5, 7, 8, 9]    # then the prompt's 9 ×2, 8 ×1
     assert draft_vocab_ids(seqs, 6, 12) == [0, 1, 5, 7, 8, 9]  # then by id (held-out tokens do not count)
     assert draft_vocab_ids(seqs, 50, 12) == list(range(12))
+
+
+@pytest.mark.parametrize("draft_vocab", [0, 96])
+def test_eagle3_gguf_reads_back_as_the_model(tiny, tmp_path, draft_vocab):
+    """``read_eagle3_gguf`` gives back what ``export_gguf`` wrote (f32: bit for bit; the d2t map, the taps), and
+    the state loads into a fresh head that then computes what the first one did."""
+    from pyllama_spec.train.eagle3 import Eagle3Model
+    from pyllama_spec.train.export import export_gguf, read_eagle3_gguf
+
+    d2t = sorted(np.random.default_rng(2).choice(tiny["n_vocab"], draft_vocab, replace=False).tolist())
+    m = _eagle3(tiny, draft_vocab=draft_vocab, d2t=d2t, n_steps=3)
+    with torch.no_grad():
+        for name, p in m.named_parameters():
+            p.normal_(1.0 if "norm" in name else 0.0, 0.1)
+    path = tmp_path / "e3.gguf"
+    export_gguf(m, path, target=tiny["target"], quant="f32")
+    shape, state = read_eagle3_gguf(path)
+    assert shape == {"target_layer_ids": [1, 2, 3], "d2t": d2t}
+    want = {k: v.detach().numpy() for k, v in m.state_dict().items()}
+    assert set(state) == set(want)
+    for k, v in want.items():
+        assert np.array_equal(state[k], v), k
+    m2 = Eagle3Model(m.c, m.tok_embd, m.head if draft_vocab == 0 else torch.zeros_like(m.tok_embd))
+    m2.load_state_dict({k: torch.from_numpy(v) for k, v in state.items()})
+    p, seq = _greedy_sequence(tiny["target"], 20)
+    feats = _features(tiny, seq)
+    a = len(p) - 1
+    for x, y in zip(m.draft(feats[:a], seq[:a + 1], 3), m2.draft(feats[:a], seq[:a + 1], 3)):
+        assert torch.equal(x, y)
+    with pytest.raises(ps.InvalidArgumentError, match="not an EAGLE-3 head"):
+        read_eagle3_gguf(tiny["target"])

@@ -160,6 +160,45 @@ def read_dflash_gguf(path: str | os.PathLike) -> tuple[dict[str, Any], dict[str,
     return shape, state
 
 
+def read_eagle3_gguf(path: str | os.PathLike) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """Read back an EAGLE-3 head GGUF of :func:`export_eagle3_gguf`: ``(shape, state)`` — ``shape``
+    ``{"target_layer_ids", "d2t"}`` (``d2t``: the head's vocabulary as target ids, [] where it uses the
+    target's output head), ``state`` :class:`.eagle3.Eagle3Model` parameter names → float32 arrays (q8_0
+    and f16 matrices dequantized by gguf-py), ``d2t`` as int64. For a replay of the head in PyTorch
+    (``benchmarks/eagle3_replay.py``) against the loop through llama.cpp.
+
+    Raises:
+        InvalidArgumentError: not an EAGLE-3 GGUF, or a tensor this layout does not know.
+        FileNotFoundError: no such file.
+    """
+    from gguf import GGUFReader
+    from gguf.quants import dequantize
+
+    from ..errors import InvalidArgumentError
+
+    if not Path(path).is_file():
+        raise FileNotFoundError(f"no EAGLE-3 GGUF at {path}")
+    try:
+        r = GGUFReader(str(path))
+    except Exception as exc:  # gguf-py's own parse errors
+        raise InvalidArgumentError(f"{path} cannot be read as a GGUF ({exc})") from exc
+    arch = r.fields["general.architecture"].contents() if "general.architecture" in r.fields else None
+    if arch != "eagle3":
+        raise InvalidArgumentError(f"{path} is a {arch!r} GGUF, not an EAGLE-3 head (general.architecture = 'eagle3')")
+    ours_of = {gg: ours for ours, gg in _EAGLE3_NAMES.items()}
+    state: dict[str, np.ndarray] = {}
+    for t in r.tensors:
+        if t.name == "d2t":
+            state["d2t"] = np.array(t.data, dtype=np.int64)
+        elif t.name in ours_of:
+            state[ours_of[t.name]] = np.array(dequantize(t.data, t.tensor_type), dtype=np.float32)
+        else:
+            raise InvalidArgumentError(f"{path}: tensor {t.name!r} is not part of an EAGLE-3 head")
+    shape = {"target_layer_ids": [int(i) for i in r.fields["eagle3.target_layers"].contents()],
+             "d2t": state["d2t"].tolist() if "d2t" in state else []}
+    return shape, state
+
+
 def export_dflash_gguf(model: DFlashModel, path: str | os.PathLike, *, target: str | os.PathLike, quant: str = "q8_0",
                        name: str = "DFlash drafter") -> dict[str, Any]:
     """Write a DFlash drafter (:class:`.model.DFlashModel`) as a GGUF (``quant``: f32, f16 or q8_0)."""
@@ -283,5 +322,5 @@ def export_gguf(model: DFlashModel | Eagle3Model | DraftLM, path: str | os.PathL
     return export_dflash_gguf(model, path, target=target, quant=quant, name=name or "DFlash drafter")
 
 
-__all__ = ["export_hf", "export_gguf", "export_dflash_gguf", "read_dflash_gguf", "export_eagle3_gguf",
-           "export_draft_gguf", "QUANTS"]
+__all__ = ["export_hf", "export_gguf", "export_dflash_gguf", "read_dflash_gguf", "read_eagle3_gguf",
+           "export_eagle3_gguf", "export_draft_gguf", "QUANTS"]
