@@ -108,6 +108,37 @@ def test_a_backend_that_refuses_the_chain_falls_back_to_the_host(gen, monkeypatc
     d.backend_sampling = True
 
 
+@pytest.mark.parametrize("max_rest", [3, 12])
+def test_auto_rests_defer_the_draft_models_rows_to_the_probe(gen, max_rest):
+    """n_max="auto" resting (a cost model where nothing pays): the resting steps' committed rows go into the draft
+    model in one batch before the probe's draft instead of one decode per step — the drafts are those of decoding
+    each row as it came, and the output is plain decoding's."""
+    from .test_auto_rest import _auto_with_probes
+
+    ref = gen.generate(PROMPT2, max_tokens=48, reuse_prefix=False)
+    d = gen.drafters["noisy"]
+    decodes = []
+    orig = d.ctx.decode
+
+    def counting(tokens, *a, **k):
+        decodes.append(len(tokens))
+        return orig(tokens, *a, **k)
+
+    d.ctx.decode = counting
+    try:
+        r1, deferred = _auto_with_probes(gen, PROMPT2, name="noisy", max_rest=max_rest)
+        n_deferred = list(decodes)
+        decodes.clear()
+        r2, each = _auto_with_probes(gen, PROMPT2, name="noisy", max_rest=max_rest, deferred=False)
+    finally:
+        del d.ctx.decode
+    assert r1.tokens == r2.tokens == ref.tokens
+    assert [n for n, _ in deferred] == [n for n, _ in each] and len(deferred) >= 1
+    assert [t for _, t in deferred] == [t for _, t in each]  # (f32 fixtures: the same drafts)
+    # every resting step decoded its row into the draft model before; now a rest costs it nothing
+    assert len(n_deferred) < len(decodes) and max(n_deferred) >= min(max_rest, 8)
+
+
 def test_rejection_sampling_runs_with_draft_probabilities(gen):
     r = gen.generate(PROMPT, drafter="noisy", n_max=3, max_tokens=24, temperature=0.8, seed=3, verify="rejection")
     assert len(r.tokens) == 24 and r.stats.n_drafted > 0 and r.stats.n_accepted > 0
