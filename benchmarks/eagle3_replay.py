@@ -67,7 +67,7 @@ def main() -> None:
           f"{obj.n_max}; per position " + " ".join(f"{p:.2f}" for p in res["per_position"]))
     if a.json:
         Path(a.json).write_text(json.dumps({"head": str(a.head), "data": a.data, **res,
-                                            "settings": {k: v for k, v in vars(a).items()}}, indent=1))
+                                            "settings": vars(a)}, indent=1))
 
 
 if __name__ == "__main__":

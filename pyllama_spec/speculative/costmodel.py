@@ -1085,11 +1085,12 @@ class AutoDraftLength:
                 arr[rows - 1] = verify_ms if arr[rows - 1] <= 0 else _ema(arr[rows - 1], verify_ms)
                 setattr(st, name, arr)
         wall = 1e3 * (now - self._t)
+        # the step's committed tokens, where the loop booked it (None where it did not: nothing to count)
+        booked = self.stats.n_steps == self._n_steps + 1 and self.stats.acceptance_lengths
+        committed = 1.0 + float(self.stats.acceptance_lengths[-1]) if booked else None
         if not self._first and self._prev in ("rest", "probe", "draft"):
-            booked = self.stats.n_steps == self._n_steps + 1 and self.stats.acceptance_lengths
-            tok = 1.0 + float(self.stats.acceptance_lengths[-1]) if booked and self._prev != "rest" else 1.0
             rec = st.step_kinds.setdefault(self._prev, [0, 0.0, 0.0])
-            rec[0], rec[1], rec[2] = rec[0] + 1, rec[1] + wall, rec[2] + tok
+            rec[0], rec[1], rec[2] = rec[0] + 1, rec[1] + wall, rec[2] + (committed or 1.0)
         if self._first:
             # a generation's first step pays one-time costs (the drafter's first graphs: 65 ms against
             # 1 ms later on the tiny fixtures): not what a step costs
@@ -1102,8 +1103,8 @@ class AutoDraftLength:
             st.other_ms = _ema(st.other_ms, other)
             if self.timer is not None:
                 st.drafter_ms = _ema(st.drafter_ms, drafter_ms)
-            if self.stats.n_steps == self._n_steps + 1:  # (the step was booked: its committed tokens are known)
-                self._book_trial(1.0 + float(self.stats.acceptance_lengths[-1]), wall)
+            if committed is not None:
+                self._book_trial(committed, wall)
                 st.plain_age += 1
         elif self.timer is not None or st.other_ms is None:
             # a probe also injects the rows deferred while resting, in one decode: not a drafting

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -151,7 +152,7 @@ class DraftModelDrafter(ModelDrafter):
         # the whole batch, as common_speculative_impl_draft_simple::process does (only its last
         # row is an output); rejected rows go at rollback. In chunks of the draft's n_batch.
         self._flush(timer)
-        self._decode(list(tokens), list(positions), timer)
+        self._decode(tokens, positions, timer)
 
     def observe_deferred(self, tokens: list[int], positions: np.ndarray, n_commit: int,
                          timer: StageTimer) -> None:
@@ -169,7 +170,7 @@ class DraftModelDrafter(ModelDrafter):
             self._pending = ([], [])
             self._decode(tok, pos, timer)
 
-    def _decode(self, tokens: list[int], positions: list[int], timer: StageTimer) -> None:
+    def _decode(self, tokens: Sequence[int], positions: Sequence[int] | np.ndarray, timer: StageTimer) -> None:
         with timer("inject", self.ctx):
             step = self.ctx.n_batch
             for i in range(0, len(tokens), step):
