@@ -8,9 +8,12 @@ the same bake-off rows show +0.07 ms. This shows which calls make that time, and
 reused (llama.cpp rebuilds it, and on CUDA re-captures its CUDA graph, whenever a decode's
 shape differs from the last one: "auto" varies the verify batch from step to step).
 
-    python benchmarks/auto_overhead.py [--drafter dflash|ngram-map-k|...] [--n-max 0 2 auto] [-ngl 99]
+    python benchmarks/auto_overhead.py [--drafter dflash|ngram-map-k|...] [--n-max 0 2 auto-old auto] [-ngl 99]
 
-(n_max 0 is plain decoding, the baseline auto must not fall below.)
+(n_max 0 is plain decoding, the baseline auto must not fall below. Each "auto" pass starts from a fresh
+``AutoState`` — a first use —; ``auto-old`` is auto with ``AutoState(learn_costs=False)``, the rest sizes and
+the guard before 2026-12-06's second change, side by side with today's. The profiled pass goes on from the
+state the ``auto`` pass left: auto used again.)
 """
 from __future__ import annotations
 
@@ -23,6 +26,7 @@ import time
 
 import pyllama_spec as ps
 from pyllama_spec.assets import smollm2_dflash_path, smollm2_path
+from pyllama_spec.speculative.costmodel import AutoState
 from pyllama_spec.study.prompts import load_prompts
 
 
@@ -39,6 +43,30 @@ class GCClock:
         else:
             self.seconds += time.perf_counter() - self._t
             self.full += info.get("generation") == 2
+
+
+def trace_runs(trace: list) -> str:
+    """``AutoState.trace`` in runs: consecutive steps of one kind, reason and row count as
+    ``kind/why:rows x n (ms, ms, ...)`` — rests' times summarised as their mean."""
+    out: list[str] = []
+    run: list = []
+
+    def flush() -> None:
+        if not run:
+            return
+        kind, why, rows = run[0][:3]
+        ms = [w for _, _, _, w, _, _ in run]
+        first = "!" if any(f for *_, f in run) else ""
+        times = f"{sum(ms) / len(ms):.2f} mean" if kind == "rest" else ", ".join(f"{w:.2f}" for w in ms)
+        out.append(f"{first}{kind}/{why}:{rows}x{len(run)} ({times})")
+
+    for rec in trace:
+        if run and (rec[0], rec[1], rec[2]) != (run[0][0], run[0][1], run[0][2]) or rec[5]:
+            flush()
+            run = []
+        run.append(rec)
+    flush()
+    return " | ".join(out)
 
 
 def main() -> None:
@@ -61,15 +89,23 @@ def main() -> None:
     # call: on the H200, 2026-12-06, the profiled auto pass showed 0.60 ms of "other" a step, much of it the
     # profiler's), then profiled, untimed
     runs = [(n, False) for n in a.n_max] + [(n, True) for n in a.n_max if n == "auto"]
+    warm = None  # the state the timed "auto" pass left (the profiled pass goes on from it)
     for n_max, profiled in runs:
-        nm = n_max if n_max == "auto" else int(n_max)
+        auto = n_max in ("auto", "auto-old")
+        nm = "auto" if auto else int(n_max)
+        if auto and not profiled:  # a first use: a fresh state, its steps traced
+            st = gen.reset_auto_state("d", AutoState(learn_costs=n_max == "auto", trace=[]))
+            if n_max == "auto":
+                warm = st
+        elif auto and warm is not None:
+            gen.reset_auto_state("d", warm)
         prof = cProfile.Profile() if profiled else None
         stages: dict[str, float] = {}
         steps = toks = ngen = 0
         lengths: dict[int, int] = {}  # verified draft tokens per step (0: a plain step, rest or empty draft)
         secs = 0.0
         gen.ctx.reset_perf()  # llama.cpp's counters: how many of the target's decodes reused their graph
-        if n_max == "auto":  # (the step table of this pass only: the state itself is kept across the passes)
+        if auto:  # (the step table of this pass only)
             gen.auto_state("d").step_kinds.clear()
         gcc = GCClock()
         for conv in convs:
@@ -98,12 +134,15 @@ def main() -> None:
               f"{1e3 * gcc.seconds / max(steps, 1):.3f} ms/step ({gcc.full} full), ms/step: "
               + "  ".join(f"{k} {v:.3f}" for k, v in sorted(per.items())))
         print("  draft tokens verified per step: " + ", ".join(f"{n}: {c}" for n, c in sorted(lengths.items())))
-        if n_max == "auto":
+        if auto:
             st = gen.auto_state("d")
             print(f"  auto state: plain step {st.plain_step_ms} ms (measured in rests), trial {st.trial_steps} "
                   f"steps of {st.trial_tokens:.2f} tokens in {st.trial_ms:.3f} ms, guard gap {st.guard_gap}, "
                   f"other {st.other_ms}, rest other {st.rest_ms}, drafter {st.drafter_ms}, verify scale "
-                  f"{st.verify_scale:.3f}")
+                  f"{st.verify_scale:.3f}, probe loss {st.probe_loss_ms}")
+            if st.trace and not profiled:
+                print("  trace (kind/why: rows x steps, wall ms each; !: a generation's first step): "
+                      + trace_runs(st.trace))
             print("  auto steps by kind (this pass; each generation's first step and last one or two left out): "
                   + "; ".join(
                 f"{k} {v['steps']} steps, {v['ms_per_step']:.3f} ms a step, {v['tokens_per_ms']:.3f} tokens a ms"

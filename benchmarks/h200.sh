@@ -38,6 +38,7 @@
 #                                    # `ops topk`: patch 0012's TOP_K (eval + perf) beside GGML_CUDA_TOPK_SMALL=0;
 #                                    # `ops fattn`: patch 0013, FLASH_ATTN_EXT with the vector kernel to 16 rows
 #                                    # `ops seq`: GGML_CUDA_SBMM_SEQ=1 (NT = 2 tiles one after the other): eval + perf n=8,9,12,16 on / off
+#   bash benchmarks/h200.sh py SCRIPT ARGS # carry .dev/smol.part08 after model0..model7: any script of this checkout
 #   bash benchmarks/h200.sh auto-overhead # carry .dev/smol.part08 after model0..model7: issue 25, auto's per-step cost
 #   bash benchmarks/h200.sh step-smol # carry .dev/smol.part08 after model0..model7: SmolLM2 step cost, T>0, held-out
 #   bash benchmarks/h200.sh bakeoff  # carry .dev/smol.part08 after install + model0..model7: the drafter bake-off
@@ -59,7 +60,7 @@
 # KIND, CONFIGS_KIND, DATA, SEED, TRAIN_SECONDS (kind); RETEST_TESTS_ONLY=1 (retest: pytest only); SBMM_DTYPES (sbmm); NMAX, NTOK, RUNS, NGL, DRAFTERS, MIXED_TURNS, SWEEP_GGUF,
 # DRY=1 (sweep: this checkout's source tree, for a check on the CPU machine).
 set -uo pipefail
-PHASE=${1:?phase: wheel0 … wheel4 | install | model0 … model7 | data | train | bench | retest | step-big | sbmm | ops | auto-overhead | step-smol | bakeoff | sweep | render | kind}
+PHASE=${1:?phase: wheel0 … wheel4 | install | model0 … model7 | data | train | bench | retest | step-big | sbmm | ops | auto-overhead | py | step-smol | bakeoff | sweep | render | kind}
 REPO=$(pwd)
 W=/tmp/w
 OUT=${OUT:-$W/out}
@@ -401,9 +402,17 @@ auto-overhead)
   (cd pyllama_spec && tar -cf - $(find . -name "*.py")) | tar -xf - -C "$W/pkg/pyllama_spec"
   for d in ngram-map-k dflash; do
     log "auto overhead, $d"
-    (cd /tmp && timeout 200 python3 "$REPO/benchmarks/auto_overhead.py" --drafter $d --n-max 0 2 7 auto) 2>&1 \
+    (cd /tmp && timeout 200 python3 "$REPO/benchmarks/auto_overhead.py" --drafter $d --n-max 0 2 7 auto-old auto) 2>&1 \
       | tee "$OUT/auto_overhead_$d.txt" | head -60
   done
+  ;;
+py)
+  # any script of this checkout with SmolLM2 in the cache and this checkout's Python over the wheel (carry
+  # .dev/smol.part08): bash benchmarks/h200.sh py benchmarks/draft_sampling_ab.py --n-prompts 8; LIMIT (s, 500)
+  smol_cat "$GGUF" || exit 2
+  (cd pyllama_spec && tar -cf - $(find . -name "*.py" -o -path "./data/*" -type f)) | tar -xf - -C "$W/pkg/pyllama_spec"
+  S=${2:?py SCRIPT [ARGS...]}; shift 2
+  (cd /tmp && timeout "${LIMIT:-500}" python3 "$REPO/$S" "$@") 2>&1 | grep -v "^llama_\|^load" | tail -"${TAIL:-60}"
   ;;
 step-smol)
   smol_cat "$GGUF" || exit 2; sha256sum "$GGUF"

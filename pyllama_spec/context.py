@@ -245,6 +245,8 @@ class Context:
         self.n_outputs_max_per_seq = min(n_outputs_max_per_seq or self.n_outputs_max, self.n_outputs_max)
         self.memory = Memory(self)
         self._batch = TokenBatch(self.n_batch)
+        #: (row ids 0.., their tokens, both as C pointers): sampled_tokens' buffers where rows are 0..n-1
+        self._rows_buf: tuple[np.ndarray, np.ndarray, Any, Any] | None = None
         self._ebatch: EmbdBatch | None = None
         self._sbatch: SeqSetBatch | None = None
         self._n_vocab = model.n_vocab
@@ -435,15 +437,22 @@ class Context:
         n = self._n_outputs if n is None else check_int("n", n, min=0)
         if not 0 <= n <= self._n_outputs:
             raise InvalidArgumentError(f"the last decode has {self._n_outputs} output rows, asked for {n}")
-        idx = np.arange(n, dtype=np.int32) if self._out_index is None else np.ascontiguousarray(
-            self._out_index[:n], dtype=np.int32)
-        buf = np.empty(n, dtype=np.int32)
+        if self._out_index is None:  # (rows 0..n-1: the buffers made once, their pointers cast once)
+            if self._rows_buf is None or len(self._rows_buf[0]) < n:
+                idx = np.arange(max(n, self.n_outputs_max), dtype=np.int32)
+                buf = np.empty(len(idx), dtype=np.int32)
+                self._rows_buf = (idx, buf, ffi.cast("const int32_t *", idx.ctypes.data),
+                                  ffi.cast("int32_t *", buf.ctypes.data))
+            _, buf, idx_p, buf_p = self._rows_buf
+        else:
+            idx = np.ascontiguousarray(self._out_index[:n], dtype=np.int32)
+            buf = np.empty(n, dtype=np.int32)
+            idx_p, buf_p = ffi.cast("const int32_t *", idx.ctypes.data), ffi.cast("int32_t *", buf.ctypes.data)
         # one call, one synchronization: llama_get_sampled_token_ith synchronizes the backends on every call (on a
         # GPU a stream sync a row; a DFlash draft call read 8-16 rows so, RESULTS.md 13.8)
-        if n and lib.pyls_get_sampled_tokens(self.ptr, ffi.cast("const int32_t *", idx.ctypes.data), n,
-                                             ffi.cast("int32_t *", buf.ctypes.data)) != 0:
+        if n and lib.pyls_get_sampled_tokens(self.ptr, idx_p, n, buf_p) != 0:
             raise ContextError("llama.cpp failed to read the sampled tokens (an exception in the shim)")
-        out = buf.tolist()
+        out = buf[:n].tolist()
         if any(t < 0 for t in out):
             raise UnsupportedError(f"llama.cpp sampled no token for some output rows ({out}): their sequence has "
                                    "no backend sampler")
@@ -515,6 +524,9 @@ class Context:
             KVCacheFullError: no room in the KV cache.
             DecodeError: any other failure.
         """
+        one = self._one_token(tokens, pos, seq_id, logits)
+        if one is not None:
+            return self._decode_one(*one)
         toks = self._check_tokens(tokens, "decode")
         n = toks.shape[0]
         if pos is not None:
@@ -546,6 +558,42 @@ class Context:
         rc = lib.llama_decode(self.ptr, self._batch.as_c())
         self._after_decode(rc, n, n_out, "decode", flags)
         return n_out
+
+    def _one_token(self, tokens: Any, pos: Any, seq_id: Any, logits: Any) -> tuple[int, int | None, int] | None:
+        """``(token, position or None, seq_id)`` where :meth:`decode` was asked for one valid token of one sequence
+        with an output row, given as Python or numpy ints (a draft model's draft token, a plain step's verify);
+        None for anything else, which takes the general path and its checks. (That path's numpy conversions and
+        checks cost ~30 µs a call on the CPU machine against a 1-layer fixture's 48 µs decode, and ~0.1 ms a
+        draft token on an H100 host, where a draft model's decode is ~0.3 ms: RESULTS.md 13.11.)"""
+        if not (type(tokens) is list and len(tokens) == 1 and logits in ("last", "all")):
+            return None
+        t = tokens[0]
+        if not isinstance(t, (int, np.integer)) or isinstance(t, bool) or not 0 <= t < self._n_vocab:
+            return None
+        if type(seq_id) is not int or not 0 <= seq_id < self.n_seq_max:
+            return None
+        if pos is None:
+            return int(t), None, seq_id
+        if (type(pos) is list or (isinstance(pos, np.ndarray) and pos.dtype.kind in "iu")) and len(pos) == 1:
+            p = pos[0]
+            if isinstance(p, (int, np.integer)) and not isinstance(p, bool) and 0 <= p < 2**31 - 1:
+                return int(t), int(p), seq_id
+        return None
+
+    def _decode_one(self, token: int, pos: int | None, seq_id: int) -> int:
+        """:meth:`decode` of one checked token with an output row (:meth:`_one_token`): the values go into the
+        batch's first row as they are."""
+        if pos is None:
+            pos = self.memory.pos_max(seq_id) + 1
+        self._check_batch(1, 1, 1)
+        b = self._batch
+        b.token[0], b.pos[0], b.seq[0, 0], b.logits[0] = token, pos, seq_id, 1
+        b.n_tokens = 1
+        backend.recent_errors.clear()
+        self._cache_version += 1
+        rc = lib.llama_decode(self.ptr, b.as_c())
+        self._after_decode(rc, 1, 1, "decode")
+        return 1
 
     @locked
     def decode_seq_sets(self, tokens: Sequence[int] | np.ndarray, pos: Sequence[int] | np.ndarray,

@@ -594,6 +594,25 @@ class Generator:
                                        f"{', '.join(self.drafters) or 'none'}")
         return self._auto_state.setdefault(drafter, AutoState())
 
+    def reset_auto_state(self, drafter: str, state: AutoState | None = None) -> AutoState:
+        """Forget what ``n_max="auto"`` has learnt for ``drafter``: its next generation starts from ``state``
+        (default a fresh :class:`~pyllama_spec.speculative.costmodel.AutoState`) — a first use again, e.g. to
+        compare two settings of auto from the same start in one process (``benchmarks/auto_overhead.py``).
+
+        Returns:
+            the state now in use.
+
+        Raises:
+            InvalidArgumentError: an unknown drafter name, or ``state`` not an AutoState.
+        """
+        if drafter not in self.drafters:
+            raise InvalidArgumentError(f"unknown drafter {drafter!r}; this generator has: "
+                                       f"{', '.join(self.drafters) or 'none'}")
+        if state is not None and not isinstance(state, AutoState):
+            raise InvalidArgumentError(f"state must be an AutoState, got {type(state).__name__}")
+        self._auto_state[drafter] = state if state is not None else AutoState()
+        return self._auto_state[drafter]
+
     def resolve_n_max(self, drafter: str | None, n_max: int | str | None = None) -> int:
         """The draft length a generation with ``drafter`` and ``n_max`` would use (the drafter's default
         for None, the ceiling for ``"auto"``, clamps applied; 0 without a drafter)."""

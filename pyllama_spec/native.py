@@ -221,7 +221,13 @@ class NativeLoopRules(Drafter):
 
 def run_completion(model: str | os.PathLike, prompt: str, *, n_predict: int, n_ctx: int = 4096,
                    n_gpu_layers: int = 99, extra: Sequence[str] = (), timeout: float = 600) -> NativeRun:
-    """Run ``llama-completion`` greedily without chat mode; ``stdout`` holds only the generated text."""
+    """Run ``llama-completion`` greedily without chat mode; ``stdout`` holds only the generated text.
+
+    It prefills the whole prompt in one batch, where our loop (and ``llama-speculative-simple``) decodes all but
+    its last token and then that token alone: with an f16 KV cache and flash attention the last prompt row's
+    K/V, and so later logits, differ by ~0.05–0.2, enough to flip a near-tie (2026-12-06, CPU: a gap of 0.01
+    at the 12th token of a held-out prompt). Its tokens equal ours up to such near-ties; with ``extra=["-fa",
+    "off", "-ctk", "f32", "-ctv", "f32"]`` and our context made so too, both prefills give the same logits."""
     cmd = [str(find_program("llama-completion")), "-m", str(model), "-p", prompt, "-n", str(n_predict),
            "--temp", "0", "-nr", "-no-cnv", "--no-display-prompt", "-c", str(n_ctx), "-ngl", str(n_gpu_layers),
            "--seed", "0", *extra]

@@ -3,6 +3,7 @@ import numpy as np
 import pytest
 
 import pyllama_spec as ps
+from pyllama_spec.sampler import SamplerChain
 
 from .conftest import EXACT, close_logits
 
@@ -27,6 +28,44 @@ def test_batch_equals_token_by_token(ctx, tiny_model):
         ctx.decode([t], [i])
         close_logits(ctx.logits()[0], batch[i])
         np.testing.assert_array_equal(ctx.logits_ith(-1), ctx.logits()[0])
+
+
+def test_one_token_decodes_take_the_short_path_with_the_same_results(ctx, tiny_model):
+    """A one-token decode given as Python or numpy ints (a draft token, a plain step) skips the array checks
+    (``Context._one_token``): the logits, the backend sampler's tokens, the cache and the errors are those of the
+    general path, and anything else (a token outside the vocabulary, a bool, a negative position) still gets
+    the general path's exception — and leaves the context usable."""
+    toks = tiny_model.vocab.tokenize(PROMPT)[:12]
+    ctx.decode(toks[:-1], logits="none")
+    assert ctx._one_token([toks[-1]], None, 0, "last") == (toks[-1], None, 0)
+    ctx.decode([toks[-1]])  # position from the cache: 11
+    short = ctx.logits().copy()
+    assert ctx.memory.pos_max(0) == len(toks) - 1
+    ctx.memory.seq_rm(0, len(toks) - 1)
+    ctx.decode(np.array([toks[-1]]), np.array([len(toks) - 1]), logits=[True])  # (the general path)
+    np.testing.assert_array_equal(ctx.logits(), short)
+    ctx.memory.seq_rm(0, len(toks) - 1)
+    ctx.decode([np.int64(toks[-1])], np.array([len(toks) - 1], dtype=np.int32), logits="all")  # short, numpy ints
+    np.testing.assert_array_equal(ctx.logits(), short)
+    for bad in ([264], [-1], [True]):
+        with pytest.raises(ps.InvalidBatchError if bad != [True] else ps.InvalidTypeError):
+            ctx.decode(bad, [len(toks)])
+    assert ctx._one_token([1], [-1], 0, "last") is None and ctx._one_token([1], [2], 1, "last") is None
+    assert ctx._one_token([1, 2], None, 0, "last") is None and ctx._one_token([1], None, 0, "none") is None
+    ctx.decode([toks[-1]], [len(toks)])  # still usable, at the next position
+    assert ctx.memory.pos_max(0) == len(toks)
+    # the sampled token of a one-token decode, read through the reused row buffers, is the logits' argmax
+    ctx.memory.seq_rm(0, len(toks) - 1)
+    ctx.set_sampler(SamplerChain())
+    try:
+        nxt = toks[-1]
+        for i in range(3):
+            ctx.decode([nxt], [len(toks) - 1 + i])
+            nxt = ctx.sampled_tokens(1)[0]
+            assert nxt == int(np.argmax(short[0])) if i == 0 else 0 <= nxt < 264
+        assert ctx.sampled_tokens() == [nxt]
+    finally:
+        ctx.set_sampler(None)
 
 
 def test_seq_rm_then_redecode_reproduces_logits(ctx, tiny_model):

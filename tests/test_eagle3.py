@@ -85,3 +85,34 @@ def test_mismatched_heads_raise(gen, heads, tiny):
     with pytest.raises(ps.DrafterMismatchError, match="not an EAGLE-3 head"):
         Eagle3Drafter(gen.ctx, tiny["dflash"])
     assert gen.generate(PROMPT, drafter="echo", max_tokens=4).stats.n_steps > 0
+
+
+@pytest.mark.parametrize("max_rest", [3, 12])
+def test_auto_rests_defer_the_heads_rows_to_the_probe(gen, max_rest):
+    """n_max="auto" resting (a cost model where nothing pays): the resting steps' committed rows (their target
+    features copied at once) go into the head in one encode + decode before the probe's draft instead of one
+    pair a step — the drafts are those of injecting each row as it came, the output is plain decoding's, and
+    the head decodes fewer batches."""
+    from .test_auto_rest import _auto_with_probes
+
+    ref = gen.generate(PROMPT, max_tokens=48, reuse_prefix=False)
+    d = gen.drafters["echo"]
+    batches = []
+    orig = d.ctx.decode_tokens_embd
+
+    def counting(tokens, *a, **k):
+        batches.append(len(tokens))
+        return orig(tokens, *a, **k)
+
+    d.ctx.decode_tokens_embd = counting
+    try:
+        r1, deferred = _auto_with_probes(gen, PROMPT, name="echo", max_rest=max_rest)
+        n_deferred = list(batches)
+        batches.clear()
+        r2, each = _auto_with_probes(gen, PROMPT, name="echo", max_rest=max_rest, deferred=False)
+    finally:
+        del d.ctx.decode_tokens_embd
+    assert r1.tokens == r2.tokens == ref.tokens
+    assert [n for n, _ in deferred] == [n for n, _ in each] and len(deferred) >= 2
+    assert [t for _, t in deferred] == [t for _, t in each] and any(t for _, t in deferred)
+    assert len(n_deferred) < len(batches) and max(n_deferred) >= min(max_rest, 8)

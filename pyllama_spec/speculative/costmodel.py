@@ -609,6 +609,23 @@ class AutoState:
             first step and its last one or two — whose wall is not known when the generation ends — left out): where
             auto's time went against plain decoding's, e.g. a first use on a GPU that verified drafts at 36 of
             470 steps and lost 15 % (RESULTS.md 19.6). :meth:`step_table` reads it.
+        probe_loss_ms: running mean of what a probe really lost against plain decoding — its wall ms less its
+            committed tokens × the plain step (:meth:`AutoDraftLength.plain_step`), at least 0; None before the
+            first probe was measured. On a GPU a probe pays what the model does not see: the target's graph
+            rebuilt for 2 rows and again for the rest's 1, the drafter's rows deferred over the rest injected in
+            one decode of their own shape.
+        learn_costs: size a rest by what probes really lost (``probe_loss_ms``, where it exceeds the model's
+            predicted loss) and let the guard decide a trial before ``GUARD_STEPS`` steps when it loses by far
+            (:meth:`AutoDraftLength.guard_loss`); False: the model's loss and ``GUARD_STEPS`` steps always, as
+            before 2026-12-06 (kept to compare the two in one run, ``benchmarks/auto_overhead.py``).
+        trace: None (the default), or a list to which every step is appended once its wall is known, as
+            ``(kind, why, rows, wall_ms, committed, first)``: kind ``"rest"`` / ``"probe"`` / ``"draft"``; why
+            :meth:`AutoDraftLength.plan` chose it (``"resting"`` inside a rest, ``"measure"`` a rest that measures
+            the plain step, ``"free"`` a free drafter, ``"pays"`` the model's verdict, ``"probe"``, ``"guard"`` the
+            guard's rest, ``"no gain"`` the model's rest, ``"trim"`` a step begun by ``trim`` alone); rows
+            verified; wall ms; committed tokens (None where the loop did not book the step); whether it was a
+            generation's first step. It grows by one entry a step: what a user reads to see why auto drafted
+            where it did.
     """
     bin_tried: np.ndarray = field(default_factory=lambda: np.zeros(10))
     bin_accepted: np.ndarray = field(default_factory=lambda: np.zeros(10))
@@ -635,6 +652,9 @@ class AutoState:
     guard_gap: int = 0
     plain_age: int = 0
     step_kinds: dict = field(default_factory=dict)
+    probe_loss_ms: float | None = None
+    learn_costs: bool = True
+    trace: list | None = None
     _last_stats: Any = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
@@ -716,6 +736,10 @@ FREE_DRAFTER = 0.05
 #: decoding differ by ~1–2 %)
 GUARD_STEPS = 16
 GUARD_MARGIN = 0.03
+#: the fewest drafting steps of a trial the guard judges (``AutoState.learn_costs``): after n steps, n ≥
+#: GUARD_MIN_STEPS, a trial that loses more than GUARD_MARGIN × GUARD_STEPS / n of its time rests the loop —
+#: a loss four times the margin is no noise after 4 steps (on an H100 a first use's drafting steps lost ~50 %)
+GUARD_MIN_STEPS = 4
 #: every this many drafting steps without a rest the guard rests GUARD_MEASURE steps to measure a plain step again
 GUARD_REFRESH = 128
 GUARD_MEASURE = 4
@@ -755,7 +779,8 @@ class AutoDraftLength:
     step, τ_L = 1 + Σ_{i<L} p_i; drafting pays while τ_L / (O + V(L+1)) ≥ 1 / (O_plain + V(1)), i.e.
     τ_L is above the break-even τ of the measured costs (O: a drafting step's other costs, drafter
     call included; O_plain: a plain step's). Where it does not, the loop rests :func:`rest_length`
-    steps, then probes with a one-token drafting step (exponential back-off while probes keep failing). A
+    steps, then probes with a one-token drafting step (exponential back-off while probes keep failing; the first
+    rest sized by what probes were measured to lose, :meth:`rest_loss`, where that exceeds the model's loss). A
     resting step is a plain decode through the same verify; what the drafter must still see (DFlash's
     committed features) is handed to ``Drafter.observe_deferred``, so the output stays the target's. Deep in
     a long rest (:meth:`dormant`: ``DORMANT_WINDOW`` or more resting steps before the probe) the loop hands
@@ -772,7 +797,8 @@ class AutoDraftLength:
     where plain decoding gave 733 and the model still said drafting paid — RESULTS.md 19.5). So the loop also
     measures what drafting steps really give — committed tokens and wall ms a step, over a *trial* of at least
     ``GUARD_STEPS`` of them (:meth:`guard_loss`) — against a plain step's wall (measured in rests; before the
-    first, V(1), :meth:`plain_step`). When a trial loses more than ``GUARD_MARGIN`` of its time the loop rests,
+    first, V(1), :meth:`plain_step`; a trial that loses by far is judged after ``GUARD_MIN_STEPS``). When a trial
+    loses more than ``GUARD_MARGIN`` of its time the loop rests,
     the same :func:`rest_length` back-off as the model's rests (doubled while new trials keep losing), then the
     probe starts a new trial; a free drafter rests too. The plain step it compares with goes stale (a longer
     context, a busier machine, an earlier generation's value), and a trial that pays against a stale value would
@@ -827,6 +853,7 @@ class AutoDraftLength:
         self.n_probes = 0
         self.n_guard_rests = 0  # rests the guard began (this generation)
         self._n_steps = 0  # stats.n_steps when the step being timed began
+        self._why = "trim"  # why plan() chose the step being timed (AutoState.trace)
 
     # -- the pieces ---------------------------------------------------------------------------------
     def _drafter_seconds(self) -> tuple[float, float, float]:
@@ -1039,13 +1066,20 @@ class AutoDraftLength:
         """The guard's verdict on the current trial (class docstring, "The guard"): the ms a drafting step
         loses against plain decoding of the same tokens, ``trial_ms − trial_tokens × plain_step()``, where it
         exceeds ``GUARD_MARGIN`` of the step; None while it does not, before ``GUARD_STEPS`` drafting steps
-        were measured, or with ``AutoState.guard`` off. (:meth:`plan` asks only where resting is allowed,
+        were measured, or with ``AutoState.guard`` off. With ``AutoState.learn_costs`` a trial of n ≥
+        ``GUARD_MIN_STEPS`` steps is judged already when it loses more than ``GUARD_MARGIN × GUARD_STEPS / n`` of
+        its time (12 % after 4 steps, 6 % after 8). (:meth:`plan` asks only where resting is allowed,
         ``AutoState.rest``.)"""
         st = self.state
-        if not st.guard or st.trial_steps < GUARD_STEPS:
+        n = st.trial_steps
+        least = GUARD_MIN_STEPS if st.learn_costs else GUARD_STEPS
+        if not st.guard or n < least:
             return None
         loss = st.trial_ms - st.trial_tokens * self.plain_step()
-        return loss if loss > GUARD_MARGIN * st.trial_ms else None
+        # (learn_costs: a short trial must lose more — the margin × GUARD_STEPS / n — to be judged before
+        # GUARD_STEPS steps; from GUARD_STEPS on the margin alone)
+        margin = GUARD_MARGIN * max(1.0, GUARD_STEPS / n)
+        return loss if loss > margin * st.trial_ms else None
 
     # -- the loop's calls ----------------------------------------------------------------------------
     def _learn(self, now: float) -> None:
@@ -1088,9 +1122,14 @@ class AutoDraftLength:
         # the step's committed tokens, where the loop booked it (None where it did not: nothing to count)
         booked = self.stats.n_steps == self._n_steps + 1 and self.stats.acceptance_lengths
         committed = 1.0 + float(self.stats.acceptance_lengths[-1]) if booked else None
+        if st.trace is not None and self._prev in ("rest", "probe", "draft"):
+            st.trace.append((self._prev, self._why, rows, round(wall, 4), committed, self._first))
         if not self._first and self._prev in ("rest", "probe", "draft"):
             rec = st.step_kinds.setdefault(self._prev, [0, 0.0, 0.0])
             rec[0], rec[1], rec[2] = rec[0] + 1, rec[1] + wall, rec[2] + (committed or 1.0)
+            if self._prev == "probe" and committed is not None:
+                # what the probe really lost, its rebuilt graphs and injection included (AutoState.probe_loss_ms)
+                st.probe_loss_ms = _ema(st.probe_loss_ms, max(0.0, wall - committed * self.plain_step()))
         if self._first:
             # a generation's first step pays one-time costs (the drafter's first graphs: 65 ms against
             # 1 ms later on the tiny fixtures): not what a step costs
@@ -1132,18 +1171,22 @@ class AutoDraftLength:
             guard = self.guard_loss()
             if guard is None and st.trial_steps >= GUARD_STEPS:
                 st.guard_gap = 0  # (this trial pays: the next one the guard stops starts the back-off again)
+        why = "no room"  # (why this step drafts or rests: AutoState.trace)
         if ceiling > 0:
             if st.rest and st.rest_left > 0:
                 st.rest_left -= 1
+                why = "resting"
             elif (st.rest and st.guard and st.plain_step_ms is not None and st.plain_age >= GUARD_REFRESH
                   and self._prev != "rest"):
                 # a short rest that measures the plain step afresh (class docstring): its first step replaces the
                 # stale value, the next ones average in
                 st.rest_left = GUARD_MEASURE - 1
                 st.plain_age, st.plain_step_ms = 0, None
+                why = "measure"
             elif self.free_drafter() and guard is None:
                 st.gap = 0
                 ask = ceiling
+                why = "free"
             else:
                 if self.free_drafter():  # (losing, by the guard: nothing for the model to add)
                     pays, loss_ms = False, 0.0
@@ -1156,27 +1199,48 @@ class AutoDraftLength:
                 if pays:
                     st.gap = 0
                     ask = max(1, self.budget(ceiling))
+                    why = "pays"
                 elif due:  # one token: the cheapest step that measures the first position, which
                     # decides whether any length pays (CPU, SmolLM2: a probe of 3 rows cost 2.5 plain steps)
                     ask = 1
                     self.n_probes += 1
                     self._prev = "rest"  # (so this step counts as a probe)
+                    why = "probe"
                 elif guard is not None:  # the trial lost: rest, twice as long as the guard's last rest, and
-                    # start a new trial after it
-                    st.guard_gap = rest_length(loss_ms, self.plain_step(), st.guard_gap, longest=st.max_rest)
+                    # start a new trial after it. With learn_costs the first such rest keeps the whole trial's
+                    # loss — its drafting steps' and the probe's that began it — within 2 % of the rest: on a GPU a
+                    # trial is a burst of new shapes (RESULTS.md 19.8), each step losing ~2 ms, not one probe's
+                    lost = self.rest_loss(loss_ms)
+                    if st.learn_costs:
+                        lost = st.trial_steps * guard + (st.probe_loss_ms or 0.0)
+                    st.guard_gap = rest_length(lost, self.plain_step(), st.guard_gap, longest=st.max_rest)
                     st.gap = st.guard_gap
                     st.rest_left = st.gap - 1
                     st.trial_steps, st.trial_tokens, st.trial_ms = 0, 0.0, 0.0
                     self.n_guard_rests += 1
+                    why = "guard"
                 else:  # nothing pays: rest, longer after each probe that failed
                     plain = self.plain_other_ms() + float(self._v(1.0))
-                    st.gap = rest_length(loss_ms, plain, st.gap, longest=st.max_rest)
+                    st.gap = rest_length(self.rest_loss(loss_ms), plain, st.gap, longest=st.max_rest)
                     st.rest_left = st.gap - 1
+                    why = "no gain"
         kind = "rest" if ask == 0 else "probe" if self._prev == "rest" else "draft"
         self.n_rest += kind == "rest"
         self._t, self._rows, self._prev, self._planned = now, 1, kind, True
+        self._why = why
         self._n_steps = self.stats.n_steps
         return ask
+
+    def rest_loss(self, loss_ms: float) -> float:
+        """The loss a rest's length is sized by (:func:`rest_length`: one probe's loss ≤ 2 % of the rest): the
+        model's predicted loss of a drafting step, ``loss_ms``, or — with ``AutoState.learn_costs`` — what probes
+        were measured to lose (``AutoState.probe_loss_ms``) where that is more. (On an H100 a DFlash probe cost
+        ≈ 4.9 ms against 1.3 for a plain step, the model predicted ≈ 0.6 ms of loss, and rests of ~23 steps made
+        the probes most of a first use's 15 % loss: RESULTS.md 19.6.)"""
+        st = self.state
+        if st.learn_costs and st.probe_loss_ms is not None:
+            return max(loss_ms, st.probe_loss_ms)
+        return loss_ms
 
     def free_drafter(self) -> bool:
         """Whether the drafter's measured call (``AutoState.drafter_ms``, its drafting steps' drafter stages)
@@ -1203,7 +1267,7 @@ class AutoDraftLength:
         if not self._planned:  # (used without plan(): each trim begins a step)
             now = self.clock()
             self._learn(now)
-            self._t, self._prev, self._n_steps = now, "draft", self.stats.n_steps
+            self._t, self._prev, self._n_steps, self._why = now, "draft", self.stats.n_steps, "trim"
         self._planned = False
         n = 0
         if draft.tokens:
@@ -1220,4 +1284,4 @@ __all__ = ["VerifyCost", "StepCosts", "Acceptance", "Measured", "CostModel", "fi
            "tree_calibration", "tree_tau_from_mass", "expected_tree_tau", "fit_tree_row_ms",
            "AutoDraftLength", "AutoState", "AUTO_RULES", "DRAFT_STAGES", "DRAFTER_STAGES", "VERIFY_STAGES",
            "adaedl_lower_bound", "rest_length", "DORMANT_WINDOW", "GUARD_STEPS", "GUARD_MARGIN", "GUARD_WINDOW",
-           "GUARD_REFRESH", "GUARD_MEASURE"]
+           "GUARD_REFRESH", "GUARD_MEASURE", "GUARD_MIN_STEPS"]

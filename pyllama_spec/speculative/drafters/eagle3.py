@@ -149,6 +149,8 @@ class Eagle3Drafter(ModelDrafter):
         self._reset()
 
     def _reset(self) -> None:
+        #: (tokens, positions, features) of the committed rows kept while n_max="auto" rests (observe_deferred)
+        self._deferred: list[tuple[list[int], np.ndarray, np.ndarray]] = []
         self.pending_pos = -1
         self.pending_g = np.zeros(self.n_embd, dtype=np.float32)
         self.verify_g = np.zeros((0, self.n_embd), dtype=np.float32)
@@ -169,13 +171,42 @@ class Eagle3Drafter(ModelDrafter):
         return np.concatenate(cols, axis=1)
 
     def observe(self, tokens: list[int], positions: np.ndarray, n_commit: int, timer: StageTimer) -> None:
+        self._flush(timer)
         with timer("extract"):
             feats = self._features(slice(0, len(tokens)))
         self._inject(list(tokens), np.asarray(positions), feats, timer)
 
+    def observe_deferred(self, tokens: list[int], positions: np.ndarray, n_commit: int,
+                         timer: StageTimer) -> None:
+        # n_max="auto" is resting: the committed rows' features are copied now (the target's next decode overwrites
+        # its taps) and go into the head in one encode + decode before the next draft, instead of one pair per
+        # resting step (as draft-simple and DFlash defer theirs; RESULTS.md 19.7). The pairs are the same: a
+        # joined batch pairs the token of p + 1 with g_p across what were separate one-row batches
+        with timer("extract"):
+            feats = self._features(slice(0, n_commit))
+        self._deferred.append(([int(t) for t in tokens[:n_commit]], np.asarray(positions[:n_commit]), feats))
+
+    def _flush(self, timer: StageTimer) -> None:
+        """Inject the rows deferred while resting (consecutive committed positions), as one verify batch."""
+        if self._deferred:
+            rows, self._deferred = self._deferred, []
+            self._inject([t for r in rows for t in r[0]], np.concatenate([r[1] for r in rows]),
+                         np.concatenate([r[2] for r in rows]), timer)
+
+    def rollback(self, n_past: int) -> None:
+        # deferred rows at or after n_past are gone (an EOS inside a rest): they never reach the head
+        kept = []
+        for toks, pos, feats in self._deferred:
+            keep = int(np.count_nonzero(pos < n_past))
+            if keep:
+                kept.append((toks[:keep], pos[:keep], feats[:keep]))
+        self._deferred = kept
+        super().rollback(n_past)
+
     def observe_rows(self, tokens: list[int], positions: np.ndarray, rows: list[int], timer: StageTimer) -> None:
         # a tree verify: the accepted path's rows, wherever they sit in the batch, observed as a chain verify
         # of those rows that accepted all of them (its last row is the new boundary, as on_accept would set it)
+        self._flush(timer)
         idx = np.asarray(rows, dtype=np.int64)
         with timer("extract"):
             feats = self._features(idx)
@@ -211,9 +242,10 @@ class Eagle3Drafter(ModelDrafter):
                     self.ctx.decode_tokens_embd(toks[i:i + step], rows_a[i:i + step], pos[i:i + step], logits="none")
 
     def on_accept(self, n_drafted: int, n_accepted: int) -> None:
-        # the new boundary is the row of the last accepted token (common_..._eagle3::accept)
+        # the new boundary is the row of the last accepted token (common_..._eagle3::accept); after a resting
+        # step the deferred rows' injection sets it (_flush)
         n_rows = self.verify_g.shape[0]
-        if n_rows == 0:
+        if n_rows == 0 or self._deferred:
             return
         i = min(n_accepted, n_rows - 1)
         self.pending_pos = self.verify_pos_first + i
@@ -230,6 +262,7 @@ class Eagle3Drafter(ModelDrafter):
 
     def propose(self, last_token: int, n_past: int, n_max: int, sp: SamplingParams, rng: np.random.Generator,
                 timer: StageTimer) -> Draft:
+        self._flush(timer)  # (rows deferred while n_max="auto" rested)
         if self.pending_pos < 0:  # nothing observed yet (a one-token prompt)
             return Draft(tokens=[])
         tokens: list[int] = []
@@ -264,6 +297,7 @@ class Eagle3Drafter(ModelDrafter):
         shape — do not depend on draws. A node off that chain gets its depth's distribution as its
         parent's, as every node of a DFlash block's tree does (one distribution per depth); ``p_min`` and
         ``n_min`` do not apply. Costs ``min(n_max, budget)`` head decodes, as a chain of that length."""
+        self._flush(timer)
         n_max = min(n_max, self.n_max_limit, budget)
         if n_max <= 0 or self.pending_pos < 0:
             return TreeDraft(tokens=[], parents=np.zeros(0, dtype=np.int64))

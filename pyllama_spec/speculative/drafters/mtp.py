@@ -172,6 +172,8 @@ class MTPDrafter(Drafter):
         self._reset()
 
     def _reset(self) -> None:
+        #: (tokens, positions, hidden states) of the committed rows kept while n_max="auto" rests
+        self._deferred: list[tuple[list[int], np.ndarray, np.ndarray]] = []
         self.pending_h = np.zeros(self.n_embd, dtype=np.float32)
         self.verify_h = np.zeros((0, self.n_embd), dtype=np.float32)
 
@@ -183,9 +185,36 @@ class MTPDrafter(Drafter):
         self.target.set_embeddings_nextn(True, False)
 
     def observe(self, tokens: list[int], positions: np.ndarray, n_commit: int, timer: StageTimer) -> None:
+        self._flush(timer)
         n = len(tokens)
         with timer("extract"):
             h = self.target.embeddings_nextn()[:n].copy()
+        self._inject(tokens, positions, h, timer)
+
+    def observe_deferred(self, tokens: list[int], positions: np.ndarray, n_commit: int,
+                         timer: StageTimer) -> None:
+        # n_max="auto" is resting: own MTP layers take the committed rows' (token, previous hidden state) pairs in
+        # one decode before the next draft instead of one a step (as draft-simple, DFlash and EAGLE-3 defer theirs);
+        # the hidden states are copied now, the target's next decode overwrites them. An assistant that reads the
+        # target's cache decodes nothing here: it only keeps the last hidden state, at once
+        if self.shared_kv:
+            self.observe(tokens, positions, n_commit, timer)
+            return
+        with timer("extract"):
+            h = self.target.embeddings_nextn()[:n_commit].copy()
+        self._deferred.append(([int(t) for t in tokens[:n_commit]], np.asarray(positions[:n_commit]), h))
+
+    def _flush(self, timer: StageTimer) -> None:
+        """Decode the rows deferred while resting (consecutive committed positions), as one verify batch."""
+        if self._deferred:
+            rows, self._deferred = self._deferred, []
+            self._inject([t for r in rows for t in r[0]], np.concatenate([r[1] for r in rows]),
+                         np.concatenate([r[2] for r in rows]), timer)
+
+    def _inject(self, tokens: list[int], positions: np.ndarray, h: np.ndarray, timer: StageTimer) -> None:
+        """Decode (x_k, h_{k-1}) at each row's position into the MTP layers' cache (own layers only); the last
+        row's h waits for the next batch's first token (``pending_h``)."""
+        n = len(tokens)
         if not self.shared_kv:
             with timer("inject", self.ctx):
                 # (x_k, h_{k-1}) at k's position; the first row pairs with the previous batch's last h
@@ -198,12 +227,14 @@ class MTPDrafter(Drafter):
         self.pending_h = h[n - 1]
 
     def on_accept(self, n_drafted: int, n_accepted: int) -> None:
-        # the hidden state of the last accepted row goes with the bonus token (common_..._mtp::accept)
-        if self.verify_h.shape[0]:
+        # the hidden state of the last accepted row goes with the bonus token (common_..._mtp::accept); after a
+        # resting step the deferred rows' decode sets it (_flush)
+        if self.verify_h.shape[0] and not self._deferred:
             self.pending_h = self.verify_h[min(n_accepted, self.verify_h.shape[0] - 1)]
 
     def propose(self, last_token: int, n_past: int, n_max: int, sp: SamplingParams, rng: np.random.Generator,
                 timer: StageTimer) -> Draft:
+        self._flush(timer)  # (rows deferred while n_max="auto" rested)
         tokens: list[int] = []
         qs: list[np.ndarray] = []
         tok, h = int(last_token), self.pending_h
@@ -229,6 +260,12 @@ class MTPDrafter(Drafter):
         return Draft(tokens=tokens, probs=np.stack(qs).astype(np.float32) if qs else None)
 
     def rollback(self, n_past: int) -> None:
+        kept = []  # (deferred rows at or after n_past are gone: an EOS inside a rest)
+        for toks, pos, h in self._deferred:
+            keep = int(np.count_nonzero(pos < n_past))
+            if keep:
+                kept.append((toks[:keep], pos[:keep], h[:keep]))
+        self._deferred = kept
         if not self.shared_kv:
             self.ctx.memory.seq_rm(0, n_past)
 

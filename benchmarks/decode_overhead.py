@@ -1,0 +1,138 @@
+"""What our Python adds to a one-token decode (issue 19: draft-simple's loop at 0.90–0.94 × llama-speculative-simple
+and plain decoding at 0.90–0.96 × llama-completion's eval-only rate on an H100, RESULTS.md 13.11): the same
+single-token decodes of one model timed five ways, side by side, in one process.
+
+    bare      lib.llama_decode on a batch filled once (only the token and position change): llama.cpp's own cost
+    bare+tok  bare, then the shim's one-call read of the sampled token (a backend sampler attached)
+    decode    Context.decode([tok], [pos]) — argument checks, batch fill, output bookkeeping
+    decode+tok  Context.decode, then Context.sampled_tokens(1)   (draft-simple's greedy draft, the loop's plain step)
+    decode+argmax  Context.decode without a sampler, then the logits row's numpy argmax   (the host's draw)
+
+Each mode decodes ``--n`` tokens at consecutive positions after a short prompt (cut back to it every 64 tokens), in
+``--rounds`` interleaved rounds; µs per decode (median of the rounds). The gaps between rows are our Python.
+
+    python benchmarks/decode_overhead.py [--model M.gguf] [-n 512] [--rounds 5] [-ngl 99]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+
+import numpy as np
+
+import pyllama_spec as ps
+from pyllama_spec._ffi import ffi, lib
+from pyllama_spec.assets import smollm2_draft_path, smollm2_path
+from pyllama_spec.sampler import SamplerChain
+
+WINDOW = 64
+
+
+def measure(path: str, a: argparse.Namespace, out: dict) -> None:
+    """One model: the five modes, printed and put into ``out["models"]``."""
+    model = ps.Model(path, n_gpu_layers=a.n_gpu_layers)
+    ctx = ps.Context(model, n_ctx=1024, n_batch=64, n_ubatch=64, n_outputs_max=1, n_outputs_max_per_seq=1)
+    prompt = [1, 2, 3, 4, 5, 6, 7, 8]
+    n0 = len(prompt)
+    tok = 28
+
+    def reset() -> None:
+        ctx.memory.seq_rm(0, n0)
+
+    def prefill() -> None:
+        ctx.memory.clear()
+        ctx.decode(prompt, np.arange(n0, dtype=np.int32), logits="none")
+
+    # the bare loop's batch: one token, sequence 0, an output row; only token and position change
+    batch = lib.llama_batch_init(1, 0, 1)
+    batch.n_tokens = 1
+    batch.n_seq_id[0] = 1
+    batch.seq_id[0][0] = 0
+    batch.logits[0] = 1
+    idx = np.zeros(1, dtype=np.int32)
+    buf = np.zeros(1, dtype=np.int32)
+    idx_p = ffi.cast("const int32_t *", idx.ctypes.data)
+    buf_p = ffi.cast("int32_t *", buf.ctypes.data)
+
+    def bare(read: bool) -> float:
+        t = time.perf_counter()
+        for i in range(a.n):
+            if i % WINDOW == 0:
+                reset()
+            batch.token[0] = tok
+            batch.pos[0] = n0 + i % WINDOW
+            if lib.llama_decode(ctx.ptr, batch) != 0:
+                raise RuntimeError("llama_decode failed")
+            if read:
+                lib.pyls_get_sampled_tokens(ctx.ptr, idx_p, 1, buf_p)
+            else:
+                lib.llama_synchronize(ctx.ptr)
+        return 1e6 * (time.perf_counter() - t) / a.n
+
+    def ours(read: str) -> float:
+        t = time.perf_counter()
+        for i in range(a.n):
+            if i % WINDOW == 0:
+                reset()
+            ctx.decode([tok], [n0 + i % WINDOW], logits="last")
+            if read == "tok":
+                ctx.sampled_tokens(1)
+            elif read == "argmax":
+                int(np.argmax(ctx.logits()[0]))
+            else:
+                lib.llama_synchronize(ctx.ptr)
+        return 1e6 * (time.perf_counter() - t) / a.n
+
+    modes = {"bare": lambda: bare(False), "decode": lambda: ours("none"),
+             "decode+argmax": lambda: ours("argmax")}
+    sampled = {"bare+tok": lambda: bare(True), "decode+tok": lambda: ours("tok")}
+    res: dict[str, list[float]] = {m: [] for m in [*modes, *sampled]}
+    for r in range(a.rounds + 1):  # (round 0 warms every shape up and is not kept)
+        ctx.set_sampler(None)
+        prefill()
+        for m, f in modes.items():
+            v = f()
+            if r:
+                res[m].append(v)
+        ctx.set_sampler(SamplerChain())  # (a chain is set up for one attachment)
+        prefill()
+        for m, f in sampled.items():
+            v = f()
+            if r:
+                res[m].append(v)
+    ctx.set_sampler(None)
+    lib.llama_batch_free(batch)
+    med = {m: statistics.median(v) for m, v in res.items()}
+    name = model.path.name
+    out["models"][name] = {"us_per_decode": med, "all": res}
+    print(f"{name}: µs per one-token decode, median of {a.rounds} rounds × {a.n}")
+    for m in ("bare", "decode", "decode+argmax", "bare+tok", "decode+tok"):
+        print(f"  {m:<14} {med[m]:8.1f}")
+    print(f"  our Python on a decode: {med['decode'] - med['bare']:.1f} µs; on a decode + sampled token: "
+          f"{med['decode+tok'] - med['bare+tok']:.1f} µs; the host's argmax vs the graph's draw: "
+          f"{med['decode+argmax'] - med['decode+tok']:+.1f} µs")
+    ctx.close()
+    model.close()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", action="append",
+                    help="a .gguf (repeatable; default: SmolLM2 and its shipped draft model)")
+    ap.add_argument("-n", type=int, default=512, help="decodes per mode and round")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("-ngl", "--n-gpu-layers", type=int, default=99)
+    ap.add_argument("--json", help="write the numbers here")
+    a = ap.parse_args()
+    out = {"system": ps.system_info(), "n": a.n, "rounds": a.rounds, "models": {}}
+    for path in a.model or [str(smollm2_path()), str(smollm2_draft_path())]:
+        measure(path, a, out)
+    if a.json:
+        with open(a.json, "w") as fh:
+            json.dump(out, fh, indent=1)
+
+
+if __name__ == "__main__":
+    main()
