@@ -26,6 +26,8 @@ AUTO = [("auto cost+rest", "dflash", {"rule": "cost", "rest": True}),
         # deep in a long rest the drafter sees no rows (observe_dormant, the default) vs every row
         ("auto cost+rest awake", "dflash-awake", {"rule": "cost", "rest": True, "dormant": False}),
         ("auto cost+rest noguard", "dflash-noguard", {"rule": "cost", "rest": True, "guard": False}),
+        # the rest sizes and guard before 2026-12-06's learnt costs (AutoState.learn_costs, RESULTS.md 19.8)
+        ("auto cost+rest old", "dflash-old", {"rule": "cost", "rest": True, "learn_costs": False}),
         ("auto adaedl+rest", "dflash-adaedl", {"rule": "adaedl", "rest": True}),
         ("auto cost", "dflash-norest", {"rule": "cost", "rest": False}),
         ("auto adaedl", "dflash-adaedl-norest", {"rule": "adaedl", "rest": False})]

@@ -11,7 +11,10 @@ single-token decodes of one model timed five ways, side by side, in one process.
 Each mode decodes ``--n`` tokens at consecutive positions after a short prompt (cut back to it every 64 tokens), in
 ``--rounds`` interleaved rounds; µs per decode (median of the rounds). The gaps between rows are our Python.
 
-    python benchmarks/decode_overhead.py [--model M.gguf] [-n 512] [--rounds 5] [-ngl 99]
+    python benchmarks/decode_overhead.py [--model M.gguf] [-n 512] [--rounds 5] [-ngl 99] [--generate]
+
+``--generate`` adds plain decoding through ``Generator.generate`` (a chat prompt, ``-n`` tokens): its µs per token
+above ``bare+tok`` is everything our loop adds to a plain step.
 """
 from __future__ import annotations
 
@@ -113,6 +116,18 @@ def measure(path: str, a: argparse.Namespace, out: dict) -> None:
     print(f"  our Python on a decode: {med['decode'] - med['bare']:.1f} µs; on a decode + sampled token: "
           f"{med['decode+tok'] - med['bare+tok']:.1f} µs; the host's argmax vs the graph's draw: "
           f"{med['decode+argmax'] - med['decode+tok']:+.1f} µs")
+    if a.generate:  # the whole loop: plain decoding through Generator.generate, µs per generated token
+        gen = ps.Generator(path, n_ctx=1024, n_gpu_layers=a.n_gpu_layers)
+        msgs = [{"role": "user", "content": "Write a long story about a lighthouse keeper, in many chapters."}]
+        per = []
+        for r in range(a.rounds + 1):
+            res = gen.generate(messages=msgs, max_tokens=a.n)
+            if r:
+                per.append(1e6 / res.tokens_per_s)
+        gen.close()
+        med["generate"] = statistics.median(per)
+        print(f"  generate (plain, {res.n_generated} tokens) {med['generate']:8.1f} µs a token: "
+              f"{med['generate'] - med['bare+tok']:.1f} µs above a bare decode + sampled token")
     ctx.close()
     model.close()
 
@@ -124,6 +139,8 @@ def main() -> None:
     ap.add_argument("-n", type=int, default=512, help="decodes per mode and round")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("-ngl", "--n-gpu-layers", type=int, default=99)
+    ap.add_argument("--generate", action="store_true",
+                    help="also time plain decoding through Generator.generate (µs per generated token)")
     ap.add_argument("--json", help="write the numbers here")
     a = ap.parse_args()
     out = {"system": ps.system_info(), "n": a.n, "rounds": a.rounds, "models": {}}

@@ -512,8 +512,10 @@ render)
   R=$W/render; rm -rf "$R"; mkdir -p "$R"
   for a in "$@"; do tar -xzf "$a" -C "$R" || exit 1; done
   coding=(); for p in "$R"/coding-*/results.json; do [ -s "$p" ] && coding+=("$p"); done
-  [ ${#coding[@]} -gt 0 ] && python3 benchmarks/merge_bakeoff.py benchmarks/bakeoff/h200-sweep-coding "${coding[@]}"
-  [ -s "$R/mixed/results.json" ] && python3 benchmarks/merge_bakeoff.py benchmarks/bakeoff/h200-sweep-mixed "$R/mixed/results.json"
-  ls -la benchmarks/bakeoff/h200-sweep-*
+  # SWEEP_OUT: the folders' prefix (default benchmarks/bakeoff/h200-sweep: -coding and -mixed are appended)
+  O=${SWEEP_OUT:-benchmarks/bakeoff/h200-sweep}
+  [ ${#coding[@]} -gt 0 ] && python3 benchmarks/merge_bakeoff.py "$O-coding" "${coding[@]}"
+  [ -s "$R/mixed/results.json" ] && python3 benchmarks/merge_bakeoff.py "$O-mixed" "$R/mixed/results.json"
+  ls -la "$O"-*
   ;;
 esac

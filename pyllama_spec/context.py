@@ -565,7 +565,7 @@ class Context:
         None for anything else, which takes the general path and its checks. (That path's numpy conversions and
         checks cost ~30 µs a call on the CPU machine against a 1-layer fixture's 48 µs decode, and ~0.1 ms a
         draft token on an H100 host, where a draft model's decode is ~0.3 ms: RESULTS.md 13.11.)"""
-        if not (type(tokens) is list and len(tokens) == 1 and logits in ("last", "all")):
+        if not (type(tokens) is list and len(tokens) == 1 and isinstance(logits, str) and logits in ("last", "all")):
             return None
         t = tokens[0]
         if not isinstance(t, (int, np.integer)) or isinstance(t, bool) or not 0 <= t < self._n_vocab:
@@ -574,7 +574,8 @@ class Context:
             return None
         if pos is None:
             return int(t), None, seq_id
-        if (type(pos) is list or (isinstance(pos, np.ndarray) and pos.dtype.kind in "iu")) and len(pos) == 1:
+        if (type(pos) is list or (isinstance(pos, np.ndarray) and pos.ndim == 1 and pos.dtype.kind in "iu")) \
+                and len(pos) == 1:
             p = pos[0]
             if isinstance(p, (int, np.integer)) and not isinstance(p, bool) and 0 <= p < 2**31 - 1:
                 return int(t), int(p), seq_id

@@ -729,3 +729,89 @@ def test_the_trace_says_why_each_step_drafted_or_rested():
     probe = next(i for i, rec in enumerate(tr) if rec[0] == "probe")
     assert tr[probe][1] == "probe" and tr[probe - 1][0] == "rest"
     assert [a > 0 for a in asks[:-1]] == [rec[0] != "rest" for rec in tr]
+
+
+def test_reset_auto_state_starts_a_drafter_afresh(tiny_gen):
+    """``Generator.reset_auto_state`` forgets what auto learnt (a first use again), takes a given AutoState, and
+    refuses an unknown drafter or anything but an AutoState, leaving the old state in place."""
+    name = next(iter(tiny_gen.drafters))
+    old = tiny_gen.auto_state(name)
+    old.other_ms = 5.0
+    fresh = tiny_gen.reset_auto_state(name)
+    assert fresh is tiny_gen.auto_state(name) and fresh is not old and fresh.other_ms is None
+    mine = AutoState(learn_costs=False, trace=[])
+    assert tiny_gen.reset_auto_state(name, mine) is mine and tiny_gen.auto_state(name) is mine
+    with pytest.raises(ps.InvalidArgumentError, match="unknown drafter"):
+        tiny_gen.reset_auto_state("nope")
+    with pytest.raises(ps.InvalidArgumentError, match="AutoState"):
+        tiny_gen.reset_auto_state(name, {"rule": "cost"})
+    assert tiny_gen.auto_state(name) is mine
+    r = tiny_gen.generate(PROMPTS[0], drafter=name, n_max="auto", max_tokens=12, reuse_prefix=False)
+    assert len(mine.trace) >= len(r.stats.draft_lengths) - 2  # (it was the state in use)
+    tiny_gen.reset_auto_state(name)
+
+
+def test_the_guards_rest_counts_only_the_trials_recent_steps():
+    """A trial that paid for 100 drafting steps (1.5 ms for 2 tokens against plain 1.0 for 1) and then loses (2.3 ms
+    for 2 tokens): the guard's verdict is the loss of its last GUARD_WINDOW steps at most, and so is the rest it
+    begins — not 100+ steps × the recent loss (a review, 2026-12-06: 470 resting steps after a trial that had
+    gained time overall)."""
+    from pyllama_spec.speculative.costmodel import GUARD_WINDOW
+
+    stats = SpecStats(n_max=7)
+    clock, timer = FakeClock(), FakeTimer(sync=False)
+    st = AutoState(max_rest=4096)  # (no cap: the rest's own size shows)
+    pol = AutoDraftLength([1.0] * 8, stats, state=st, clock=clock, timer=timer)
+    asks = []
+    for i in range(400):
+        ask = pol.plan(7)
+        asks.append(ask)
+        if ask:
+            n = len(pol.trim(Draft(tokens=[1] * ask, confidence=[0.9] * ask)).tokens)
+            timer.stages["draft"].seconds += 0.3e-3
+            stats.record(n, min(1, n))
+            clock.t += (1.5e-3 if i < 100 else 2.3e-3)
+        else:
+            stats.record(0, 0)
+            clock.t += 1.0e-3
+    first = asks.index(0)
+    assert first > 100 and pol.n_guard_rests >= 1
+    rest = _rests(asks)[0]
+    # at most GUARD_WINDOW steps' loss (≤ 0.3 ms each by then) within 2 % of a 1 ms plain step — not the 100+ steps
+    # of the trial times that loss (≥ 1 500 steps)
+    assert rest <= rest_length(GUARD_WINDOW * 0.3, 1.0, 0, longest=4096) + 1 < 1500
+
+
+def _lookup_run(state, seed=3):
+    """A free drafter (an n-gram lookup: 0.01 ms a call) over 500 steps: for 400 it finds nothing (an empty draft, a
+    plain step of 1.0 ms ± 6 % noise, 1.03 ms with the lookup), then 100 steps copy a passage — 7 tokens drafted,
+    all accepted, verified in 1.3 ms. Returns the policy and each step's verified draft length."""
+    rng = np.random.default_rng(seed)
+    stats = SpecStats(n_max=7)
+    clock, timer = FakeClock(), FakeTimer(sync=False)
+    pol = AutoDraftLength([1.0, 1.05, 1.1, 1.15, 1.2, 1.25, 1.3, 1.35], stats, state=state, clock=clock, timer=timer)
+    kept = []
+    for i in range(500):
+        ask = pol.plan(7)
+        copying = i >= 400
+        n = 0
+        if ask:
+            d = pol.trim(Draft(tokens=[1] * ask if copying else []))
+            n = len(d.tokens)
+            timer.stages["draft"].seconds += 0.01e-3
+        stats.record(n, n)
+        kept.append(n)
+        clock.t += ((1.3 if n else 1.0) * (1 + 0.06 * rng.standard_normal()) + (0.03 if ask else 0.0)) / 1e3
+    return pol, kept
+
+
+def test_a_lookup_that_finds_nothing_is_not_judged_and_drafts_where_it_copies():
+    """A free drafter's empty drafts are plain steps, not a trial (learn_costs): with 400 of them the guard never
+    rests it, and when the text starts copying a passage auto drafts at once — as n_max 7 does (the H100 bake-off
+    of 2026-12-06: the old rule rested n-gram auto through the one conversation where n_max 7 ran at 2.8 x plain)."""
+    pol, kept = _lookup_run(AutoState())
+    assert pol.n_guard_rests == 0
+    # it drafts at every copying step (4 of the 7: positions never tried before keep the 0.6^(i+1) prior, so trim
+    # stops where the extra rows cost more than that prior repays — a lookup's untried positions, RESULTS.md 19.8)
+    assert sum(1 for n in kept[400:] if n >= 4) >= 95
+    assert pol.state.plain_step_ms == pytest.approx(1.03, rel=0.05)  # measured by the empty drafts

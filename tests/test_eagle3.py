@@ -116,3 +116,55 @@ def test_auto_rests_defer_the_heads_rows_to_the_probe(gen, max_rest):
     assert [n for n, _ in deferred] == [n for n, _ in each] and len(deferred) >= 2
     assert [t for _, t in deferred] == [t for _, t in each] and any(t for _, t in deferred)
     assert len(n_deferred) < len(batches) and max(n_deferred) >= min(max_rest, 8)
+
+
+def test_a_rest_after_a_rejected_draft_leaves_no_wrong_pair_in_the_heads_cache(heads):
+    """After a step that accepted less than it drafted, the boundary cell of the head's cache pairs a *rejected*
+    draft token with g until a draft replaces it; a resting step drafts nothing, so the next injection must drop
+    it (found by a review, 2026-12-06: 6 wrong pairs in 48 tokens before). Every cached pair (token at p + 1, g_p)
+    must hold the token committed at p + 1 — rebuilt here from the head's decode and removal calls."""
+    from .test_auto_rest import _auto_with_probes
+
+    g = ps.Generator(heads["target"], drafters={"random": heads["random"]}, n_ctx=1024, n_batch=64, n_ubatch=32)
+    with g:
+        d = g.drafters["random"]
+        cache: dict[int, int] = {}
+        dec, rm = d.ctx.decode_tokens_embd, d.ctx.memory.seq_rm
+
+        def decode(tokens, rows, pos, **k):
+            for t, p in zip(tokens, pos):
+                cache[int(p)] = int(t)
+            return dec(tokens, rows, pos, **k)
+
+        def seq_rm(seq, p0=-1, p1=-1):
+            for p in [p for p in cache if p >= max(p0, 0) and (p1 < 0 or p < p1)]:
+                del cache[p]
+            return rm(seq, p0, p1)
+
+        d.ctx.decode_tokens_embd, d.ctx.memory.seq_rm = decode, seq_rm
+        try:
+            r, calls = _auto_with_probes(g, PROMPT, name="random", max_rest=6)
+        finally:
+            del d.ctx.decode_tokens_embd, d.ctx.memory.seq_rm
+        full = g.tokenize_prompt(PROMPT) + list(r.tokens)
+    assert len(calls) >= 3 and r.stats.n_drafted > r.stats.n_accepted  # (probes whose drafts were rejected)
+    wrong = [p for p, t in cache.items() if p + 1 < len(full) and t != full[p + 1]]
+    assert wrong == []
+
+
+def test_a_long_rest_keeps_at_most_a_batch_of_rows_waiting(gen):
+    """A prompt decoded inside a long rest (the last generation's rest goes on): its rows are deferred, but the head
+    takes them whenever a batch's worth waits, so the features kept on the host stay below n_batch rows; the
+    output is plain decoding's."""
+    d = gen.drafters["echo"]
+    prompt = PROMPT * 12
+    ref = gen.generate(prompt, max_tokens=16, reuse_prefix=False)
+    assert len(gen.tokenize_prompt(prompt)) > 2 * gen.ctx.n_batch
+    st = gen.reset_auto_state("echo")
+    st.other_ms, st.rest_ms, st.rest_left, st.gap = 1e6, 0.0, 400, 400
+    try:
+        r = gen.generate(prompt, drafter="echo", n_max="auto", max_tokens=16, reuse_prefix=False)
+        assert r.tokens == ref.tokens and not any(r.stats.draft_lengths)
+        assert 0 < sum(len(x[0]) for x in d._deferred) < gen.ctx.n_batch
+    finally:
+        gen.reset_auto_state("echo")

@@ -1060,7 +1060,10 @@ class AutoDraftLength:
         st = self.state
         if st.plain_step_ms is not None:
             return st.plain_step_ms
-        return float(self._v(1.0))
+        # the table's V(1) as measured, not scaled by this run's verifies: a burst of drafting steps whose verifies
+        # pay rebuilt graphs scales the table up (on an H100 a first use's 17 drafting steps of 4.9 ms for 2.4
+        # tokens looked paying against a V(1) scaled so, RESULTS.md 19.8) — and a lower bound must stay one
+        return min(self._vm[0], float(self._v(1.0)))
 
     def guard_loss(self) -> float | None:
         """The guard's verdict on the current trial (class docstring, "The guard"): the ms a drafting step
@@ -1142,7 +1145,15 @@ class AutoDraftLength:
             st.other_ms = _ema(st.other_ms, other)
             if self.timer is not None:
                 st.drafter_ms = _ema(st.drafter_ms, drafter_ms)
-            if committed is not None:
+            if committed is not None and st.learn_costs and rows == 1 and self.free_drafter():
+                # a free drafter's step that verified no draft (an n-gram lookup found nothing) is a plain step:
+                # it measures one, and is no evidence about drafting. Booked in the trial, a run of them made the
+                # guard judge a lookup by the noise of plain steps and rest it through the one conversation where
+                # it paid (H100 bake-off, 2026-12-06: n-gram n_max 7 1.16-1.19 x plain on builtin:mixed, auto
+                # 1.05, never drafting on the summary where n_max 7 ran at 2.8 x; RESULTS.md 19.8)
+                st.plain_step_ms = _ema(st.plain_step_ms, wall)
+                st.plain_age = 0
+            elif committed is not None:
                 self._book_trial(committed, wall)
                 st.plain_age += 1
         elif self.timer is not None or st.other_ms is None:
@@ -1211,8 +1222,11 @@ class AutoDraftLength:
                     # loss — its drafting steps' and the probe's that began it — within 2 % of the rest: on a GPU a
                     # trial is a burst of new shapes (RESULTS.md 19.8), each step losing ~2 ms, not one probe's
                     lost = self.rest_loss(loss_ms)
-                    if st.learn_costs:
-                        lost = st.trial_steps * guard + (st.probe_loss_ms or 0.0)
+                    if st.learn_costs and not self.free_drafter():
+                        # (guard is the loss of the trial's last GUARD_WINDOW steps at most. A free drafter's trial
+                        # costs only its failed drafts' rows, and its rests cost every lookup that would have paid:
+                        # one probe's loss sizes them, as before)
+                        lost = min(st.trial_steps, GUARD_WINDOW) * guard + (st.probe_loss_ms or 0.0)
                     st.guard_gap = rest_length(lost, self.plain_step(), st.guard_gap, longest=st.max_rest)
                     st.gap = st.guard_gap
                     st.rest_left = st.gap - 1

@@ -151,6 +151,7 @@ class Eagle3Drafter(ModelDrafter):
     def _reset(self) -> None:
         #: (tokens, positions, features) of the committed rows kept while n_max="auto" rests (observe_deferred)
         self._deferred: list[tuple[list[int], np.ndarray, np.ndarray]] = []
+        self._stale_pos = -1  # the boundary cell that holds a rejected draft's pair (on_accept), -1: none
         self.pending_pos = -1
         self.pending_g = np.zeros(self.n_embd, dtype=np.float32)
         self.verify_g = np.zeros((0, self.n_embd), dtype=np.float32)
@@ -185,6 +186,8 @@ class Eagle3Drafter(ModelDrafter):
         with timer("extract"):
             feats = self._features(slice(0, n_commit))
         self._deferred.append(([int(t) for t in tokens[:n_commit]], np.asarray(positions[:n_commit]), feats))
+        if sum(len(r[0]) for r in self._deferred) >= self.ctx.n_batch:
+            self._flush(timer)  # (a batch's worth: the copies kept stay bounded — a long prompt in a long rest)
 
     def _flush(self, timer: StageTimer) -> None:
         """Inject the rows deferred while resting (consecutive committed positions), as one verify batch."""
@@ -221,6 +224,11 @@ class Eagle3Drafter(ModelDrafter):
             base = self.ctx.memory.pos_max(0) + 1
             g = self.ctx.encode_embd(feats, base + np.arange(n) % self.ctx.n_ubatch)
             toks, rows, pos = [], [], []
+            if self._stale_pos == self.pending_pos >= 0 and self.pending_pos + 1 == positions[0]:
+                # the boundary's cell still pairs the rejected draft token with g (the step before accepted
+                # less than it drafted, and no draft since replaced it: a resting step): drop it for the bridge
+                self.ctx.memory.seq_rm(0, self.pending_pos)
+            self._stale_pos = -1
             if 0 <= self.pending_pos and self.pending_pos + 1 == positions[0] \
                     and self.pending_pos > self.ctx.memory.pos_max(0):
                 # the previous batch's last position gets its token now (cross-batch bridge)
@@ -250,6 +258,9 @@ class Eagle3Drafter(ModelDrafter):
         i = min(n_accepted, n_rows - 1)
         self.pending_pos = self.verify_pos_first + i
         self.pending_g = self.verify_g[i].copy()
+        # a rejected draft token's pair sits in the boundary's cell until a draft (propose's seq_rm) or the next
+        # injection (_inject) replaces it
+        self._stale_pos = self.pending_pos if n_accepted < n_drafted else -1
 
     def _step(self, tok: int, g: np.ndarray, pos: int, timer: StageTimer) -> tuple[np.ndarray, np.ndarray]:
         """One head decode of the pair (``tok``, ``g``) at ``pos``: its logits row (a view, valid until the next
@@ -269,6 +280,7 @@ class Eagle3Drafter(ModelDrafter):
         qs: list[np.ndarray] = []
         with timer("rollback"):
             self.ctx.memory.seq_rm(0, self.pending_pos)
+        self._stale_pos = -1
         tok, g, pos = int(last_token), self.pending_g, self.pending_pos
         for _ in range(n_max):
             logits, g = self._step(tok, g, pos, timer)
@@ -303,6 +315,7 @@ class Eagle3Drafter(ModelDrafter):
             return TreeDraft(tokens=[], parents=np.zeros(0, dtype=np.int64))
         with timer("rollback"):
             self.ctx.memory.seq_rm(0, self.pending_pos)
+        self._stale_pos = -1
         tok, g, pos = int(last_token), self.pending_g, self.pending_pos
         rows = []
         for _ in range(n_max):

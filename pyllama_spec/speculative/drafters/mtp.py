@@ -203,6 +203,8 @@ class MTPDrafter(Drafter):
         with timer("extract"):
             h = self.target.embeddings_nextn()[:n_commit].copy()
         self._deferred.append(([int(t) for t in tokens[:n_commit]], np.asarray(positions[:n_commit]), h))
+        if sum(len(r[0]) for r in self._deferred) >= self.ctx.n_batch:
+            self._flush(timer)  # (a batch's worth: the copies kept stay bounded — a long prompt in a long rest)
 
     def _flush(self, timer: StageTimer) -> None:
         """Decode the rows deferred while resting (consecutive committed positions), as one verify batch."""
