@@ -103,6 +103,7 @@ smol() {  # SmolLM2 (or TARGET=qwen's model) from its parts, this checkout's Pyt
   # .dev/i20, else the committed ones (DATA_DIR: the prompt set; its answers travel by `stash` calls since 2026-12-06)
   local d=${DATA_DIR:-benchmarks/data/issue20-h200-torch}
   [ -s "$I/prompts.jsonl.gz" ] || { [ -f .dev/i20/prompts.jsonl.gz ] && cp .dev/i20/prompts.jsonl.gz "$I/"; }
+  # (the committed set left the tree on 2026-12-06: its README says how to take it from git history into .dev/i20)
   [ -s "$I/prompts.jsonl.gz" ] || { [ -f "$d/prompts.jsonl.gz" ] && cp "$d/prompts.jsonl.gz" "$I/"; }
   ls .dev/i20/answers/*.jsonl.gz >/dev/null 2>&1 && cp -n .dev/i20/answers/* "$I/answers/"
   ls "$d"/answers-*.jsonl.gz >/dev/null 2>&1 && cp -n "$d"/answers-*.jsonl.gz "$I/answers/"

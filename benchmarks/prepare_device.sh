@@ -8,9 +8,11 @@
 #
 #   bash benchmarks/prepare_device.sh [pyllama_spec-…-cp312-…whl]
 #
-# Part sizes follow the checkout's size: 54.3 MB since the draft model ships (2026-12-06), so a call has room for
-# ≈ 12.7 MB more — WHEEL_PARTS=6 (≈ 9.6 MB each; install carries the last with the cffi / gguf wheels, ≈ 0.6 MB),
-# SMOL_PARTS=9 (10.9 MB), Qwen in parts of 11 MB. `du -cb $(git ls-files)` says what the checkout weighs.
+# Part sizes follow the checkout's size: 54.3 MB since the draft model ships (2026-12-06), 50.3 MB since the 6.6 MB
+# prompt set left the tree for the H100 sweep's plots (eighteenth session), so a call has room for ≈ 16.8 MB more —
+# WHEEL_PARTS=6 (≈ 9.6 MB each; install carries the last with the cffi / gguf wheels, ≈ 0.6 MB), SMOL_PARTS=9 (10.9
+# MB), Qwen in parts of 11 MB. `du -cb $(git ls-files)` says what the checkout weighs (untracked files not ignored
+# travel too): keep it under ≈ 56 MB for these parts.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rm -rf .dev/gpu && mkdir -p .dev/gpu/whl
