@@ -6,7 +6,7 @@ import pyllama_spec as ps
 from pyllama_spec import drafter_fixtures, fixtures
 from pyllama_spec.speculative.drafters.eagle3 import Eagle3Drafter
 
-from .drafter_helpers import compare_with_native
+from .drafter_helpers import assert_rests_defer_rows, compare_with_native
 
 PROMPT = "hello there, how are you"
 
@@ -93,29 +93,7 @@ def test_auto_rests_defer_the_heads_rows_to_the_probe(gen, max_rest):
     features copied at once) go into the head in one encode + decode before the probe's draft instead of one
     pair a step — the drafts are those of injecting each row as it came, the output is plain decoding's, and
     the head decodes fewer batches."""
-    from .test_auto_rest import _auto_with_probes
-
-    ref = gen.generate(PROMPT, max_tokens=48, reuse_prefix=False)
-    d = gen.drafters["echo"]
-    batches = []
-    orig = d.ctx.decode_tokens_embd
-
-    def counting(tokens, *a, **k):
-        batches.append(len(tokens))
-        return orig(tokens, *a, **k)
-
-    d.ctx.decode_tokens_embd = counting
-    try:
-        r1, deferred = _auto_with_probes(gen, PROMPT, name="echo", max_rest=max_rest)
-        n_deferred = list(batches)
-        batches.clear()
-        r2, each = _auto_with_probes(gen, PROMPT, name="echo", max_rest=max_rest, deferred=False)
-    finally:
-        del d.ctx.decode_tokens_embd
-    assert r1.tokens == r2.tokens == ref.tokens
-    assert [n for n, _ in deferred] == [n for n, _ in each] and len(deferred) >= 2
-    assert [t for _, t in deferred] == [t for _, t in each] and any(t for _, t in deferred)
-    assert len(n_deferred) < len(batches) and max(n_deferred) >= min(max_rest, 8)
+    assert_rests_defer_rows(gen, "echo", PROMPT, max_rest)
 
 
 def test_a_rest_after_a_rejected_draft_leaves_no_wrong_pair_in_the_heads_cache(heads):
@@ -165,6 +143,6 @@ def test_a_long_rest_keeps_at_most_a_batch_of_rows_waiting(gen):
     try:
         r = gen.generate(prompt, drafter="echo", n_max="auto", max_tokens=16, reuse_prefix=False)
         assert r.tokens == ref.tokens and not any(r.stats.draft_lengths)
-        assert 0 < sum(len(x[0]) for x in d._deferred) < gen.ctx.n_batch
+        assert 0 < d._deferred.n < gen.ctx.n_batch
     finally:
         gen.reset_auto_state("echo")

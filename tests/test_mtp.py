@@ -8,7 +8,7 @@ import pyllama_spec as ps
 from pyllama_spec import drafter_fixtures
 from pyllama_spec.speculative.drafters.mtp import MTPDrafter
 
-from .drafter_helpers import compare_with_native
+from .drafter_helpers import assert_rests_defer_rows, compare_with_native
 
 PROMPT = "hello there, how are you"
 
@@ -91,27 +91,5 @@ def test_auto_rests_defer_the_mtp_layers_rows_to_the_probe(files, max_rest):
     """n_max="auto" resting with the target's own MTP layers: the resting steps' (token, hidden state) pairs go
     into the MTP layers' cache in one decode before the probe's draft — the drafts are those of decoding each
     row as it came, the output is plain decoding's, fewer decodes."""
-    from .test_auto_rest import _auto_with_probes
-
     with ps.Generator(files["mtp_echo"], drafters={"mtp": None}, n_ctx=1024, n_batch=64, n_ubatch=32) as g:
-        ref = g.generate(PROMPT, max_tokens=48, reuse_prefix=False)
-        d = g.drafters["mtp"]
-        batches = []
-        orig = d.ctx.decode_tokens_embd
-
-        def counting(tokens, *a, **k):
-            batches.append(len(tokens))
-            return orig(tokens, *a, **k)
-
-        d.ctx.decode_tokens_embd = counting
-        try:
-            r1, deferred = _auto_with_probes(g, PROMPT, name="mtp", max_rest=max_rest)
-            n_deferred = list(batches)
-            batches.clear()
-            r2, each = _auto_with_probes(g, PROMPT, name="mtp", max_rest=max_rest, deferred=False)
-        finally:
-            del d.ctx.decode_tokens_embd
-    assert r1.tokens == r2.tokens == ref.tokens
-    assert [n for n, _ in deferred] == [n for n, _ in each] and len(deferred) >= 2
-    assert [t for _, t in deferred] == [t for _, t in each] and any(t for _, t in deferred)
-    assert len(n_deferred) < len(batches) and max(n_deferred) >= min(max_rest, 8)
+        assert_rests_defer_rows(g, "mtp", PROMPT, max_rest)

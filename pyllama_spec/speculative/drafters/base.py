@@ -21,6 +21,46 @@ if TYPE_CHECKING:
     from .batch import BatchDrafter
 
 
+class DeferredRows:
+    """The committed rows a drafter keeps while ``n_max="auto"`` rests (``Drafter.observe_deferred``), with a
+    per-row array the target will overwrite (EAGLE-3's features, MTP's hidden states), to go into the drafter in
+    one batch before its next draft: tokens, positions (consecutive) and ``(n, width)`` rows, in order.
+
+    Args:
+        limit: rows kept at most — :meth:`add` says when a batch's worth waits (the caller flushes then), so a long
+            prompt decoded inside a long rest is not held on the host whole.
+    """
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._parts: list[tuple[list[int], np.ndarray, np.ndarray]] = []
+        self.n = 0
+
+    def __bool__(self) -> bool:
+        return self.n > 0
+
+    def add(self, tokens: list[int], positions: np.ndarray, rows: np.ndarray) -> bool:
+        """Keep ``len(tokens)`` rows; True when ``limit`` rows or more wait."""
+        self._parts.append(([int(t) for t in tokens], np.asarray(positions), rows))
+        self.n += len(tokens)
+        return self.n >= self.limit
+
+    def take(self) -> tuple[list[int], np.ndarray, np.ndarray]:
+        """All rows kept, joined (``(tokens, positions (n,), rows (n, width))``), and forget them."""
+        parts, self._parts, self.n = self._parts, [], 0
+        return ([t for p in parts for t in p[0]], np.concatenate([p[1] for p in parts]),
+                np.concatenate([p[2] for p in parts]))
+
+    def cut(self, n_past: int) -> None:
+        """Drop the rows at positions ≥ ``n_past`` (a rollback: an EOS inside a rest)."""
+        kept = []
+        for toks, pos, rows in self._parts:
+            keep = int(np.count_nonzero(pos < n_past))
+            if keep:
+                kept.append((toks[:keep], pos[:keep], rows[:keep]))
+        self._parts, self.n = kept, sum(len(k[0]) for k in kept)
+
+
 @dataclass
 class Draft:
     """A proposed block.
@@ -254,5 +294,5 @@ def drafter_kind_of_file(path: str | os.PathLike) -> str:
     return {"eagle3": "draft-eagle3", "gemma4-assistant": "draft-mtp"}.get(info.arch, "draft-simple")
 
 
-__all__ = ["Drafter", "ModelDrafter", "Draft", "register_drafter", "create_drafter", "drafter_kinds",
+__all__ = ["Drafter", "ModelDrafter", "Draft", "DeferredRows", "register_drafter", "create_drafter", "drafter_kinds",
            "drafter_kind_of_file"]

@@ -31,7 +31,7 @@ from ..sampling import SamplingParams, densify, filtered_rows
 from ..timing import StageTimer
 from ..tree import TreeDraft, sample_tree, tree_from_logits
 from ._pick import pick
-from .base import Draft, ModelDrafter, register_drafter
+from .base import DeferredRows, Draft, ModelDrafter, register_drafter
 from .dflash import DRAFT_TOP_K  # (candidates per depth of a tree: the same 10 as DFlash's)
 
 
@@ -149,8 +149,8 @@ class Eagle3Drafter(ModelDrafter):
         self._reset()
 
     def _reset(self) -> None:
-        #: (tokens, positions, features) of the committed rows kept while n_max="auto" rests (observe_deferred)
-        self._deferred: list[tuple[list[int], np.ndarray, np.ndarray]] = []
+        #: the committed rows (and their target features) kept while n_max="auto" rests (observe_deferred)
+        self._deferred = DeferredRows(self.ctx.n_batch)
         self._stale_pos = -1  # the boundary cell that holds a rejected draft's pair (on_accept), -1: none
         self.pending_pos = -1
         self.pending_g = np.zeros(self.n_embd, dtype=np.float32)
@@ -185,25 +185,16 @@ class Eagle3Drafter(ModelDrafter):
         # joined batch pairs the token of p + 1 with g_p across what were separate one-row batches
         with timer("extract"):
             feats = self._features(slice(0, n_commit))
-        self._deferred.append(([int(t) for t in tokens[:n_commit]], np.asarray(positions[:n_commit]), feats))
-        if sum(len(r[0]) for r in self._deferred) >= self.ctx.n_batch:
+        if self._deferred.add(tokens[:n_commit], positions[:n_commit], feats):
             self._flush(timer)  # (a batch's worth: the copies kept stay bounded — a long prompt in a long rest)
 
     def _flush(self, timer: StageTimer) -> None:
         """Inject the rows deferred while resting (consecutive committed positions), as one verify batch."""
         if self._deferred:
-            rows, self._deferred = self._deferred, []
-            self._inject([t for r in rows for t in r[0]], np.concatenate([r[1] for r in rows]),
-                         np.concatenate([r[2] for r in rows]), timer)
+            self._inject(*self._deferred.take(), timer)
 
     def rollback(self, n_past: int) -> None:
-        # deferred rows at or after n_past are gone (an EOS inside a rest): they never reach the head
-        kept = []
-        for toks, pos, feats in self._deferred:
-            keep = int(np.count_nonzero(pos < n_past))
-            if keep:
-                kept.append((toks[:keep], pos[:keep], feats[:keep]))
-        self._deferred = kept
+        self._deferred.cut(n_past)  # (deferred rows at or after n_past never reach the head: an EOS inside a rest)
         super().rollback(n_past)
 
     def observe_rows(self, tokens: list[int], positions: np.ndarray, rows: list[int], timer: StageTimer) -> None:

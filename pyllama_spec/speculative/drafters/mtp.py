@@ -35,7 +35,7 @@ from ...model import MTP_ARCHS, Model
 from ..sampling import SamplingParams
 from ..timing import StageTimer
 from ._pick import pick
-from .base import Draft, Drafter, register_drafter
+from .base import DeferredRows, Draft, Drafter, register_drafter
 
 log = logging.getLogger("pyllama_spec")
 
@@ -172,8 +172,8 @@ class MTPDrafter(Drafter):
         self._reset()
 
     def _reset(self) -> None:
-        #: (tokens, positions, hidden states) of the committed rows kept while n_max="auto" rests
-        self._deferred: list[tuple[list[int], np.ndarray, np.ndarray]] = []
+        #: the committed rows (and their hidden states) kept while n_max="auto" rests (observe_deferred)
+        self._deferred = DeferredRows(self.ctx.n_batch)
         self.pending_h = np.zeros(self.n_embd, dtype=np.float32)
         self.verify_h = np.zeros((0, self.n_embd), dtype=np.float32)
 
@@ -202,16 +202,13 @@ class MTPDrafter(Drafter):
             return
         with timer("extract"):
             h = self.target.embeddings_nextn()[:n_commit].copy()
-        self._deferred.append(([int(t) for t in tokens[:n_commit]], np.asarray(positions[:n_commit]), h))
-        if sum(len(r[0]) for r in self._deferred) >= self.ctx.n_batch:
+        if self._deferred.add(tokens[:n_commit], positions[:n_commit], h):
             self._flush(timer)  # (a batch's worth: the copies kept stay bounded — a long prompt in a long rest)
 
     def _flush(self, timer: StageTimer) -> None:
         """Decode the rows deferred while resting (consecutive committed positions), as one verify batch."""
         if self._deferred:
-            rows, self._deferred = self._deferred, []
-            self._inject([t for r in rows for t in r[0]], np.concatenate([r[1] for r in rows]),
-                         np.concatenate([r[2] for r in rows]), timer)
+            self._inject(*self._deferred.take(), timer)
 
     def _inject(self, tokens: list[int], positions: np.ndarray, h: np.ndarray, timer: StageTimer) -> None:
         """Decode (x_k, h_{k-1}) at each row's position into the MTP layers' cache (own layers only); the last
@@ -262,12 +259,7 @@ class MTPDrafter(Drafter):
         return Draft(tokens=tokens, probs=np.stack(qs).astype(np.float32) if qs else None)
 
     def rollback(self, n_past: int) -> None:
-        kept = []  # (deferred rows at or after n_past are gone: an EOS inside a rest)
-        for toks, pos, h in self._deferred:
-            keep = int(np.count_nonzero(pos < n_past))
-            if keep:
-                kept.append((toks[:keep], pos[:keep], h[:keep]))
-        self._deferred = kept
+        self._deferred.cut(n_past)  # (deferred rows at or after n_past are gone: an EOS inside a rest)
         if not self.shared_kv:
             self.ctx.memory.seq_rm(0, n_past)
 
