@@ -73,14 +73,15 @@ def compare_with_native(gen, name: str, *, target, drafter_file, spec_type: str,
 __all__ = ["pieces", "record_steps", "compare_with_native"]
 
 
-def assert_rests_defer_rows(gen, name: str, prompt: str, max_rest: int, method: str = "decode_tokens_embd") -> None:
+def assert_rests_defer_rows(gen, name: str, prompt: str, max_rest: int, method: str = "decode_tokens_embd",
+                            max_tokens: int = 48) -> None:
     """n_max="auto" resting (a cost model where nothing pays) with drafter ``name``, its resting rows deferred to the
     probe and, again, observed as they came: the same output as plain decoding both ways, the same drafts at the
     same probes, and fewer batches into the drafter's context (``method`` of ``drafter.ctx`` counted), the
-    largest holding a rest's rows."""
+    largest holding a rest's rows (at most the context's n_batch: a longer rest goes in batches)."""
     from .test_auto_rest import _auto_with_probes
 
-    ref = gen.generate(prompt, max_tokens=48, reuse_prefix=False)
+    ref = gen.generate(prompt, max_tokens=max_tokens, reuse_prefix=False)
     ctx = gen.drafters[name].ctx
     batches = []
     orig = getattr(ctx, method)
@@ -91,13 +92,13 @@ def assert_rests_defer_rows(gen, name: str, prompt: str, max_rest: int, method: 
 
     setattr(ctx, method, counting)
     try:
-        r1, deferred = _auto_with_probes(gen, prompt, name=name, max_rest=max_rest)
+        r1, deferred = _auto_with_probes(gen, prompt, name=name, max_rest=max_rest, max_tokens=max_tokens)
         n_deferred = list(batches)
         batches.clear()
-        r2, each = _auto_with_probes(gen, prompt, name=name, max_rest=max_rest, deferred=False)
+        r2, each = _auto_with_probes(gen, prompt, name=name, max_rest=max_rest, deferred=False, max_tokens=max_tokens)
     finally:
         delattr(ctx, method)
     assert r1.tokens == r2.tokens == ref.tokens
     assert [n for n, _ in deferred] == [n for n, _ in each] and len(deferred) >= 2
     assert [t for _, t in deferred] == [t for _, t in each] and any(t for _, t in deferred)
-    assert len(n_deferred) < len(batches) and max(n_deferred) >= min(max_rest, 8)
+    assert len(n_deferred) < len(batches) and max(n_deferred) >= min(max_rest, 8, ctx.n_batch)

@@ -156,7 +156,7 @@ def test_adaedl_stops_at_the_first_row_whose_bound_does_not_pay():
 PROMPTS = ["def add(a, b):\n    return", "Once upon a time " * 4]
 
 
-def _auto_with_probes(gen, prompt, deferred=True, name="dflash", max_rest=8):
+def _auto_with_probes(gen, prompt, deferred=True, name="dflash", max_rest=8, max_tokens=48):
     """An n_max="auto" generation whose cost model says a drafting step costs 1000 s (nothing pays),
     resting at most ``max_rest`` steps: returns the result and each drafter call's (n_past, draft tokens)."""
     d = gen.drafters[name]
@@ -175,7 +175,7 @@ def _auto_with_probes(gen, prompt, deferred=True, name="dflash", max_rest=8):
     st = gen.auto_state(name)
     st.other_ms, st.rest_ms, st.max_rest = 1e6, 0.0, max_rest
     try:
-        r = gen.generate(prompt, drafter=name, n_max="auto", max_tokens=48, reuse_prefix=False)
+        r = gen.generate(prompt, drafter=name, n_max="auto", max_tokens=max_tokens, reuse_prefix=False)
     finally:
         del d.propose
         if not deferred:
@@ -452,7 +452,14 @@ def _array_survival(pol, n):
     acc = first(s.accepted_at) + first(st.pos_accepted)
     tried = first(s.drafted_at) + first(st.pos_tried)
     guess = 0.6 ** np.arange(1, n + 1, dtype=float)
-    return np.minimum.accumulate((acc + pol.prior * guess) / (tried + pol.prior))
+    x = (acc + pol.prior * guess) / (tried + pol.prior)
+    out: list[float] = []  # (a position never drafted continues the curve: p_{i-1} · p_{i-1} / p_{i-2})
+    for i in range(n):
+        xi = x[i]
+        if i and tried[i] == 0:
+            xi = out[-1] * (out[-1] / out[-2] if i > 1 and out[-2] > 0 else out[-1])
+        out.append(min(xi, out[-1]) if out else xi)
+    return np.array(out)
 
 
 def _array_v(pol, rows):
@@ -811,7 +818,24 @@ def test_a_lookup_that_finds_nothing_is_not_judged_and_drafts_where_it_copies():
     of 2026-12-06: the old rule rested n-gram auto through the one conversation where n_max 7 ran at 2.8 x plain)."""
     pol, kept = _lookup_run(AutoState())
     assert pol.n_guard_rests == 0
-    # it drafts at every copying step (4 of the 7: positions never tried before keep the 0.6^(i+1) prior, so trim
-    # stops where the extra rows cost more than that prior repays — a lookup's untried positions, RESULTS.md 19.8)
-    assert sum(1 for n in kept[400:] if n >= 4) >= 95
+    # it drafts at every copying step, all 7 tokens once the first copy was verified: positions never drafted
+    # continue the measured curve (measured_survival) instead of the 0.6^(i+1) prior, which stopped it at 4
+    assert sum(1 for n in kept[400:] if n == 7) >= 95
     assert pol.state.plain_step_ms == pytest.approx(1.03, rel=0.05)  # measured by the empty drafts
+
+
+def test_positions_never_drafted_continue_the_measured_curve():
+    """With no data anywhere the guesses are the 0.6^(i+1) prior; where the first positions were measured (a lookup
+    verified 4-token drafts, all accepted) the untried ones go on at the measured conditional rate instead of
+    falling to the prior (which made trim stop at 4 for good)."""
+    pol = AutoDraftLength([1.0] * 8, SpecStats(n_max=7))
+    np.testing.assert_allclose(pol.measured_survival(5), 0.6 ** np.arange(1, 6))
+    stats = SpecStats(n_max=7)
+    for _ in range(50):
+        stats.record(4, 4)
+    pol = AutoDraftLength([1.0] * 8, stats)
+    p = pol.measured_survival(7)
+    x = (50 + 4 * 0.6 ** np.arange(1, 5)) / 54
+    np.testing.assert_allclose(p[:4], np.minimum.accumulate(x))
+    np.testing.assert_allclose(p[4:], p[3] * (p[3] / p[2]) ** np.arange(1, 4))
+    assert p[6] > 0.9 > 0.6 ** 7

@@ -96,6 +96,14 @@ def test_auto_rests_defer_the_heads_rows_to_the_probe(gen, max_rest):
     assert_rests_defer_rows(gen, "echo", PROMPT, max_rest)
 
 
+def test_a_rest_longer_than_a_batch_goes_into_the_head_in_batches(heads):
+    """Rests of up to 40 steps with n_batch 16: the deferred rows go into the head whenever 16 wait, inside a resting
+    step — and the boundary stays the last row injected (a resting step's on_accept leaves it; it used to reset it
+    to the flushed batch's first row, and the next injection failed on non-consecutive positions)."""
+    with ps.Generator(heads["target"], drafters={"echo": heads["echo"]}, n_ctx=1024, n_batch=16, n_ubatch=16) as g:
+        assert_rests_defer_rows(g, "echo", PROMPT, 40, max_tokens=120)
+
+
 def test_a_rest_after_a_rejected_draft_leaves_no_wrong_pair_in_the_heads_cache(heads):
     """After a step that accepted less than it drafted, the boundary cell of the head's cache pairs a *rejected*
     draft token with g until a draft replaces it; a resting step drafts nothing, so the next injection must drop

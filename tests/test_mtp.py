@@ -93,3 +93,10 @@ def test_auto_rests_defer_the_mtp_layers_rows_to_the_probe(files, max_rest):
     row as it came, the output is plain decoding's, fewer decodes."""
     with ps.Generator(files["mtp_echo"], drafters={"mtp": None}, n_ctx=1024, n_batch=64, n_ubatch=32) as g:
         assert_rests_defer_rows(g, "mtp", PROMPT, max_rest)
+
+
+def test_a_rest_longer_than_a_batch_goes_into_the_mtp_layers_in_batches(files):
+    """Rests of up to 40 steps with n_batch 16: the rows go in whenever 16 wait, and each keeps its own hidden state
+    (a resting step's on_accept used to pair the row after a flush with the flushed batch's first one)."""
+    with ps.Generator(files["mtp_echo"], drafters={"mtp": None}, n_ctx=1024, n_batch=16, n_ubatch=16) as g:
+        assert_rests_defer_rows(g, "mtp", PROMPT, 40, max_tokens=120)

@@ -933,7 +933,11 @@ class AutoDraftLength:
     def measured_survival(self, n: int) -> np.ndarray:
         """p_i for i < n from this generation's acceptance per position, earlier generations'
         (``AutoState.pos_*``) and a prior 0.6^(i+1) of weight ``prior`` where few were drafted: what a
-        draft is worth before its confidences are seen."""
+        draft is worth before its confidences are seen. A position never drafted at all continues the
+        measured curve instead — p_{i−1} times its last conditional rate p_{i−1} / p_{i−2} (p_0 for i = 1) —
+        which with no data anywhere is the same 0.6^(i+1): otherwise a lookup whose drafts were cut at 4
+        tokens by the prior never had a 5th verified, however sure its first four (on copied text it verified
+        4 of the 7 tokens it proposed; RESULTS.md 19.8)."""
         s, st = self.stats, self.state
         # plain floats, the arithmetic of the arrays it replaced (2026-12-06: numpy's per-call cost on ≤ 32
         # values was most of auto's per-step time; RESULTS.md 19.4)
@@ -946,7 +950,11 @@ class AutoDraftLength:
         run = np.inf
         for ag, ap, tg, tp, g in zip(first(s.accepted_at, False), first(st.pos_accepted, True),
                                      first(s.drafted_at, False), first(st.pos_tried, True), _guess(n)):
-            x = (ag + ap + prior * g) / (tg + tp + prior)
+            if out and tg + tp == 0:  # never drafted here: the measured curve goes on (docstring)
+                rate = out[-1] / out[-2] if len(out) > 1 and out[-2] > 0 else out[-1]
+                x = out[-1] * rate
+            else:
+                x = (ag + ap + prior * g) / (tg + tp + prior)
             run = x if x < run else run  # (np.minimum.accumulate)
             out.append(run)
         return np.array(out, dtype=float)

@@ -244,7 +244,10 @@ class Eagle3Drafter(ModelDrafter):
         # the new boundary is the row of the last accepted token (common_..._eagle3::accept); after a resting
         # step the deferred rows' injection sets it (_flush)
         n_rows = self.verify_g.shape[0]
-        if n_rows == 0 or self._deferred:
+        if n_rows == 0 or n_drafted == 0 or self._deferred:
+            # (nothing drafted — a resting step, or an empty draft: the injection of its rows set the boundary at
+            # their last row, as this would; after a rest's flush verify_g holds the flushed batch, whose first row
+            # this would wrongly pick — a review's find, 2026-12-06)
             return
         i = min(n_accepted, n_rows - 1)
         self.pending_pos = self.verify_pos_first + i

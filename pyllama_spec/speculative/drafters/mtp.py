@@ -228,7 +228,8 @@ class MTPDrafter(Drafter):
     def on_accept(self, n_drafted: int, n_accepted: int) -> None:
         # the hidden state of the last accepted row goes with the bonus token (common_..._mtp::accept); after a
         # resting step the deferred rows' decode sets it (_flush)
-        if self.verify_h.shape[0] and not self._deferred:
+        # (nothing drafted — a resting step or an empty draft — leaves the injection's last row, as eagle3.py says)
+        if self.verify_h.shape[0] and n_drafted and not self._deferred:
             self.pending_h = self.verify_h[min(n_accepted, self.verify_h.shape[0] - 1)]
 
     def propose(self, last_token: int, n_past: int, n_max: int, sp: SamplingParams, rng: np.random.Generator,
