@@ -269,3 +269,30 @@ def test_eagle3_gguf_reads_back_as_the_model(tiny, tmp_path, draft_vocab):
         assert torch.equal(x, y)
     with pytest.raises(ps.InvalidArgumentError, match="not an EAGLE-3 head"):
         read_eagle3_gguf(tiny["target"])
+
+
+def test_eagle3_attention_through_sdpa_equals_the_scores_written_out(tiny):
+    """The unrolled training-time test attends through one ``scaled_dot_product_attention`` (step-0 keys and the
+    chain's own keys of later steps under one mask) — the same outputs and gradients as the scores written out."""
+    import torch
+
+    from pyllama_spec.train.eagle3 import Eagle3Model
+
+    m = _eagle3(tiny, n_steps=5)
+    g = torch.Generator().manual_seed(3)
+    feats = torch.randn(2, 12, 3 * m.c.n_embd, generator=g)
+    tokens = torch.randint(0, m.c.n_vocab, (2, 12 + 5), generator=g)
+    outs, grads = {}, {}
+    for how in ("explicit", "sdpa"):
+        m.attention = how
+        m.zero_grad()
+        hs = m.unroll(feats, tokens, 5)
+        sum((h * (k + 1)).square().mean() for k, h in enumerate(hs)).backward()
+        outs[how] = [h.detach() for h in hs]
+        grads[how] = {n: p.grad.clone() for n, p in m.named_parameters() if p.grad is not None}
+    assert Eagle3Model.attention == "sdpa"  # (the class default; this instance was switched)
+    for a, b in zip(outs["explicit"], outs["sdpa"]):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+    assert grads["explicit"].keys() == grads["sdpa"].keys() and grads["sdpa"]
+    for n in grads["sdpa"]:
+        torch.testing.assert_close(grads["explicit"][n], grads["sdpa"][n], rtol=1e-4, atol=1e-6)

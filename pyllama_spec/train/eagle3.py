@@ -143,6 +143,45 @@ class Eagle3Model(nn.Module):
         b, t, _ = x.shape
         return x.view(b, t, n, self.c.head_dim).transpose(1, 2)  # (B, n, T, D)
 
+    #: how :meth:`step` attends: ``"sdpa"`` — one ``scaled_dot_product_attention`` over the step-0 keys and the
+    #: chain's own keys of steps 1..k, side by side under one boolean mask (a fused kernel on a GPU, no ``T × T``
+    #: score tensors kept per unrolled step for the backward pass; since 2026-12-06) — or ``"explicit"``: the scores
+    #: written out (the reference the tests hold ``"sdpa"`` to; it was the only way, and EAGLE-3 trained at 2.9
+    #: steps a second where the draft model ran 30, RESULTS.md 15.9)
+    attention: str = "sdpa"
+
+    def _attend_explicit(self, q: torch.Tensor, cache: list[tuple[torch.Tensor, torch.Tensor]],
+                         causal_mask: torch.Tensor) -> torch.Tensor:
+        """Attention of ``q`` ``(B, H, T, D)`` over the step-0 keys (causal) and, per row, the chain's own keys of
+        steps 1..k (one per row each), the softmax in float32: ``(B, H, T, D)``."""
+        scale = 1.0 / math.sqrt(self.c.head_dim)
+        k0, v0 = cache[0]
+        s0 = (q @ k0.transpose(-1, -2)) * scale
+        s0 = s0.masked_fill(~causal_mask, float("-inf"))
+        # the chain's own keys of steps 1..k sit on the same row (one key per row each)
+        diag = [((q * kj).sum(-1) * scale)[..., None] for kj, _ in cache[1:]]
+        p = torch.softmax(torch.cat([s0, *diag], dim=-1).float(), dim=-1).to(q.dtype)
+        T = s0.shape[-1]
+        a = p[..., :T] @ v0
+        for j, (_, vj) in enumerate(cache[1:]):
+            a = a + p[..., T + j, None] * vj
+        return a
+
+    def _attend_sdpa(self, q: torch.Tensor, cache: list[tuple[torch.Tensor, torch.Tensor]],
+                     causal_mask: torch.Tensor) -> torch.Tensor:
+        """:meth:`_attend_explicit` as one ``F.scaled_dot_product_attention``: keys ``[k_0 | k_1 | … | k_k]``
+        (``T·(k+1)`` of them) under the mask ``[causal | I | … | I]`` — row t sees step-0 keys s ≤ t and, of each
+        later step, only its own row's key."""
+        k0, v0 = cache[0]
+        T = k0.shape[-2]
+        if len(cache) == 1:
+            return F.scaled_dot_product_attention(q, k0, v0, attn_mask=causal_mask)
+        eye = torch.eye(T, dtype=torch.bool, device=q.device)
+        keys = torch.cat([kj for kj, _ in cache], dim=-2)
+        vals = torch.cat([vj for _, vj in cache], dim=-2)
+        mask = torch.cat([causal_mask] + [eye] * (len(cache) - 1), dim=-1)
+        return F.scaled_dot_product_attention(q, keys, vals, attn_mask=mask)
+
     def step(self, tokens: torch.Tensor, hid: torch.Tensor, pos: torch.Tensor,
              cache: list[tuple[torch.Tensor, torch.Tensor]], causal_mask: torch.Tensor) -> torch.Tensor:
         """One unrolled step for all rows.
@@ -166,17 +205,8 @@ class Eagle3Model(nn.Module):
             k = k.repeat_interleave(rep, dim=1)
             v = v.repeat_interleave(rep, dim=1)
         cache.append((k, v))
-        scale = 1.0 / math.sqrt(c.head_dim)
-        k0, v0 = cache[0]
-        s0 = (q @ k0.transpose(-1, -2)) * scale
-        s0 = s0.masked_fill(~causal_mask, float("-inf"))
-        # the chain's own keys of steps 1..k sit on the same row (one key per row each)
-        diag = [((q * kj).sum(-1) * scale)[..., None] for kj, _ in cache[1:]]
-        p = torch.softmax(torch.cat([s0, *diag], dim=-1).float(), dim=-1).to(q.dtype)
-        T = s0.shape[-1]
-        a = p[..., :T] @ v0
-        for j, (_, vj) in enumerate(cache[1:]):
-            a = a + p[..., T + j, None] * vj
+        a = self._attend_sdpa(q, cache, causal_mask) if self.attention == "sdpa" else \
+            self._attend_explicit(q, cache, causal_mask)
         b, _, t, _ = a.shape
         h = hid + self.o(a.transpose(1, 2).reshape(b, t, -1))
         x = self.ffn_norm(h)
