@@ -34,6 +34,11 @@ def test_vocab_roundtrip_and_specials(tiny, tiny_model):
     assert v.detokenize(toks) == text
     assert b"".join(v.token_to_piece(t) for t in toks).decode() == text
     assert v.eos == tiny["<|im_end|>"] and v.bos == tiny["<|endoftext|>"] and v.is_eog(v.eos)
+    # is_eog keeps each token's answer: the same as llama.cpp's for every id, asked twice
+    from pyllama_spec._ffi import lib
+    want = [bool(lib.llama_vocab_is_eog(v._ptr, t)) for t in range(v.n_tokens)]
+    assert [v.is_eog(t) for t in range(v.n_tokens)] == want == [v.is_eog(t) for t in range(v.n_tokens)]
+    assert sum(want) >= 1
     # special-token text is plain text unless parse_special
     assert tiny["<|im_start|>"] not in v.tokenize("<|im_start|>")
     assert v.tokenize("<|im_start|>", parse_special=True) == [tiny["<|im_start|>"]]
