@@ -503,9 +503,7 @@ class Generator:
         """
         if spec.drafter is None:
             return None, spec.replace(n_max=0, tree=0), False
-        if spec.drafter not in self.drafters:
-            raise InvalidArgumentError(f"unknown drafter {spec.drafter!r}; this generator has: "
-                                       f"{', '.join(self.drafters) or 'none'} (or None for plain decoding)")
+        self._check_drafter(spec.drafter, " (or None for plain decoding)")
         d = self.drafters[spec.drafter]
         spec = spec.replace(tree=self._resolve_tree(spec, d))
         auto = spec.n_max == AUTO
@@ -557,9 +555,8 @@ class Generator:
         with self._lock:  # (it decodes on the target context)
             if not isinstance(n_rows, int) or n_rows < 1:
                 raise InvalidArgumentError(f"n_rows must be an int ≥ 1, got {n_rows!r}")
-            if drafter is not None and drafter not in self.drafters:
-                raise InvalidArgumentError(f"unknown drafter {drafter!r}; this generator has: "
-                                           f"{', '.join(self.drafters)}")
+            if drafter is not None:
+                self._check_drafter(drafter)
             taps = tuple(self.drafters[drafter].target_layer_ids) if drafter is not None else ()
             key = next(((t, r) for t, r in self._verify_ms if t == taps and r >= n_rows), (taps, n_rows))
             if key not in self._verify_ms:
@@ -580,6 +577,13 @@ class Generator:
                     self._ledger.forget()  # the target's cache no longer holds a conversation
             return list(self._verify_ms[key][:n_rows])
 
+    def _check_drafter(self, name: str, hint: str = "") -> None:
+        """Raise InvalidArgumentError unless ``name`` is one of this generator's drafters (``hint`` ends the
+        message)."""
+        if name not in self.drafters:
+            raise InvalidArgumentError(f"unknown drafter {name!r}; this generator has: "
+                                       f"{', '.join(self.drafters) or 'none'}{hint}")
+
     def auto_state(self, drafter: str) -> AutoState:
         """What ``n_max="auto"`` has learnt for ``drafter`` (a
         :class:`~pyllama_spec.speculative.costmodel.AutoState`, created on first use): its confidence
@@ -589,9 +593,7 @@ class Generator:
         Raises:
             InvalidArgumentError: an unknown drafter name.
         """
-        if drafter not in self.drafters:
-            raise InvalidArgumentError(f"unknown drafter {drafter!r}; this generator has: "
-                                       f"{', '.join(self.drafters) or 'none'}")
+        self._check_drafter(drafter)
         return self._auto_state.setdefault(drafter, AutoState())
 
     def reset_auto_state(self, drafter: str, state: AutoState | None = None) -> AutoState:
@@ -605,9 +607,7 @@ class Generator:
         Raises:
             InvalidArgumentError: an unknown drafter name, or ``state`` not an AutoState.
         """
-        if drafter not in self.drafters:
-            raise InvalidArgumentError(f"unknown drafter {drafter!r}; this generator has: "
-                                       f"{', '.join(self.drafters) or 'none'}")
+        self._check_drafter(drafter)
         if state is not None and not isinstance(state, AutoState):
             raise InvalidArgumentError(f"state must be an AutoState, got {type(state).__name__}")
         self._auto_state[drafter] = state if state is not None else AutoState()

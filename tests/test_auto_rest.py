@@ -839,3 +839,24 @@ def test_positions_never_drafted_continue_the_measured_curve():
     np.testing.assert_allclose(p[:4], np.minimum.accumulate(x))
     np.testing.assert_allclose(p[4:], p[3] * (p[3] / p[2]) ** np.arange(1, 4))
     assert p[6] > 0.9 > 0.6 ** 7
+
+
+def test_deferred_rows_join_cut_and_say_when_a_batch_waits():
+    """``DeferredRows``: rows added over resting steps come back joined in order; a rollback cuts those at or past
+    n_past; ``add`` says when ``limit`` rows wait; rows without a per-row array (a draft model's) come back None."""
+    from pyllama_spec.speculative.drafters.base import DeferredRows
+
+    d = DeferredRows(4)
+    assert not d and d.add([5], np.array([10]), np.ones((1, 2))) is False
+    assert d.add([6, 7], np.array([11, 12]), np.full((2, 2), 2.0)) is False and d.n == 3
+    d.cut(12)  # (position 12 is gone)
+    assert d.n == 2 and d.add([8, 9], np.array([12, 13]), np.full((2, 2), 3.0)) is True
+    toks, pos, rows = d.take()
+    assert toks == [5, 6, 8, 9] and pos.tolist() == [10, 11, 12, 13] and not d and d.n == 0
+    np.testing.assert_array_equal(rows[:, 0], [1.0, 2.0, 3.0, 3.0])
+    plain = DeferredRows(8)
+    plain.add([1, 2], [0, 1])
+    plain.cut(1)
+    assert plain.take()[0] == [1] and plain.n == 0
+    plain.add([3], [5])
+    assert plain.take()[2] is None

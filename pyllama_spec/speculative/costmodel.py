@@ -622,7 +622,8 @@ class AutoState:
             ``(kind, why, rows, wall_ms, committed, first)``: kind ``"rest"`` / ``"probe"`` / ``"draft"``; why
             :meth:`AutoDraftLength.plan` chose it (``"resting"`` inside a rest, ``"measure"`` a rest that measures
             the plain step, ``"free"`` a free drafter, ``"pays"`` the model's verdict, ``"probe"``, ``"guard"`` the
-            guard's rest, ``"no gain"`` the model's rest, ``"trim"`` a step begun by ``trim`` alone); rows
+            guard's rest, ``"no gain"`` the model's rest, ``"no room"`` a ceiling of 0, ``"trim"`` a step begun by
+            ``trim`` alone); rows
             verified; wall ms; committed tokens (None where the loop did not book the step); whether it was a
             generation's first step. It grows by one entry a step: what a user reads to see why auto drafted
             where it did.

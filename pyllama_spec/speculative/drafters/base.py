@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -22,9 +23,10 @@ if TYPE_CHECKING:
 
 
 class DeferredRows:
-    """The committed rows a drafter keeps while ``n_max="auto"`` rests (``Drafter.observe_deferred``), with a
-    per-row array the target will overwrite (EAGLE-3's features, MTP's hidden states), to go into the drafter in
-    one batch before its next draft: tokens, positions (consecutive) and ``(n, width)`` rows, in order.
+    """The committed rows a drafter keeps while ``n_max="auto"`` rests (``Drafter.observe_deferred``), to go into
+    the drafter in one batch before its next draft: tokens, positions (consecutive) and, where the drafter needs
+    them, a per-row array the target will overwrite (EAGLE-3's features, MTP's hidden states; a draft model
+    needs none), in order.
 
     Args:
         limit: rows kept at most — :meth:`add` says when a batch's worth waits (the caller flushes then), so a long
@@ -33,23 +35,24 @@ class DeferredRows:
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
-        self._parts: list[tuple[list[int], np.ndarray, np.ndarray]] = []
+        self._parts: list[tuple[list[int], np.ndarray, np.ndarray | None]] = []
         self.n = 0
 
     def __bool__(self) -> bool:
         return self.n > 0
 
-    def add(self, tokens: list[int], positions: np.ndarray, rows: np.ndarray) -> bool:
-        """Keep ``len(tokens)`` rows; True when ``limit`` rows or more wait."""
+    def add(self, tokens: Sequence[int], positions: np.ndarray, rows: np.ndarray | None = None) -> bool:
+        """Keep ``len(tokens)`` rows (``rows``: their ``(n, width)`` array, or None); True when ``limit`` rows or
+        more wait."""
         self._parts.append(([int(t) for t in tokens], np.asarray(positions), rows))
         self.n += len(tokens)
         return self.n >= self.limit
 
-    def take(self) -> tuple[list[int], np.ndarray, np.ndarray]:
-        """All rows kept, joined (``(tokens, positions (n,), rows (n, width))``), and forget them."""
+    def take(self) -> tuple[list[int], np.ndarray, np.ndarray | None]:
+        """All rows kept, joined (``(tokens, positions (n,), rows (n, width) or None)``), and forget them."""
         parts, self._parts, self.n = self._parts, [], 0
-        return ([t for p in parts for t in p[0]], np.concatenate([p[1] for p in parts]),
-                np.concatenate([p[2] for p in parts]))
+        rows = None if parts[0][2] is None else np.concatenate([p[2] for p in parts])
+        return [t for p in parts for t in p[0]], np.concatenate([p[1] for p in parts]), rows
 
     def cut(self, n_past: int) -> None:
         """Drop the rows at positions ≥ ``n_past`` (a rollback: an EOS inside a rest)."""
@@ -57,7 +60,7 @@ class DeferredRows:
         for toks, pos, rows in self._parts:
             keep = int(np.count_nonzero(pos < n_past))
             if keep:
-                kept.append((toks[:keep], pos[:keep], rows[:keep]))
+                kept.append((toks[:keep], pos[:keep], None if rows is None else rows[:keep]))
         self._parts, self.n = kept, sum(len(k[0]) for k in kept)
 
 

@@ -27,7 +27,7 @@ from ...sampler import SamplerChain
 from ..sampling import SamplingParams
 from ..timing import StageTimer
 from ._pick import pick
-from .base import Draft, ModelDrafter, register_drafter
+from .base import DeferredRows, Draft, ModelDrafter, register_drafter
 
 log = logging.getLogger("pyllama_spec")
 
@@ -119,8 +119,8 @@ class DraftModelDrafter(ModelDrafter):
         except BaseException:
             self.model.close()
             raise
-        #: (tokens, positions) deferred while n_max="auto" rests (observe_deferred)
-        self._pending: tuple[list[int], list[int]] = ([], [])
+        #: the committed rows kept while n_max="auto" rests (observe_deferred)
+        self._pending = DeferredRows(self.ctx.n_batch)
         #: draw a greedy draft (no p_min) in the draft model's decode graph, a token id per decode; False: the
         #: row of logits comes back and the host takes its argmax (as before 2026-12-06, and as llama.cpp's own
         #: draft-simple does). This attribute is the drafter's switch, as the DFlash drafter's is;
@@ -146,7 +146,7 @@ class DraftModelDrafter(ModelDrafter):
 
     def begin(self, prompt: list[int], n_keep: int = 0) -> None:
         self.ctx.memory.clear()
-        self._pending = ([], [])
+        self._pending = DeferredRows(self.ctx.n_batch)
 
     def observe(self, tokens: list[int], positions: np.ndarray, n_commit: int, timer: StageTimer) -> None:
         # the whole batch, as common_speculative_impl_draft_simple::process does (only its last
@@ -160,14 +160,13 @@ class DraftModelDrafter(ModelDrafter):
         # next draft (or the next observe). Decoded one at a time they cost a draft-model decode per resting
         # step — on 2 CPU cores, SmolLM2 + the shipped draft model, auto rested 95 % of the steps yet ran at
         # 0.85 × plain, as fast as drafting at n_max 1 (2026-12-06)
-        self._pending[0].extend(int(t) for t in tokens[:n_commit])
-        self._pending[1].extend(int(p) for p in positions[:n_commit])
+        if self._pending.add(tokens[:n_commit], positions[:n_commit]):
+            self._flush(timer)  # (a batch's worth)
 
     def _flush(self, timer: StageTimer) -> None:
         """Decode the rows deferred while resting (consecutive committed positions), in n_batch chunks."""
-        tok, pos = self._pending
-        if tok:
-            self._pending = ([], [])
+        if self._pending:
+            tok, pos, _ = self._pending.take()
             self._decode(tok, pos, timer)
 
     def _decode(self, tokens: Sequence[int], positions: Sequence[int] | np.ndarray, timer: StageTimer) -> None:
@@ -177,9 +176,7 @@ class DraftModelDrafter(ModelDrafter):
                 self.ctx.decode(tokens[i:i + step], positions[i:i + step], logits="last")
 
     def rollback(self, n_past: int) -> None:
-        tok, pos = self._pending
-        keep = sum(1 for p in pos if p < n_past)  # (deferred rows are consecutive: a prefix stays)
-        self._pending = (tok[:keep], pos[:keep])
+        self._pending.cut(n_past)  # (deferred rows at or after n_past are gone: an EOS inside a rest)
         super().rollback(n_past)
 
     def propose(self, last_token: int, n_past: int, n_max: int, sp: SamplingParams, rng: np.random.Generator,

@@ -191,7 +191,9 @@ class Eagle3Drafter(ModelDrafter):
     def _flush(self, timer: StageTimer) -> None:
         """Inject the rows deferred while resting (consecutive committed positions), as one verify batch."""
         if self._deferred:
-            self._inject(*self._deferred.take(), timer)
+            tokens, positions, feats = self._deferred.take()
+            assert feats is not None  # (observe_deferred keeps every row's features)
+            self._inject(tokens, positions, feats, timer)
 
     def rollback(self, n_past: int) -> None:
         self._deferred.cut(n_past)  # (deferred rows at or after n_past never reach the head: an EOS inside a rest)
@@ -241,13 +243,12 @@ class Eagle3Drafter(ModelDrafter):
                     self.ctx.decode_tokens_embd(toks[i:i + step], rows_a[i:i + step], pos[i:i + step], logits="none")
 
     def on_accept(self, n_drafted: int, n_accepted: int) -> None:
-        # the new boundary is the row of the last accepted token (common_..._eagle3::accept); after a resting
-        # step the deferred rows' injection sets it (_flush)
+        # the new boundary is the row of the last accepted token (common_..._eagle3::accept). A step that drafted
+        # nothing (a rest, an empty draft) leaves the boundary its injection set, the last row — after a rest's
+        # flush verify_g holds the flushed batch, whose first row this would wrongly pick (a review's find,
+        # 2026-12-06); rows still deferred are a rest's too
         n_rows = self.verify_g.shape[0]
-        if n_rows == 0 or n_drafted == 0 or self._deferred:
-            # (nothing drafted — a resting step, or an empty draft: the injection of its rows set the boundary at
-            # their last row, as this would; after a rest's flush verify_g holds the flushed batch, whose first row
-            # this would wrongly pick — a review's find, 2026-12-06)
+        if n_rows == 0 or n_drafted == 0:
             return
         i = min(n_accepted, n_rows - 1)
         self.pending_pos = self.verify_pos_first + i

@@ -208,7 +208,9 @@ class MTPDrafter(Drafter):
     def _flush(self, timer: StageTimer) -> None:
         """Decode the rows deferred while resting (consecutive committed positions), as one verify batch."""
         if self._deferred:
-            self._inject(*self._deferred.take(), timer)
+            tokens, positions, h = self._deferred.take()
+            assert h is not None  # (observe_deferred keeps every row's hidden state)
+            self._inject(tokens, positions, h, timer)
 
     def _inject(self, tokens: list[int], positions: np.ndarray, h: np.ndarray, timer: StageTimer) -> None:
         """Decode (x_k, h_{k-1}) at each row's position into the MTP layers' cache (own layers only); the last
@@ -226,10 +228,9 @@ class MTPDrafter(Drafter):
         self.pending_h = h[n - 1]
 
     def on_accept(self, n_drafted: int, n_accepted: int) -> None:
-        # the hidden state of the last accepted row goes with the bonus token (common_..._mtp::accept); after a
-        # resting step the deferred rows' decode sets it (_flush)
-        # (nothing drafted — a resting step or an empty draft — leaves the injection's last row, as eagle3.py says)
-        if self.verify_h.shape[0] and n_drafted and not self._deferred:
+        # the hidden state of the last accepted row goes with the bonus token (common_..._mtp::accept); a step that
+        # drafted nothing (a rest, an empty draft) leaves the last row its injection set, as in eagle3.py
+        if self.verify_h.shape[0] and n_drafted:
             self.pending_h = self.verify_h[min(n_accepted, self.verify_h.shape[0] - 1)]
 
     def propose(self, last_token: int, n_past: int, n_max: int, sp: SamplingParams, rng: np.random.Generator,
