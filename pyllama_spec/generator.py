@@ -413,7 +413,8 @@ class Generator:
         policy = None
         if auto_verify_ms is not None:
             assert spec.drafter is not None  # (auto_verify_ms is measured for a drafter only)
-            policy = AutoDraftLength(auto_verify_ms, stats, state=self.auto_state(spec.drafter), timer=timer)
+            policy = AutoDraftLength(auto_verify_ms, stats, state=self.auto_state(spec.drafter), timer=timer,
+                                     free=bool(getattr(d, "free", False)))
         steps = speculative_generate(self.ctx, d, tokens, max_tokens=max_tokens, n_max=int(spec.n_max or 0),
                                      sp=sampling, verify=spec.verify, stats=stats, timer=timer, rng=rng,
                                      backend_sampling=spec.backend_sampling, n_keep=n_keep, draft_length=policy,

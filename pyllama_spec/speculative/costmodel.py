@@ -817,15 +817,18 @@ class AutoDraftLength:
         prior: weight (in tokens) of a confidence before its bin has data / of the acceptance prior.
         timer: the generation's :class:`~pyllama_spec.speculative.timing.StageTimer` (the drafter's
             share of a step; optional).
+        free: the drafter declares its call free (``Drafter.free``: the n-gram kinds' lookups) — a free
+            drafter from the first step, whatever its call is measured to cost (:meth:`free_drafter`).
     """
 
     def __init__(self, verify_ms: Any, stats: Any, *, state: AutoState | None = None, prior: float = 4.0,
-                 clock: Any = time.perf_counter, timer: Any = None) -> None:
+                 clock: Any = time.perf_counter, timer: Any = None, free: bool = False) -> None:
         # more rows never cost less: a measured dip is noise, and would make a sure miss look free
         vm = [float(v) for v in np.maximum.accumulate(np.asarray(verify_ms, dtype=float))]
         self.verify = VerifyCost(list(range(1, len(vm) + 1)), vm)
         self._vm = vm  # (V of a whole row count without numpy: a resting step books itself in microseconds)
         self.stats, self.prior, self.clock, self.timer = stats, prior, clock, timer
+        self.free = bool(free)  # the drafter says its call is free (Drafter.free): no need to measure it
         self.state = state if state is not None else AutoState()
         self.n_bins = len(self.state.bin_tried)
         st = self.state
@@ -1266,9 +1269,15 @@ class AutoDraftLength:
         return loss_ms
 
     def free_drafter(self) -> bool:
-        """Whether the drafter's measured call (``AutoState.drafter_ms``, its drafting steps' drafter stages)
-        costs at most ``FREE_DRAFTER`` of a 1-row verify: then :meth:`plan` asks for the ceiling without the
-        model's rest test (the guard may still rest it). False until a drafting step was measured (with a timer)."""
+        """Whether the drafter says its call is free (``free=True``: ``Drafter.free``, the n-gram kinds) or its
+        measured call (``AutoState.drafter_ms``, its drafting steps' drafter stages) costs at most
+        ``FREE_DRAFTER`` of a 1-row verify: then :meth:`plan` asks for the ceiling without the model's rest test
+        (the guard may still rest it). Else False until a drafting step was measured (with a timer). (Measured
+        alone, an n-gram lookup of 30–60 µs on a slow host sat at the 60 µs threshold of an H100's 1.2 ms step:
+        one slow lookup made it a drafter whose call costs, the model's rests took over and grew to 512 steps —
+        n-gram auto 1.00–1.12 × plain on the bake-off's mixed set where n_max 7 gave 1.16–1.21, RESULTS.md 19.9.)"""
+        if self.free:
+            return True
         st = self.state
         return st.drafter_ms is not None and st.drafter_ms <= FREE_DRAFTER * self._v(1.0)
 

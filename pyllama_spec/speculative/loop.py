@@ -231,7 +231,12 @@ def _run(target, drafter, prompt, vocab, mem, chain, *, max_tokens, n_max, sp, d
                 drafter.observe_deferred(batch, pos, k + 1, timer)
             elif step is None:  # (a tree step has observed its accepted path's rows)
                 drafter.observe(batch, pos, k + 1, timer)
-            drafter.on_accept(n_d, k)
+            if not rest:
+                # (a resting step asked the drafter nothing: llama.cpp's accept follows a draft call, even an
+                # empty one, which first resets the n-gram kinds' per-draft state — after a rest that state is
+                # the last real draft's, and accept(0) would cut ngram-map's value for that key to 0 tokens or
+                # count a low-acceptance streak against ngram-mod's table, once per resting step)
+                drafter.on_accept(n_d, k)
         n_past += k + 1
         # nothing to remove after a resting step or in plain decoding (one row verified and committed): on
         # a GPU a plain token costs ~1.2 ms, and this call with its timer and lock is ~2 % of it

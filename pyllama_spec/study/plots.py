@@ -196,10 +196,13 @@ def depth(results: Any, out: Path, plt: Any) -> Path | None:
     if max((len(p["by_turn"]) for p in pts), default=0) < 2:
         return None
     s0 = _settings(pts)[0]
-    fig, (a1, a2) = plt.subplots(1, 2, figsize=(13.5, 4.4))
-    # one colour per series, the same in both panels (plain, gray and dotted, is only on the right:
-    # it drafts nothing, so it has no acceptance); each panel gets its own legend
     sel = [p for p in pts if (p["temperature"], p["thinking"]) == s0]
+    # a whole sweep has ~50 series: one legend beside the right panel, in columns, and the figure tall
+    # enough for it (inside the left panel it covered the data: the H100 sweep of 2026-12-06)
+    ncol = 1 if len(sel) <= 16 else 2 if len(sel) <= 40 else 3
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(13.5 + 2.2 * (ncol - 1), max(4.4, 0.17 * -(-len(sel) // ncol) + 1.2)))
+    # one colour per series, the same in both panels (plain, gray and dotted, is only on the right:
+    # it drafts nothing, so it has no acceptance); each panel gets its own legend while they are few
     cycle = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     spec = [p for p in sel if p["drafter"] is not None]
     colour = {id(p): cycle[i % len(cycle)] for i, p in enumerate(spec)}
@@ -217,8 +220,8 @@ def depth(results: Any, out: Path, plt: Any) -> Path | None:
         a.set_xticklabels([f"{t + 1}\n(≈{c} tok)" for t, c in enumerate(ctx)])
         a.set_xlabel("turn (mean prompt length, tokens)")
         a.grid(alpha=0.3)
-    a2.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    if spec:
+    a2.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), ncol=ncol)
+    if spec and ncol == 1:
         a1.legend(fontsize=7, loc="best")
     a1.set_ylabel("acceptance (accepted / drafted)")
     a1.set_ylim(0, 1.02)

@@ -99,8 +99,10 @@ class HistoryDrafter(Drafter):
 
     Class attributes:
         native_type: llama.cpp's ``--spec-type`` name of the algorithm.
+        free: True — a draft is a lookup in ``history`` (``Drafter.free``).
     """
     native_type: ClassVar[str] = ""
+    free: ClassVar[bool] = True
 
     def __init__(self, target: Context | None = None) -> None:
         super().__init__(target)  # type: ignore[arg-type]  # (n-gram drafting reads no target)

@@ -107,11 +107,17 @@ class Drafter(ABC):
         supports_tree: ``propose_tree`` and ``observe_rows`` are implemented (token trees).
         n_max_limit: the longest draft block this drafter can make (tokens).
         n_max_default: the draft block used when the caller gives no ``n_max`` (tokens).
+        free: its ``propose`` is a lookup in the committed tokens (microseconds, no model): ``n_max="auto"``
+            treats it as free from the first step (``costmodel.AutoDraftLength.free_drafter``) instead of
+            measuring its call against ``FREE_DRAFTER`` of a 1-row verify — a threshold that a lookup's
+            timing noise crossed on a GPU host, after which auto rested it for up to 512 steps
+            (RESULTS.md 19.9).
     """
     kind: ClassVar[str] = ""
     aliases: ClassVar[tuple[str, ...]] = ()
     supports_rejection: ClassVar[bool] = False
     supports_tree: ClassVar[bool] = False
+    free: ClassVar[bool] = False
     n_max_limit: int = 16
     n_max_default: int = 4
 
