@@ -175,14 +175,14 @@ def _dflash_objective() -> type:
         :meth:`leads` run the target first."""
 
         def __init__(self, c: Any, tok_embd: np.ndarray, head: np.ndarray, target: TargetFeatures, *,
-                     n_blocks: int = 32) -> None:
-            super().__init__(c, tok_embd, head, n_blocks=n_blocks)
+                     n_blocks: int = 32, pad_multiple: int = 1) -> None:
+            super().__init__(c, tok_embd, head, n_blocks=n_blocks, pad_multiple=pad_multiple)
             self.target = target
 
         def batch(self, seqs: Sequence[dict[str, Any]], feats: Any, idx: Sequence[int], rng: np.random.Generator,
                   device: torch.device, *, evaluate: bool = False) -> Batch:
             n = self.max_eval_anchors if evaluate else self.n_blocks
-            blocks = make_blocks(seqs, idx, self.config, n, rng, all_anchors=evaluate)
+            blocks = make_blocks(seqs, idx, self.config, n, rng, all_anchors=evaluate, pad_multiple=self.pad_multiple)
             toks = np.zeros(blocks[0].shape, dtype=np.int64)
             for r, i in enumerate(idx):
                 toks[r, :len(seqs[i]["tokens"])] = seqs[i]["tokens"]
@@ -201,7 +201,8 @@ def _eagle3_objective() -> type:
         features ``(B, T, F)`` are replaced by the token ids ``(B, T)`` they are computed from."""
 
         def __init__(self, base: Eagle3Objective, target: TargetFeatures) -> None:
-            super().__init__(base.config, base._embd, base._head)
+            super().__init__(base.config, base._embd, base._head, attention=base.attention,
+                             pad_multiple=base.pad_multiple)
             self.target = target
 
         def batch(self, seqs: Sequence[dict[str, Any]], feats: Any, idx: Sequence[int], rng: np.random.Generator,
@@ -214,10 +215,10 @@ def _eagle3_objective() -> type:
 
 
 def online_objective(c: Any, tok_embd: np.ndarray, head: np.ndarray, target: TargetFeatures, *,
-                     n_blocks: int = 32) -> Any:
+                     n_blocks: int = 32, pad_multiple: int = 1) -> Any:
     """An online DFlash objective (a :class:`.objectives.DFlashObjective` whose batches hold token
     ids and whose steps run ``target`` first) for :func:`.trainer.train` with ``feats=None``."""
-    return _dflash_objective()(c, tok_embd, head, target, n_blocks=n_blocks)
+    return _dflash_objective()(c, tok_embd, head, target, n_blocks=n_blocks, pad_multiple=pad_multiple)
 
 
 def data_files(spec: Sequence[str]) -> list[str]:
@@ -349,7 +350,7 @@ def run(target: str | os.PathLike, out_dir: str | os.PathLike, files: Sequence[s
                                    "pass the same --block-size, --drafter-layers and --layers as that run")
     if tc.kind == "dflash":
         assert feats is not None
-        obj = online_objective(c, emb, head, feats, n_blocks=tc.n_blocks)
+        obj = online_objective(c, emb, head, feats, n_blocks=tc.n_blocks, pad_multiple=tc.pad_multiple)
     t_load = time.time() - t0
     t1 = time.time()
     model, history = train(seqs, None, obj, tc, progress=progress,
