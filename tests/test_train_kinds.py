@@ -255,7 +255,8 @@ def test_eagle3_gguf_reads_back_as_the_model(tiny, tmp_path, draft_vocab):
     path = tmp_path / "e3.gguf"
     export_gguf(m, path, target=tiny["target"], quant="f32")
     shape, state = read_eagle3_gguf(path)
-    assert shape == {"target_layer_ids": [1, 2, 3], "d2t": d2t}
+    assert shape == {"target_layer_ids": [1, 2, 3], "d2t": d2t, "draft_vocab": draft_vocab,
+                     **{k: getattr(m.c, k) for k in ("n_embd", "n_head", "n_head_kv", "head_dim", "n_ff", "n_vocab")}}
     want = {k: v.detach().numpy() for k, v in m.state_dict().items()}
     assert set(state) == set(want)
     for k, v in want.items():
