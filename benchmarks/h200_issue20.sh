@@ -44,13 +44,21 @@
 # Settings: N_PROMPTS (30000), MIX, SEED (0), MAGPIE_SECONDS (150), SHARD (0/8), REGEN_SECONDS (180 in the data call, set 420 for a regen-only call),
 # MAX_TOKENS (512), BATCH (1024), CONFIGS (B8-L3,B8-L5,B16-L3,B16-L5: block size, drafter layers),
 # LAYERS (target taps, 2,15,28), TRAIN_SECONDS (400), TRAIN_SERIAL (0), CONTINUE (0: 1 = warm restart from the
-# last train call's drafter.pt of each configuration, same machine), INIT (a drafter GGUF to start from, e.g.
-# pyllama_spec/data/smollm2-135m-instruct-dflash-q8_0.gguf: the shipped drafter trained further), GROW (0: 1 = an
+# last train call's drafter.pt of each configuration, same machine), INIT (a drafter to start from: a GGUF of any
+# kind, f16 or q8_0 — e.g. pyllama_spec/data/smollm2-135m-instruct-dflash-q8_0.gguf, the shipped drafter trained
+# further, or the drafter_<run>-f16.gguf an earlier session's train-wait brought back in parts — or a drafter.pt;
+# absolute, checkout-relative, or a bare name whose parts NAME.part00 … `stash` calls left in $W (carry each part by
+# its own stash call: the ~48 MiB checkout + a 15 MiB part; the train call carries smol.part08); INIT_SHA256 checks
+# the joined file; INIT goes to the configurations of its own kind — a GGUF's architecture says it), GROW (0: 1 = an
 # INIT of fewer layers than the configuration's, deepened first by no-op layers: CONFIGS=B8-L4 GROW=1 INIT=<shipped>),
 # KIND (dflash; eagle3: an EAGLE-3 head on llama.cpp's default taps, CONFIGS=B8-L1; draft: a draft model of L layers,
-# CONFIGS=B8-L4, DRAFT_EMBD wide (256) — B is ignored for both; INIT only a drafter.pt of the same kind; a
+# CONFIGS=B8-L4, DRAFT_EMBD wide (256) — B is ignored for both; a
 # configuration may name its own kind, CONFIGS=eagle3:B8-L1,draft:B8-L4, run folders eagle3-B8-L1, draft-B8-L4 —
 # side by side they share the GPU: the EAGLE-3 run ran out of its 80 GB beside a draft model on 2026-12-06),
+# E3_VOCAB (16384: the EAGLE-3 head's own vocabulary; its f16 GGUF is 31.0 MB, q8_0 17.3 MB), E3_ATTENTION
+# (explicit: the training-time test's attention, `--eagle3-attention`; sdpa trained 2.6 × slower on an H100,
+# 2026-12-06), PAD_MULTIPLE (1: batch lengths rounded up to a multiple, `--pad-multiple`; 64 leaves 8 distinct
+# lengths in issue 20's batches instead of hundreds, for kernels that plan per shape, e.g. cuDNN attention),
 # LR (1.5e-3: the peak of each run's cosine; a warm restart from 2.67 first lost 0.24 of τ at it, RESULTS 15.5),
 # BLOCKS (32 anchor blocks a sequence), TAU_PROMPTS (60); for a CPU dry run also W, GGUF,
 # TRAIN_EXTRA (e.g. "--device cpu --target-dtype float32"), ENGINE (torch: train/static_kv.py, 38 k tok/s on
@@ -58,10 +66,15 @@
 #   train-bg: the train phase in its own process session (setsid), so one training run may outlast a device call
 #          (10 min): it writes to $W/out_train and its PID to $W/train.pid; the call returns at once. Then, within
 #          30 s each, calls of `train-wait [SECONDS]` (keep the machine warm, print the progress, return after at most
-#          SECONDS, 560 by default) until the run has ended; the last copies its drafter, reports and log to $OUT.
+#          SECONDS, 560 by default) until the run has ended; the last copies the drafters (f16 and q8_0 GGUF of each
+#          configuration), the reports and the logs to $OUT, packed by pack_out.
 #          (Wait on the PID, never on `pgrep -f "…train"`: that matches the waiting call's own command line and
 #          never ends — 9 device-minutes lost on 2026-12-06.)
-# Results go to $OUT (≤ 8 files of ≤ 16 MiB): the prompt set, answer chunks, manifests, reports, drafters.
+# Results go to $OUT (≤ 8 files of ≤ 16 MiB): the prompt set, answer chunks, manifests, reports, drafters. train and
+# the last train-wait pack theirs (pack_out): a file over 15 MiB is split into NAME.part00, NAME.part01, …
+# (`cat NAME.part* > NAME` restores it; the printout gives each drafter's sha256), and past 8 files a drafter's copy of
+# more parts goes first (of as many the q8_0: the f16 is INIT's exact start), then the logs (the reports keep each
+# run's history).
 set -uo pipefail
 PHASE=${1:?phase: stash | data | topup | regen | train | train-bg | train-wait | tau | tau-file | speed | shape | engines | decode}
 REPO=$(pwd)
@@ -86,6 +99,72 @@ CONFIGS=${CONFIGS:-B8-L3,B8-L5,B16-L3,B16-L5}
 log() { echo "== $(date +%T) $*"; }
 cname() { case $1 in *:*) echo "${1%%:*}-${1#*:}" ;; *) echo "$1" ;; esac; }  # KIND:B8-L1 → KIND-B8-L1
 ckind() { case $1 in *:*) echo "${1%%:*}" ;; *) echo "${KIND:-dflash}" ;; esac; }
+
+# pack_out DIR: what a call brings back is ≤ 8 files of ≤ 16 MiB. Files over 15 MiB are split (split -b 15M: NAME.part00,
+# NAME.part01, …; `cat NAME.part* > NAME` restores); while more than 8 files remain, the redundant copy of each drafter
+# brought back both as f16 and q8_0 goes — the one of more parts, of as many the q8_0 (an EAGLE-3 head of 16384 draft
+# tokens: 2 parts each, the f16 stays: INIT's exact start; a DFlash drafter: q8_0 one file, f16 two, the q8_0 stays) —,
+# then the logs (dropped files stay on the machine, $I/run/…, while it is warm); then each drafter's sha256 is printed
+# (of its joined parts).
+pack_out() {
+  local d=$1 f b n nf nq x
+  for f in "$d"/*; do
+    [ -f "$f" ] && [ "$(stat -c %s "$f")" -gt $((15 * 1024 * 1024)) ] || continue
+    split -b 15M -d -a 2 "$f" "$f.part" && rm -f "$f"
+  done
+  # a drafter both as f16 and q8_0: one copy is redundant — drop the one of more parts; of as many, the q8_0
+  for b in $(ls "$d" | grep -- '-f16\.gguf' | sed 's/-f16\.gguf.*$//' | sort -u); do
+    [ "$(ls "$d" | wc -l)" -le 8 ] && break
+    nf=$(ls "$d" | grep -c -- "^$b-f16\.gguf")
+    nq=$(ls "$d" | grep -c -- "^$b-q8_0\.gguf")
+    [ "$nq" -gt 0 ] || continue
+    if [ "$nf" -gt "$nq" ]; then x=$b-f16.gguf; else x=$b-q8_0.gguf; fi
+    echo "dropped $x (kept in the other type): more than 8 files to bring back (it stays in $I/run while the machine is warm)"
+    rm -f "$d/$x" "$d/$x".part[0-9][0-9]
+  done
+  [ "$(ls "$d" | wc -l)" -le 8 ] || { echo "dropped the logs: more than 8 files to bring back"; rm -f "$d"/train_*; }
+  [ "$(ls "$d" | wc -l)" -le 8 ] || echo "warning: $(ls "$d" | wc -l) files in $d: only 8 come back"
+  for b in $(ls "$d" | grep '\.gguf' | sed 's/\.part[0-9][0-9]$//' | sort -u); do
+    if [ -f "$d/$b" ]; then
+      echo "sha256 $(sha256sum "$d/$b" | cut -d' ' -f1)  $b ($(stat -c %s "$d/$b") bytes)"
+    else
+      n=$(ls "$d/$b".part[0-9][0-9] | wc -l)
+      echo "sha256 $(cat "$d/$b".part[0-9][0-9] | sha256sum | cut -d' ' -f1)  $b ($(cat "$d/$b".part[0-9][0-9] | wc -c) bytes" \
+           "in $n parts: cat $b.part* > $b)"
+    fi
+  done
+}
+
+# init_file: INIT as a file — a path (absolute or checkout-relative) or the bare name of a file train-wait split, its
+# parts NAME.partNN left in $W by `stash` calls (or carried in .dev/ by this call): joined into $W/NAME; its sha256
+# printed and checked against INIT_SHA256 when set
+init_file() {
+  local f=$INIT n parts=() p
+  case $f in /*) ;; *) f=$REPO/$f ;; esac
+  if [ ! -f "$f" ]; then
+    n=$(basename "$INIT")
+    for p in $( (ls "$W" .dev 2>/dev/null) | grep -x "$n\.part[0-9][0-9]" | sort -u); do
+      if [ -f "$W/$p" ]; then parts+=("$W/$p"); else parts+=(".dev/$p"); fi
+    done
+    [ ${#parts[@]} -gt 0 ] || { echo "INIT $INIT: no such file, and no parts $n.partNN in $W or .dev (stash them)" >&2; return 2; }
+    cat "${parts[@]}" > "$W/$n" && f=$W/$n
+  fi
+  p=$(sha256sum "$f" | cut -d' ' -f1)
+  echo "INIT $f: sha256 $p${parts[*]:+ (${#parts[@]} parts joined)}" >&2
+  [ -z "${INIT_SHA256:-}" ] || [ "$p" = "$INIT_SHA256" ] || { echo "INIT: sha256 $p, not INIT_SHA256 $INIT_SHA256" >&2; return 2; }
+  realpath "$f"
+}
+
+# init_kind FILE: the drafter kind of an INIT file (a GGUF's architecture: dflash, eagle3, else a draft model; a
+# drafter.pt: KIND)
+init_kind() {
+  case $1 in
+    *.gguf) python3 -c "import sys; from gguf import GGUFReader
+a = GGUFReader(sys.argv[1]).fields['general.architecture'].contents()
+print(a if a in ('dflash', 'eagle3') else 'draft')" "$1" ;;
+    *) echo "${KIND:-dflash}" ;;
+  esac
+}
 
 source "$(dirname "$0")/device_smol.sh"
 smol() {  # SmolLM2 (or TARGET=qwen's model) from its parts, this checkout's Python over the wheel, HumanEval's wheel
@@ -194,6 +273,11 @@ train)
   ls "$I"/answers/answers-*.jsonl.gz >/dev/null 2>&1 || { echo "no answers in $I/answers: run data / regen"; exit 2; }
   answers_check
   log "online training $CONFIGS, ${TRAIN_SECONDS:-400} s each, on $(ls "$I"/answers/answers-*.jsonl.gz | wc -l) answer files"
+  INIT_FILE=""; INIT_KIND=""
+  if [ -n "${INIT:-}" ]; then
+    INIT_FILE=$(init_file) || exit 2
+    INIT_KIND=$(init_kind "$INIT_FILE") || { echo "INIT $INIT_FILE: cannot read its kind"; exit 2; }
+  fi
   for spec in ${CONFIGS//,/ }; do
     # a configuration may name its own kind (KIND:B8-L1, e.g. CONFIGS=eagle3:B8-L1,draft:B8-L4 trains an EAGLE-3
     # head and a draft model side by side); its run folder is then KIND-B8-L1
@@ -204,13 +288,13 @@ train)
     # answer tokens with llama.cpp's d2t map (≈ 16 MB q8_0), as EAGLE-3's references do; E3_VOCAB=0 uses the
     # target's 49 152-row head (7.2 MB, but each of the 7 training-time-test depths takes a 49 152-wide softmax:
     # 2.9 steps/s and 39 GB on an H100, 2026-12-06, RESULTS 15.9)
-    kx=""
-    [ "$k" = draft ] && kx="--draft-embd ${DRAFT_EMBD:-256}"
-    [ "$k" = eagle3 ] && kx="--draft-vocab ${E3_VOCAB:-16384}"
+    kx="--pad-multiple ${PAD_MULTIPLE:-1}"
+    [ "$k" = draft ] && kx="$kx --draft-embd ${DRAFT_EMBD:-256}"
+    [ "$k" = eagle3 ] && kx="$kx --draft-vocab ${E3_VOCAB:-16384} --eagle3-attention ${E3_ATTENTION:-explicit}"
     # CONTINUE=1: go on from this configuration's last run on this warm machine (a warm restart: calls ≤ 10 min)
-    # INIT=drafter.gguf (e.g. the shipped one): start every configuration of its shape from that file's weights
-    # (INIT is a drafter of KIND: configurations that name another kind start fresh)
-    init=""; [ -n "${INIT:-}" ] && [ "$k" = "${KIND:-dflash}" ] && init="--init $(realpath "$INIT")"
+    # INIT=drafter.gguf (e.g. the shipped one, or an earlier session's f16 GGUF): start every configuration of its
+    # kind from that file's weights (its shape must be theirs; configurations of another kind start fresh)
+    init=""; [ -n "$INIT_FILE" ] && [ "$k" = "$INIT_KIND" ] && init="--init $INIT_FILE"
     # GROW=1: INIT may have fewer layers than the configuration's L (a deeper drafter from the shipped one)
     [ -n "$init" ] && [ "${GROW:-0}" = 1 ] && init="$init --grow"
     if [ "${CONTINUE:-0}" = 1 ] && [ -f "$I/run/$c/drafter.pt" ]; then
@@ -249,8 +333,12 @@ for n in names:
           f"q8_0 {r['gguf']['q8_0']['bytes'] / 2**20:.1f} MiB")
 PY
   for c in ${NAMES//,/ }; do
-    [ -f "$I/run/$c/drafter-q8_0.gguf" ] && cp "$I/run/$c/drafter-q8_0.gguf" "$OUT/drafter_$c-q8_0.gguf"
+    for q in f16 q8_0; do  # f16: what INIT continues from in a later session; q8_0: what the loop measures
+      [ -f "$I/run/$c/drafter-$q.gguf" ] && cp "$I/run/$c/drafter-$q.gguf" "$OUT/drafter_$c-$q.gguf"
+    done
   done
+  # (under train-bg, $OUT is $W/out_train: the last train-wait packs what it brings back)
+  [ "$OUT" = "$W/out_train" ] || pack_out "$OUT"
   ls -la "$OUT"
   ;;
 train-bg)
@@ -272,7 +360,13 @@ train-wait)
     tr '\r' '\n' < "$(ls -t "$I"/log_*.txt | head -1)" | grep "train " | tail -1; log "still training: \`train-wait\` again within 30 s"
   else
     tail -12 "$W/train_call.log"; cp "$W"/out_train/* "$OUT/" 2>/dev/null
-    for f in "$I"/log_*.txt; do [ -f "$f" ] || continue; grep -v "Warning\|warn(" "$f" | tr '\r' '\n' | grep -v "^train " > "$OUT/train_$(basename "$f")"; done
+    # the logs in one file (one of the 8 that come back)
+    for f in "$I"/log_*.txt; do
+      [ -f "$f" ] || continue
+      echo "== $(basename "$f")"; grep -v "Warning\|warn(" "$f" | tr '\r' '\n' | grep -v "^train "
+    done > "$OUT/train_logs.txt"
+    [ -s "$OUT/train_logs.txt" ] || rm -f "$OUT/train_logs.txt"
+    pack_out "$OUT"
     rm -f "$W/train.pid"; ls -la "$OUT"
   fi
   ;;

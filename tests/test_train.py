@@ -120,7 +120,7 @@ def test_train_config_checks_and_round_trips():
     assert TrainConfig(block_size=16).draft_length == 15 and TrainConfig(kind="draft", n_max=4).draft_length == 4
     for bad in [dict(kind="medusa"), dict(quant="q4_0"), dict(steps=0), dict(block_size=1), dict(lr=0),
                 dict(kind="eagle3", layers=[1, 2]), dict(kind="eagle3", drafter_layers=2), dict(draft_vocab=-1),
-                dict(n_max=0), dict(max_seconds=-5)]:
+                dict(n_max=0), dict(max_seconds=-5), dict(pad_multiple=0), dict(eagle3_attention="flash")]:
         with pytest.raises(InvalidArgumentError):
             TrainConfig(**bad)
     with pytest.raises(InvalidArgumentError, match="unknown TrainConfig fields"):
@@ -136,6 +136,9 @@ def test_cli_builds_the_train_config():
     assert config_from_args(a) == TrainConfig(kind="draft", drafter_layers=5, draft_embd=256, max_seconds=300.0,
                                               batch=32, lr=2e-3, seed=11, data="d.jsonl")
     assert config_from_args(parser().parse_args(["t.gguf", "out"])) == TrainConfig()
+    a = parser().parse_args(["t.gguf", "out", "--kind", "eagle3", "--pad-multiple", "64", "--eagle3-attention",
+                             "sdpa-no-cudnn"])
+    assert config_from_args(a) == TrainConfig(kind="eagle3", pad_multiple=64, eagle3_attention="sdpa-no-cudnn")
 
 
 def test_batched_self_distillation_equals_generator(tiny):

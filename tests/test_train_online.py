@@ -304,8 +304,7 @@ def test_online_eagle3_loss_equals_stored_features_loss(tiny, seqs):
 def test_online_run_trains_eagle3_and_draft_models(tiny, seqs, tmp_path, kind):
     """``run`` with kind eagle3 / draft: it trains (the held-out τ is measured), exports GGUFs that
     llama.cpp's drafters load and whose outputs at T = 0 are plain decoding's, and continues from its own
-    drafter.pt; a GGUF init is refused for these kinds with the fix named."""
-    from pyllama_spec.errors import InvalidArgumentError
+    drafter.pt."""
     from pyllama_spec.train.online import run
 
     data = _answers_file(tmp_path, seqs)
@@ -325,9 +324,58 @@ def test_online_run_trains_eagle3_and_draft_models(tiny, seqs, tmp_path, kind):
     assert again["init"].endswith("drafter.pt") and a["kind"] == b["kind"] == kind
     for k, v in a["state_dict"].items():
         torch.testing.assert_close(b["state_dict"][k], v, rtol=0, atol=1e-12, msg=k)
-    with pytest.raises(InvalidArgumentError, match="GGUF is for DFlash"):
+
+
+@pytest.mark.parametrize("kind", ["eagle3", "draft"])
+def test_online_run_continues_eagle3_and_draft_models_from_their_gguf(tiny, seqs, tmp_path, kind):
+    """Issue 20: what a device session brings back is GGUFs (files ≤ 16 MiB, big ones in parts), so
+    ``run(init=drafter-f16.gguf)`` continues an EAGLE-3 head (with its own vocabulary: the file's d2t is kept) or a
+    draft model from the file's weights — f16 to f16 rounding, q8_0 to its block step — and training goes on from
+    there; a GGUF of another kind or shape is refused with the fix named."""
+    from pyllama_spec.errors import InvalidArgumentError
+    from pyllama_spec.train.export import read_draft_gguf, read_eagle3_gguf
+    from pyllama_spec.train.online import run
+
+    data = _answers_file(tmp_path, seqs)
+    kw = {**RUN_KW, "kind": kind, "layers": [0, 2, 3] if kind == "eagle3" else None, "drafter_layers": 1,
+          "draft_vocab": 16 if kind == "eagle3" else 0, "draft_embd": 32 if kind == "draft" else None}
+    run(tiny[0], tmp_path / "a", [str(data)], TrainConfig(steps=6, lr=3e-3, **kw), progress=False,
+        target_dtype="float32")
+    a = torch.load(tmp_path / "a" / "drafter.pt", weights_only=True)
+    shape, arrays = (read_eagle3_gguf if kind == "eagle3" else read_draft_gguf)(tmp_path / "a" / "drafter-f16.gguf")
+    assert set(arrays) == set(a["state_dict"]) and {k: a["config"][k] for k in shape if k != "d2t"} == \
+        {k: v for k, v in shape.items() if k != "d2t"}
+    for q, rtol in (("f16", 1e-3), ("q8_0", 1.0 / 127)):
+        rep = run(tiny[0], tmp_path / q, [str(data)], TrainConfig(steps=2, lr=1e-30, **kw), progress=False,
+                  target_dtype="float32", init=tmp_path / "a" / f"drafter-{q}.gguf")
+        b = torch.load(tmp_path / q / "drafter.pt", weights_only=True)
+        assert rep["init"].endswith(f"drafter-{q}.gguf") and b["config"] == a["config"]
+        assert b["state_dict"].keys() == a["state_dict"].keys()
+        for k, v in a["state_dict"].items():
+            if v.dtype == torch.int64:  # the EAGLE-3 head's d2t: its own ids, exactly
+                assert torch.equal(b["state_dict"][k], v)
+                continue
+            # q8_0: each 32-weight block in steps of its largest magnitude / 127 (half a step off at most)
+            scale = v.abs().max().item() if q == "q8_0" else v.abs()
+            err = (b["state_dict"][k] - v).abs()
+            assert bool((err <= rtol * scale + 1e-7).all()), (q, k, err.max().item())
+    on = run(tiny[0], tmp_path / "on", [str(data)], TrainConfig(steps=4, lr=3e-3, **kw), progress=False,
+             target_dtype="float32", init=tmp_path / "a" / "drafter-f16.gguf")
+    c = torch.load(tmp_path / "on" / "drafter.pt", weights_only=True)
+    assert on["steps"] == 4 and np.isfinite(on["best_tau"]) and np.isfinite(on["history"][-1]["loss"])
+    assert any(not torch.equal(c["state_dict"][k], v) for k, v in a["state_dict"].items())
+    wider = {**kw, "draft_vocab": 32} if kind == "eagle3" else {**kw, "drafter_layers": 2}
+    with pytest.raises(InvalidArgumentError, match="another configuration.*--drafter-layers"):
+        run(tiny[0], tmp_path / "c", [str(data)], TrainConfig(steps=2, **wider), progress=False,
+            target_dtype="float32", init=tmp_path / "a" / "drafter-f16.gguf")
+    other = tiny[0]  # a llama GGUF: no EAGLE-3 head; and for a draft model, a DFlash drafter of the tiny target
+    if kind == "draft":
+        run(tiny[0], tmp_path / "d", [str(data)], TrainConfig(steps=1, **RUN_KW), progress=False,
+            target_dtype="float32")
+        other = tmp_path / "d" / "drafter-f16.gguf"
+    with pytest.raises(InvalidArgumentError, match="not an EAGLE-3 head" if kind == "eagle3" else "not a draft model"):
         run(tiny[0], tmp_path / "c", [str(data)], TrainConfig(steps=2, **kw), progress=False,
-            target_dtype="float32", init=q8)
+            target_dtype="float32", init=other)
 
 
 def test_online_eagle3_restart_keeps_its_own_vocabulary(tiny, seqs, tmp_path):

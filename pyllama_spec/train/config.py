@@ -14,6 +14,8 @@ from ..errors import InvalidArgumentError
 #: drafter kinds the pipeline trains, with llama.cpp's ``--spec-type`` for each
 KINDS = {"dflash": "draft-dflash", "eagle3": "draft-eagle3", "draft": "draft-simple"}
 QUANTS = ("f32", "f16", "q8_0")
+#: :data:`.eagle3.ATTENTION` (kept here too: this module does not import torch)
+EAGLE3_ATTENTION = ("explicit", "sdpa", "sdpa-no-cudnn")
 
 
 @dataclass
@@ -34,6 +36,11 @@ class TrainConfig:
         draft_embd: draft model width (None: the target's, initialised from the target's layers).
         draft_vocab: EAGLE-3 head's own vocabulary (the most frequent answer tokens, with
             llama.cpp's ``d2t`` map); 0: the target's output head, frozen.
+        pad_multiple: a batch's length (its longest sequence; DFlash: its context) is rounded up to a multiple
+            of this (1: not rounded), so that training meets few distinct shapes: kernels that plan per shape
+            (cuDNN's attention, first in recent torch on an H100) plan each once (:func:`.objectives.padded_len`).
+        eagle3_attention: how the EAGLE-3 head's training-time test attends (:data:`.eagle3.ATTENTION`:
+            ``"explicit"``, ``"sdpa"``, ``"sdpa-no-cudnn"``; see :attr:`.eagle3.Eagle3Model.attention`).
         steps: optimizer steps (an upper bound when ``max_seconds`` is set).
         batch: sequences per step.  n_blocks: DFlash anchor blocks per sequence and step.
         lr, warmup: AdamW learning rate (cosine schedule) and linear warm-up steps.
@@ -59,6 +66,8 @@ class TrainConfig:
     n_max: int | None = None
     draft_embd: int | None = None
     draft_vocab: int = 0
+    pad_multiple: int = 1
+    eagle3_attention: str = "explicit"
     steps: int = 2000
     batch: int = 16
     n_blocks: int = 32
@@ -77,10 +86,13 @@ class TrainConfig:
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise InvalidArgumentError(f"kind must be one of {sorted(KINDS)}, got {self.kind!r}")
+        if self.eagle3_attention not in EAGLE3_ATTENTION:
+            raise InvalidArgumentError(f"eagle3_attention must be one of {EAGLE3_ATTENTION}, got "
+                                       f"{self.eagle3_attention!r}")
         if self.quant not in QUANTS:
             raise InvalidArgumentError(f"quant must be one of {QUANTS}, got {self.quant!r}")
         for name in ("max_len", "block_size", "steps", "batch", "n_blocks", "eval_every", "eval_prompts",
-                     "eval_tokens"):
+                     "eval_tokens", "pad_multiple"):
             v = getattr(self, name)
             if not isinstance(v, int) or v < 1:
                 raise InvalidArgumentError(f"{name} must be a positive int, got {v!r}")

@@ -35,13 +35,21 @@ from typing import TYPE_CHECKING, Any
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from ..errors import InvalidArgumentError
 from .model import RMSNorm, rope_norm
 
 if TYPE_CHECKING:
     import numpy as np
 
     from ..gguf_file import GGUFInfo
+
+
+#: the values of :attr:`Eagle3Model.attention`
+ATTENTION = ("explicit", "sdpa", "sdpa-no-cudnn")
+# "sdpa-no-cudnn": every SDPA kernel but cuDNN's (torch picks among them in its own order)
+_NO_CUDNN = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 
 
 @dataclass
@@ -143,12 +151,23 @@ class Eagle3Model(nn.Module):
         b, t, _ = x.shape
         return x.view(b, t, n, self.c.head_dim).transpose(1, 2)  # (B, n, T, D)
 
-    #: how :meth:`step` attends: ``"sdpa"`` — one ``scaled_dot_product_attention`` over the step-0 keys and the
-    #: chain's own keys of steps 1..k, side by side under one boolean mask (a fused kernel on a GPU, no ``T × T``
-    #: score tensors kept per unrolled step for the backward pass; since 2026-12-06) — or ``"explicit"``: the scores
-    #: written out (the reference the tests hold ``"sdpa"`` to; it was the only way, and EAGLE-3 trained at 2.9
-    #: steps a second where the draft model ran 30, RESULTS.md 15.9)
-    attention: str = "sdpa"
+    #: how :meth:`step` attends (each in :data:`ATTENTION`; all three compute the same, the tests hold the SDPA ones
+    #: to ``"explicit"``):
+    #:
+    #: * ``"explicit"`` (the default): the scores written out — step-0 scores ``T × T`` plus the k diagonal terms,
+    #:   the softmax in float32. EAGLE-3 online training ran at 3.36 steps/s with it (3.92 at the end) against 1.3
+    #:   with ``"sdpa"`` (one H100 80GB HBM3, 2026-12-06, draft vocabulary 16384, batch 32, bf16 autocast);
+    #: * ``"sdpa"``: one ``F.scaled_dot_product_attention`` over the keys ``[k_0 | k_1 … k_k]`` under the mask
+    #:   ``[causal | I | … | I]`` (``T × (k+1)·T`` scores, no score tensor kept for the backward pass). Alone, at one
+    #:   fixed shape, it is the faster (90 vs 178 ms an unroll of batch 32 × 1024 rows, same GPU and day,
+    #:   ``benchmarks/eagle3_attention.py``), but a training batch is as long as its longest sequence (T ≤ max_len:
+    #:   a new T at 70 % of the first 60 steps on issue 20's answers), and recent torch sends SDPA on an H100 to cuDNN
+    #:   first (``sdp_utils.cpp``: sm90 with cuDNN > 9.15, unless ``TORCH_CUDNN_SDPA_DEPRIORITIZED=1``), which builds
+    #:   an execution plan for each new shape, forward and backward (tens of ms each) — the likely cause, not yet
+    #:   measured (``benchmarks/eagle3_attention.py --from-data`` does; ``TrainConfig.pad_multiple`` bounds the shapes);
+    #: * ``"sdpa-no-cudnn"``: the same call with cuDNN's kernel left out (flash, memory-efficient or math attention:
+    #:   no per-shape plans).
+    attention: str = "explicit"
 
     def _attend_explicit(self, q: torch.Tensor, cache: list[tuple[torch.Tensor, torch.Tensor]],
                          causal_mask: torch.Tensor) -> torch.Tensor:
@@ -182,6 +201,22 @@ class Eagle3Model(nn.Module):
         mask = torch.cat([causal_mask] + [eye] * (len(cache) - 1), dim=-1)
         return F.scaled_dot_product_attention(q, keys, vals, attn_mask=mask)
 
+    def _attend(self, q: torch.Tensor, cache: list[tuple[torch.Tensor, torch.Tensor]],
+                causal_mask: torch.Tensor) -> torch.Tensor:
+        """Attention by :attr:`attention`.
+
+        Raises:
+            InvalidArgumentError: an :attr:`attention` not in :data:`ATTENTION`.
+        """
+        if self.attention == "explicit":
+            return self._attend_explicit(q, cache, causal_mask)
+        if self.attention == "sdpa":
+            return self._attend_sdpa(q, cache, causal_mask)
+        if self.attention == "sdpa-no-cudnn":
+            with sdpa_kernel(_NO_CUDNN):
+                return self._attend_sdpa(q, cache, causal_mask)
+        raise InvalidArgumentError(f"Eagle3Model.attention must be one of {ATTENTION}, got {self.attention!r}")
+
     def step(self, tokens: torch.Tensor, hid: torch.Tensor, pos: torch.Tensor,
              cache: list[tuple[torch.Tensor, torch.Tensor]], causal_mask: torch.Tensor) -> torch.Tensor:
         """One unrolled step for all rows.
@@ -205,8 +240,7 @@ class Eagle3Model(nn.Module):
             k = k.repeat_interleave(rep, dim=1)
             v = v.repeat_interleave(rep, dim=1)
         cache.append((k, v))
-        a = self._attend_sdpa(q, cache, causal_mask) if self.attention == "sdpa" else \
-            self._attend_explicit(q, cache, causal_mask)
+        a = self._attend(q, cache, causal_mask)
         b, _, t, _ = a.shape
         h = hid + self.o(a.transpose(1, 2).reshape(b, t, -1))
         x = self.ffn_norm(h)
@@ -280,4 +314,4 @@ class Eagle3Model(nn.Module):
         return self.d2t[idx] if self.lm_head is not None else idx
 
 
-__all__ = ["Eagle3Config", "Eagle3Model", "default_eagle3_layers"]
+__all__ = ["Eagle3Config", "Eagle3Model", "default_eagle3_layers", "ATTENTION"]

@@ -104,6 +104,50 @@ def export_hf(model: DFlashModel, out_dir: str | os.PathLike, *, extra: dict[str
     return d
 
 
+def _open_gguf(path: str | os.PathLike, what: str) -> Any:
+    """A ``gguf.GGUFReader`` of ``path`` (``what``: the drafter named in errors).
+
+    Raises:
+        FileNotFoundError: no such file.
+        InvalidArgumentError: not a GGUF.
+    """
+    from gguf import GGUFReader
+
+    from ..errors import InvalidArgumentError
+
+    if not Path(path).is_file():
+        raise FileNotFoundError(f"no {what} GGUF at {path}")
+    try:
+        return GGUFReader(str(path))
+    except Exception as exc:  # gguf-py's own parse errors (ValueError, struct.error, ...)
+        raise InvalidArgumentError(f"{path} cannot be read as a GGUF ({exc})") from exc
+
+
+def _field(r: Any, key: str, default: Any = None) -> Any:
+    f = r.fields.get(key)
+    return default if f is None else f.contents()
+
+
+def _shape(r: Any, arch: str) -> dict[str, int]:
+    """The widths every writer of :func:`_writer` stores (the drafter's config fields of those names)."""
+    n_vocab = _field(r, f"{arch}.vocab_size")
+    return {"n_embd": int(_field(r, f"{arch}.embedding_length")),
+            "n_head": int(_field(r, f"{arch}.attention.head_count")),
+            "n_head_kv": int(_field(r, f"{arch}.attention.head_count_kv")),
+            "head_dim": int(_field(r, f"{arch}.attention.key_length")),
+            "n_ff": int(_field(r, f"{arch}.feed_forward_length")),
+            "n_vocab": int(n_vocab) if n_vocab is not None else len(_field(r, "tokenizer.ggml.tokens", []))}
+
+
+def _matrix(t: Any) -> np.ndarray:
+    """A GGUF tensor as a float32 array in numpy order (q8_0 and f16 dequantized by gguf-py); a copy: F32 tensors
+    come back as read-only views of the memory-mapped file."""
+    from gguf.quants import dequantize
+
+    shape = tuple(int(x) for x in reversed(t.shape.tolist()))  # ggml's ne, innermost first
+    return np.array(dequantize(t.data, t.tensor_type), dtype=np.float32).reshape(shape)
+
+
 def read_dflash_gguf(path: str | os.PathLike) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     """Read back a DFlash drafter GGUF (ours, or any with llama.cpp's ``dflash`` tensor names):
     ``(shape, state)`` — ``shape`` the :class:`.model.DFlashConfig` fields the file holds (``n_embd``,
@@ -117,21 +161,12 @@ def read_dflash_gguf(path: str | os.PathLike) -> tuple[dict[str, Any], dict[str,
         InvalidArgumentError: not a DFlash GGUF, or a tensor this layout lacks or does not know.
         FileNotFoundError: no such file.
     """
-    from gguf import GGUFReader
-    from gguf.quants import dequantize
-
     from ..errors import InvalidArgumentError
 
-    if not Path(path).is_file():
-        raise FileNotFoundError(f"no drafter GGUF at {path}")
-    try:
-        r = GGUFReader(str(path))
-    except Exception as exc:  # gguf-py's own parse errors (ValueError, struct.error, ...)
-        raise InvalidArgumentError(f"{path} cannot be read as a GGUF ({exc})") from exc
+    r = _open_gguf(path, "drafter")
 
     def field(key: str, default: Any = None) -> Any:
-        f = r.fields.get(key)
-        return default if f is None else f.contents()
+        return _field(r, key, default)
 
     if field("general.architecture") != "dflash":
         raise InvalidArgumentError(f"{path} is a {field('general.architecture')!r} GGUF, not a DFlash drafter "
@@ -152,8 +187,7 @@ def read_dflash_gguf(path: str | os.PathLike) -> tuple[dict[str, Any], dict[str,
     for t in r.tensors:
         if t.name not in by_gguf:
             raise InvalidArgumentError(f"{path}: tensor {t.name!r} is not part of a DFlash drafter of {n_layer} layers")
-        # a copy: F32 tensors come back as read-only views of the memory-mapped file
-        state[by_gguf[t.name]] = np.array(dequantize(t.data, t.tensor_type), dtype=np.float32)
+        state[by_gguf[t.name]] = _matrix(t)
     missing = sorted(set(by_gguf.values()) - set(state))
     if missing:
         raise InvalidArgumentError(f"{path} lacks the tensors {missing} of a DFlash drafter")
@@ -162,40 +196,70 @@ def read_dflash_gguf(path: str | os.PathLike) -> tuple[dict[str, Any], dict[str,
 
 def read_eagle3_gguf(path: str | os.PathLike) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     """Read back an EAGLE-3 head GGUF of :func:`export_eagle3_gguf`: ``(shape, state)`` — ``shape``
-    ``{"target_layer_ids", "d2t"}`` (``d2t``: the head's vocabulary as target ids, [] where it uses the
-    target's output head), ``state`` :class:`.eagle3.Eagle3Model` parameter names → float32 arrays (q8_0
-    and f16 matrices dequantized by gguf-py), ``d2t`` as int64. For a replay of the head in PyTorch
-    (``benchmarks/eagle3_replay.py``) against the loop through llama.cpp.
+    ``{"target_layer_ids", "d2t", "draft_vocab", "n_embd", "n_head", "n_head_kv", "head_dim", "n_ff", "n_vocab"}``
+    (``d2t``: the head's vocabulary as target ids, [] where it uses the target's output head; the rest: the
+    :class:`.eagle3.Eagle3Config` fields of those names), ``state`` :class:`.eagle3.Eagle3Model` parameter names →
+    float32 arrays (q8_0 and f16 matrices dequantized by gguf-py), ``d2t`` as int64. For a replay of the head in
+    PyTorch (``benchmarks/eagle3_replay.py``) against the loop through llama.cpp, and for ``online --init`` (a head
+    trained further in a later session).
 
     Raises:
         InvalidArgumentError: not an EAGLE-3 GGUF, or a tensor this layout does not know.
         FileNotFoundError: no such file.
     """
-    from gguf import GGUFReader
-    from gguf.quants import dequantize
-
     from ..errors import InvalidArgumentError
 
-    if not Path(path).is_file():
-        raise FileNotFoundError(f"no EAGLE-3 GGUF at {path}")
-    try:
-        r = GGUFReader(str(path))
-    except Exception as exc:  # gguf-py's own parse errors
-        raise InvalidArgumentError(f"{path} cannot be read as a GGUF ({exc})") from exc
-    arch = r.fields["general.architecture"].contents() if "general.architecture" in r.fields else None
+    r = _open_gguf(path, "EAGLE-3")
+    arch = _field(r, "general.architecture")
     if arch != "eagle3":
         raise InvalidArgumentError(f"{path} is a {arch!r} GGUF, not an EAGLE-3 head (general.architecture = 'eagle3')")
     ours_of = {gg: ours for ours, gg in _EAGLE3_NAMES.items()}
     state: dict[str, np.ndarray] = {}
     for t in r.tensors:
         if t.name == "d2t":
-            state["d2t"] = np.array(t.data, dtype=np.int64)
+            state["d2t"] = np.array(t.data, dtype=np.int64).reshape(-1)
         elif t.name in ours_of:
-            state[ours_of[t.name]] = np.array(dequantize(t.data, t.tensor_type), dtype=np.float32)
+            state[ours_of[t.name]] = _matrix(t)
         else:
             raise InvalidArgumentError(f"{path}: tensor {t.name!r} is not part of an EAGLE-3 head")
-    shape = {"target_layer_ids": [int(i) for i in r.fields["eagle3.target_layers"].contents()],
-             "d2t": state["d2t"].tolist() if "d2t" in state else []}
+    d2t = state["d2t"].tolist() if "d2t" in state else []
+    shape = {"target_layer_ids": [int(i) for i in _field(r, "eagle3.target_layers")], "d2t": d2t,
+             "draft_vocab": len(d2t), **_shape(r, arch)}
+    return shape, state
+
+
+def read_draft_gguf(path: str | os.PathLike) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """Read back a draft model GGUF of :func:`export_draft_gguf` (a plain ``llama`` / ``qwen3`` model):
+    ``(shape, state)`` — ``shape`` the :class:`.draft_lm.DraftConfig` fields the file holds (``arch``, ``n_embd``,
+    ``n_layer``, ``n_head``, ``n_head_kv``, ``head_dim``, ``n_ff``, ``n_vocab``, ``tied``), ``state``
+    :class:`.draft_lm.DraftLM` parameter names → float32 arrays (q8_0 and f16 matrices dequantized by gguf-py: q8_0
+    is within half a step of 1/127 of each 32-weight block's largest magnitude). What ``online --init`` continues a
+    draft model from.
+
+    Raises:
+        InvalidArgumentError: not a ``llama`` / ``qwen3`` GGUF, or a tensor this layout lacks or does not know.
+        FileNotFoundError: no such file.
+    """
+    from ..errors import InvalidArgumentError
+    from .draft_lm import _LAYER_NAMES, ARCHS
+
+    r = _open_gguf(path, "draft model")
+    arch = _field(r, "general.architecture")
+    if arch not in ARCHS:
+        raise InvalidArgumentError(f"{path} is a {arch!r} GGUF, not a draft model (general.architecture one of "
+                                   f"{ARCHS})")
+    n_layer = int(_field(r, f"{arch}.block_count"))
+    names = {"token_embd.weight": "tok_embd", "output_norm.weight": "out_norm.weight", "output.weight": "head"}
+    names.update({f"blk.{i}.{gg}.weight": f"layers.{i}.{ours}" for i in range(n_layer)
+                  for ours, gg in _LAYER_NAMES.items()})
+    state: dict[str, np.ndarray] = {}
+    for t in r.tensors:
+        if t.name not in names:
+            raise InvalidArgumentError(f"{path}: tensor {t.name!r} is not part of a draft model of {n_layer} layers")
+        state[names[t.name]] = _matrix(t)
+    if "tok_embd" not in state or "out_norm.weight" not in state:
+        raise InvalidArgumentError(f"{path} lacks the token embedding or the output norm of a draft model")
+    shape = {"arch": arch, "n_layer": n_layer, **_shape(r, arch), "tied": "head" not in state}
     return shape, state
 
 
@@ -322,5 +386,5 @@ def export_gguf(model: DFlashModel | Eagle3Model | DraftLM, path: str | os.PathL
     return export_dflash_gguf(model, path, target=target, quant=quant, name=name or "DFlash drafter")
 
 
-__all__ = ["export_hf", "export_gguf", "export_dflash_gguf", "read_dflash_gguf", "read_eagle3_gguf",
+__all__ = ["export_hf", "export_gguf", "export_dflash_gguf", "read_dflash_gguf", "read_eagle3_gguf", "read_draft_gguf",
            "export_eagle3_gguf", "export_draft_gguf", "QUANTS"]

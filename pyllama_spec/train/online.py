@@ -175,14 +175,14 @@ def _dflash_objective() -> type:
         :meth:`leads` run the target first."""
 
         def __init__(self, c: Any, tok_embd: np.ndarray, head: np.ndarray, target: TargetFeatures, *,
-                     n_blocks: int = 32) -> None:
-            super().__init__(c, tok_embd, head, n_blocks=n_blocks)
+                     n_blocks: int = 32, pad_multiple: int = 1) -> None:
+            super().__init__(c, tok_embd, head, n_blocks=n_blocks, pad_multiple=pad_multiple)
             self.target = target
 
         def batch(self, seqs: Sequence[dict[str, Any]], feats: Any, idx: Sequence[int], rng: np.random.Generator,
                   device: torch.device, *, evaluate: bool = False) -> Batch:
             n = self.max_eval_anchors if evaluate else self.n_blocks
-            blocks = make_blocks(seqs, idx, self.config, n, rng, all_anchors=evaluate)
+            blocks = make_blocks(seqs, idx, self.config, n, rng, all_anchors=evaluate, pad_multiple=self.pad_multiple)
             toks = np.zeros(blocks[0].shape, dtype=np.int64)
             for r, i in enumerate(idx):
                 toks[r, :len(seqs[i]["tokens"])] = seqs[i]["tokens"]
@@ -201,7 +201,8 @@ def _eagle3_objective() -> type:
         features ``(B, T, F)`` are replaced by the token ids ``(B, T)`` they are computed from."""
 
         def __init__(self, base: Eagle3Objective, target: TargetFeatures) -> None:
-            super().__init__(base.config, base._embd, base._head)
+            super().__init__(base.config, base._embd, base._head, attention=base.attention,
+                             pad_multiple=base.pad_multiple)
             self.target = target
 
         def batch(self, seqs: Sequence[dict[str, Any]], feats: Any, idx: Sequence[int], rng: np.random.Generator,
@@ -214,10 +215,10 @@ def _eagle3_objective() -> type:
 
 
 def online_objective(c: Any, tok_embd: np.ndarray, head: np.ndarray, target: TargetFeatures, *,
-                     n_blocks: int = 32) -> Any:
+                     n_blocks: int = 32, pad_multiple: int = 1) -> Any:
     """An online DFlash objective (a :class:`.objectives.DFlashObjective` whose batches hold token
     ids and whose steps run ``target`` first) for :func:`.trainer.train` with ``feats=None``."""
-    return _dflash_objective()(c, tok_embd, head, target, n_blocks=n_blocks)
+    return _dflash_objective()(c, tok_embd, head, target, n_blocks=n_blocks, pad_multiple=pad_multiple)
 
 
 def data_files(spec: Sequence[str]) -> list[str]:
@@ -235,6 +236,25 @@ def data_files(spec: Sequence[str]) -> list[str]:
     return out
 
 
+def _gguf_checkpoint(path: str | os.PathLike, kind: str) -> dict[str, Any]:
+    """A drafter GGUF of ``kind`` as a ``drafter.pt``-like checkpoint: ``{"kind", "config", "state_dict"}`` with the
+    config fields the file holds (compared with the run's) and float32 tensors (q8_0 / f16 dequantized; an
+    EAGLE-3 head's ``d2t`` as int64 in the state dict, where :func:`run` takes the head's vocabulary from).
+
+    Raises:
+        InvalidArgumentError: a GGUF of another kind, or not a GGUF.
+        FileNotFoundError: no such file.
+    """
+    import torch
+
+    from .export import read_dflash_gguf, read_draft_gguf, read_eagle3_gguf
+
+    reader = {"dflash": read_dflash_gguf, "eagle3": read_eagle3_gguf, "draft": read_draft_gguf}[kind]
+    shape, arrays = reader(path)
+    shape.pop("d2t", None)  # (the config says "N ids"; the ids themselves are the state dict's d2t)
+    return {"kind": kind, "config": shape, "state_dict": {k: torch.from_numpy(v) for k, v in arrays.items()}}
+
+
 def run(target: str | os.PathLike, out_dir: str | os.PathLike, files: Sequence[str], tc: Any, *,
         target_dtype: str = "bfloat16", progress: bool = True, command: str | None = None,
         init: str | os.PathLike | None = None, grow: bool = False) -> dict[str, Any]:
@@ -243,10 +263,12 @@ def run(target: str | os.PathLike, out_dir: str | os.PathLike, files: Sequence[s
     DFlash also ``hf/``) and write
     ``report.json`` (config, command, data hashes, history of held-out τ, seconds). Returns the report.
 
-    ``init``: the ``drafter.pt`` of an earlier run, or a DFlash drafter GGUF of the same shape (e.g. the
-    shipped one; q8_0 / f16 matrices dequantized: :func:`.export.read_dflash_gguf`), to continue from
-    (a warm restart: fresh optimizer and schedule; its mask token is kept), so training can go on
-    across device calls of ≤ 10 min and across sessions. ``grow``: an ``init`` of fewer layers than
+    ``init``: the ``drafter.pt`` of an earlier run, or a drafter GGUF of the same kind and shape (e.g. the
+    shipped DFlash drafter, or the ``drafter-f16.gguf`` an earlier session brought back; q8_0 / f16 matrices
+    dequantized: :func:`.export.read_dflash_gguf`, :func:`.export.read_eagle3_gguf`,
+    :func:`.export.read_draft_gguf`), to continue from (a warm restart: fresh optimizer and schedule; a DFlash
+    drafter's mask token and an EAGLE-3 head's vocabulary are kept), so training can go on across device calls
+    of ≤ 10 min and across sessions. ``grow``: an ``init`` of fewer layers than
     ``tc.drafter_layers`` is deepened to that many first (:func:`.model.grow_layers`: the new layers
     start as no-ops, so training starts from the old drafter's τ); without it a layer count that differs
     is refused like any other shape.
@@ -267,9 +289,6 @@ def run(target: str | os.PathLike, out_dir: str | os.PathLike, files: Sequence[s
     if grow and (tc.kind != "dflash" or init is None):
         raise InvalidArgumentError("grow deepens the DFlash drafter given as init: pass --init with kind dflash, or "
                                    "drop --grow")
-    if init is not None and Path(init).suffix == ".gguf" and tc.kind != "dflash":
-        raise InvalidArgumentError(f"{init}: continuing from a GGUF is for DFlash drafters; for kind={tc.kind!r} "
-                                   "pass the drafter.pt of an earlier run")
     t0 = time.time()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -286,13 +305,12 @@ def run(target: str | os.PathLike, out_dir: str | os.PathLike, files: Sequence[s
 
     ckpt: dict[str, Any] | None = None
     if init is not None and Path(init).suffix == ".gguf":
-        # an exported drafter (a shipped one is kept only as its GGUF): its matrices dequantized, its
-        # shape checked below against this run's configuration
-        from .export import read_dflash_gguf
-
-        shape, arrays = read_dflash_gguf(init)
-        ckpt = {"kind": "dflash", "config": shape, "state_dict": {k: torch.from_numpy(v) for k, v in arrays.items()}}
-        mask = shape["mask_token_id"]
+        # an exported drafter (a shipped one, or one an earlier session brought back: only GGUFs fit through a
+        # device call's 16 MiB files, in parts): its matrices dequantized, its shape checked below against this
+        # run's configuration
+        ckpt = _gguf_checkpoint(init, tc.kind)
+        if tc.kind == "dflash":
+            mask = int(ckpt["config"]["mask_token_id"])
     elif init is not None:
         try:
             ckpt = torch.load(Path(init), map_location="cpu", weights_only=True)
@@ -346,10 +364,11 @@ def run(target: str | os.PathLike, out_dir: str | os.PathLike, files: Sequence[s
         if feats is not None:
             feats.close()
         raise InvalidArgumentError(f"{init} was trained with another configuration: (checkpoint, now) {diff}; "
-                                   "pass the same --block-size, --drafter-layers and --layers as that run")
+                                   "pass the same --block-size, --drafter-layers, --layers, --draft-vocab and "
+                                   "--draft-embd as that run")
     if tc.kind == "dflash":
         assert feats is not None
-        obj = online_objective(c, emb, head, feats, n_blocks=tc.n_blocks)
+        obj = online_objective(c, emb, head, feats, n_blocks=tc.n_blocks, pad_multiple=tc.pad_multiple)
     t_load = time.time() - t0
     t1 = time.time()
     model, history = train(seqs, None, obj, tc, progress=progress,
@@ -400,9 +419,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             act.help = "answer files (JSON lines, .gz) or glob patterns, e.g. 'answers-*.jsonl.gz'"
     ap.add_argument("--target-dtype", default="bfloat16", choices=["float32", "bfloat16", "float16"],
                     help="the target's weights on the device (features are computed in this type)")
-    ap.add_argument("--init", help="drafter.pt of an earlier run, or a DFlash drafter .gguf (e.g. the shipped one), "
-                                   "with the same configuration: continue from its weights (fresh optimizer and "
-                                   "cosine schedule)")
+    ap.add_argument("--init", help="drafter.pt of an earlier run, or a drafter .gguf of the same --kind (e.g. the "
+                                   "shipped DFlash drafter, or an earlier run's drafter-f16.gguf), with the same "
+                                   "configuration: continue from its weights (fresh optimizer and cosine schedule)")
     ap.add_argument("--grow", action="store_true",
                     help="with --init of fewer layers than --drafter-layers: add the missing layers as no-ops "
                          "(copies of its last layer with zero output projections) and train them from there")

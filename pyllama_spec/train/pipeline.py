@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-from .config import KINDS, QUANTS, TrainConfig
+from .config import EAGLE3_ATTENTION, KINDS, QUANTS, TrainConfig
 
 if TYPE_CHECKING:
     import numpy as np
@@ -245,7 +245,8 @@ def config_from_args(a: argparse.Namespace) -> TrainConfig:
     """The :class:`.config.TrainConfig` of parsed command-line arguments."""
     return TrainConfig(kind=a.kind, data=a.data, max_len=a.max_len, layers=a.layers, drafter_layers=a.drafter_layers,
                        block_size=a.block_size, n_max=a.n_max, draft_embd=a.draft_embd, draft_vocab=a.draft_vocab,
-                       steps=a.steps, batch=a.batch, n_blocks=a.blocks, lr=a.lr, warmup=a.warmup,
+                       pad_multiple=a.pad_multiple, eagle3_attention=a.eagle3_attention, steps=a.steps,
+                       batch=a.batch, n_blocks=a.blocks, lr=a.lr, warmup=a.warmup,
                        eval_every=a.eval_every, max_seconds=a.seconds, max_eval_seqs=a.eval_seqs, seed=a.seed,
                        device=a.device, quant=a.quant, n_gpu_layers=a.n_gpu_layers, eval_prompts=a.eval_prompts,
                        eval_tokens=a.eval_tokens)
@@ -269,6 +270,12 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--draft-embd", type=int, help="draft model width (default: the target's)")
     ap.add_argument("--draft-vocab", type=int, default=d.draft_vocab,
                     help="EAGLE-3 head's own vocabulary size (0: the target's output head)")
+    ap.add_argument("--pad-multiple", type=int, default=d.pad_multiple,
+                    help="round each batch's length up to a multiple of this (fewer distinct shapes: kernels that "
+                         "plan per shape, cuDNN attention on an H100, plan each once)")
+    ap.add_argument("--eagle3-attention", default=d.eagle3_attention, choices=list(EAGLE3_ATTENTION),
+                    help="how the EAGLE-3 head's training-time test attends: scores written out, one SDPA call a "
+                         "step, or SDPA without cuDNN's kernel")
     ap.add_argument("--steps", type=int, default=d.steps)
     ap.add_argument("--seconds", type=float, help="training-time cap in seconds (evaluations included)")
     ap.add_argument("--batch", type=int, default=d.batch, help="sequences per step")
