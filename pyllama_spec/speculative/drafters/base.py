@@ -107,11 +107,17 @@ class Drafter(ABC):
         supports_tree: ``propose_tree`` and ``observe_rows`` are implemented (token trees).
         n_max_limit: the longest draft block this drafter can make (tokens).
         n_max_default: the draft block used when the caller gives no ``n_max`` (tokens).
+        dormant_reads_taps: :meth:`observe_dormant` may read the target's layer inputs
+            (``target_layer_ids``), so the loop keeps the taps on for dormant steps. True here (the default
+            ``observe_dormant`` observes); a kind whose ``observe_dormant`` reads none (DFlash: it skips the
+            rows) sets False, and with ``AutoState.taps_off_when_dormant`` the loop then turns the target's
+            taps off for those steps.
     """
     kind: ClassVar[str] = ""
     aliases: ClassVar[tuple[str, ...]] = ()
     supports_rejection: ClassVar[bool] = False
     supports_tree: ClassVar[bool] = False
+    dormant_reads_taps: ClassVar[bool] = True
     n_max_limit: int = 16
     n_max_default: int = 4
 
@@ -171,7 +177,9 @@ class Drafter(ABC):
         ``costmodel.DORMANT_WINDOW`` more steps): the drafter may skip the work these rows would cost
         (DFlash: their target features — its cache then has a gap at these positions, which its next
         drafts see less context for; the loop feeds it the last ``DORMANT_WINDOW`` rows before the probe
-        with :meth:`observe_deferred`). What is committed stays the target's. Default: :meth:`observe_deferred`."""
+        with :meth:`observe_deferred`). What is committed stays the target's. Default: :meth:`observe_deferred`.
+        A kind that reads no target layer input here says so with ``dormant_reads_taps = False``: the target
+        may then have decoded these rows with its taps off (``AutoState.taps_off_when_dormant``)."""
         self.observe_deferred(tokens, positions, n_commit, timer)
 
     @abstractmethod
