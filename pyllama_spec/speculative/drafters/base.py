@@ -103,23 +103,23 @@ class Drafter(ABC):
             ``"ngram-simple"``, ...).
         aliases: further names :func:`create_drafter` accepts (e.g. ``"draft"`` for
             ``"draft-simple"``).
-        supports_rejection: ``propose`` can return probabilities.
-        supports_tree: ``propose_tree`` and ``observe_rows`` are implemented (token trees).
-        n_max_limit: the longest draft block this drafter can make (tokens).
-        n_max_default: the draft block used when the caller gives no ``n_max`` (tokens).
         dormant_reads_taps: :meth:`observe_dormant` may read the target's layer inputs
             (``target_layer_ids``), so the loop keeps the taps on for dormant steps. True here (the default
             ``observe_dormant`` observes); a kind whose ``observe_dormant`` reads none (DFlash: it skips the
             rows) sets False, and with ``AutoState.taps_off_when_dormant`` the loop then turns the target's
             taps off for those steps.
+        supports_rejection: ``propose`` can return probabilities.
+        supports_tree: ``propose_tree`` and ``observe_rows`` are implemented (token trees).
+        n_max_limit: the longest draft block this drafter can make (tokens).
+        n_max_default: the draft block used when the caller gives no ``n_max`` (tokens).
     """
     kind: ClassVar[str] = ""
     aliases: ClassVar[tuple[str, ...]] = ()
     supports_rejection: ClassVar[bool] = False
     supports_tree: ClassVar[bool] = False
-    dormant_reads_taps: ClassVar[bool] = True
     n_max_limit: int = 16
     n_max_default: int = 4
+    dormant_reads_taps: ClassVar[bool] = True
 
     def __init__(self, target: Context) -> None:
         self.target = target
