@@ -8,12 +8,15 @@ the same bake-off rows show +0.07 ms. This shows which calls make that time, and
 reused (llama.cpp rebuilds it, and on CUDA re-captures its CUDA graph, whenever a decode's
 shape differs from the last one: "auto" varies the verify batch from step to step).
 
-    python benchmarks/auto_overhead.py [--drafter dflash|ngram-map-k|...] [--n-max 0 2 auto-old auto] [-ngl 99]
+    python benchmarks/auto_overhead.py [--drafter dflash|ngram-map-k|...] [--n-max 0 2 auto-old auto auto-taps]
+        [-ngl 99]
 
 (n_max 0 is plain decoding, the baseline auto must not fall below. Each "auto" pass starts from a fresh
 ``AutoState`` — a first use —; ``auto-old`` is auto with ``AutoState(learn_costs=False)``, the rest sizes and
-the guard before 2026-12-06's second change, side by side with today's. The profiled pass goes on from the
-state the ``auto`` pass left: auto used again.)
+the guard before 2026-12-06's second change, side by side with today's; ``auto-taps`` is auto with
+``AutoState(taps_off_when_dormant=True)``: the target's layer-input taps off for the dormant steps of a long rest
+(DFlash; on an H100 a resting step's verify cost 1.30 ms against plain decoding's 1.19 with the 3 taps on). The
+profiled pass goes on from the state the ``auto`` pass left: auto used again.)
 """
 from __future__ import annotations
 
@@ -91,10 +94,11 @@ def main() -> None:
     runs = [(n, False) for n in a.n_max] + [(n, True) for n in a.n_max if n == "auto"]
     warm = None  # the state the timed "auto" pass left (the profiled pass goes on from it)
     for n_max, profiled in runs:
-        auto = n_max in ("auto", "auto-old")
+        auto = n_max in ("auto", "auto-old", "auto-taps")
         nm = "auto" if auto else int(n_max)
         if auto and not profiled:  # a first use: a fresh state, its steps traced
-            st = gen.reset_auto_state("d", AutoState(learn_costs=n_max == "auto", trace=[]))
+            st = gen.reset_auto_state("d", AutoState(learn_costs=n_max != "auto-old",
+                                                     taps_off_when_dormant=n_max == "auto-taps", trace=[]))
             if n_max == "auto":
                 warm = st
         elif auto and warm is not None:

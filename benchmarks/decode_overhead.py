@@ -15,6 +15,14 @@ Each mode decodes ``--n`` tokens at consecutive positions after a short prompt (
 
 ``--generate`` adds plain decoding through ``Generator.generate`` (a chat prompt, ``-n`` tokens): its µs per token
 above ``bare+tok`` is everything our loop adds to a plain step.
+
+    python benchmarks/decode_overhead.py --taps [--tap-layers 2,15,28] [-ngl 0]
+
+``--taps`` (issue 25) times instead what the target's layer-input taps cost: ``bare`` decodes with the taps of
+``--tap-layers`` on (default: the shipped SmolLM2 DFlash drafter's 3 layers) against none, in interleaved rounds,
+and the first decode after switching them (``Context.set_layer_inputs``: llama.cpp re-reserves its compute buffers
+and builds the graph again at that decode) against the next one — what ``AutoState.taps_off_when_dormant`` pays
+twice a rest. Default model there: SmolLM2 alone.
 """
 from __future__ import annotations
 
@@ -132,6 +140,75 @@ def measure(path: str, a: argparse.Namespace, out: dict) -> None:
     model.close()
 
 
+def measure_taps(path: str, a: argparse.Namespace, out: dict) -> None:
+    """One model: bare one-token decodes with the taps on / off, and the first decode after a switch. Each is
+    timed as wall µs and as the calling thread's CPU µs (``time.thread_time``: llama.cpp builds and reserves its
+    graphs in that thread; a number that other processes on a shared machine barely move)."""
+    layers = [int(x) for x in a.tap_layers.split(",")]
+    model = ps.Model(path, n_gpu_layers=a.n_gpu_layers)
+    ctx = ps.Context(model, n_ctx=1024, n_batch=64, n_ubatch=64, n_outputs_max=1, n_outputs_max_per_seq=1)
+    prompt = [1, 2, 3, 4, 5, 6, 7, 8]
+    n0 = len(prompt)
+    batch = lib.llama_batch_init(1, 0, 1)
+    batch.n_tokens = 1
+    batch.n_seq_id[0] = 1
+    batch.seq_id[0][0] = 0
+    batch.logits[0] = 1
+    state = {"i": 0}
+
+    def one() -> tuple[float, float]:
+        """One bare decode (the next position; the cache cut back every WINDOW tokens, untimed): wall and
+        this thread's CPU µs."""
+        i = state["i"]
+        state["i"] += 1
+        if i % WINDOW == 0:
+            ctx.memory.seq_rm(0, n0)
+        batch.token[0] = 28
+        batch.pos[0] = n0 + i % WINDOW
+        t, c = time.perf_counter(), time.thread_time()
+        if lib.llama_decode(ctx.ptr, batch) != 0:
+            raise RuntimeError("llama_decode failed")
+        lib.llama_synchronize(ctx.ptr)
+        return 1e6 * (time.perf_counter() - t), 1e6 * (time.thread_time() - c)
+
+    ctx.decode(prompt, np.arange(n0, dtype=np.int32), logits="none")
+    res: dict[str, list[tuple[float, float]]] = {"taps off": [], "taps on": []}
+    # the first decode after a switch less the median of the two decodes before it and the two after
+    extra: dict[str, list[tuple[float, float]]] = {"switch on": [], "switch off": []}
+    for r in range(a.rounds + 1):  # (round 0 warms both graphs up and is not kept)
+        for name, want in (("taps on", layers), ("taps off", [])):
+            ctx.set_layer_inputs(want)
+            one()  # (the switch's decode: timed apart below)
+            ts = [one() for _ in range(a.n)]
+            if r:
+                res[name].append((statistics.median(w for w, _ in ts), statistics.median(c for _, c in ts)))
+    for _ in range(a.toggles):
+        for name, want in (("switch on", layers), ("switch off", [])):
+            before = [one(), one()]
+            ctx.set_layer_inputs(want)
+            sw = one()
+            near = before + [one(), one()]
+            extra[name].append((sw[0] - statistics.median(w for w, _ in near),
+                                sw[1] - statistics.median(c for _, c in near)))
+    lib.llama_batch_free(batch)
+    med = {m: [statistics.median(x[j] for x in v) for j in (0, 1)] for m, v in res.items()}
+    sw = {m: [statistics.median(x[j] for x in v) for j in (0, 1)] for m, v in extra.items()}
+    name = model.path.name
+    out["models"][name] = {"taps": layers, "us_per_decode": med, "us_switch_extra": sw, "all": res,
+                           "all_switch": extra, "columns": ["wall us", "thread cpu us"]}
+    print(f"{name}: bare one-token decodes, taps {layers} on vs off (µs, median of {a.rounds} rounds' medians of "
+          f"{a.n}); a switch: its first decode less the median of the 2 decodes before and 2 after (median of "
+          f"{a.toggles}). wall / this thread's CPU time")
+    for m in ("taps off", "taps on"):
+        print(f"  {m:<11} {med[m][0]:9.1f} {med[m][1]:9.1f}")
+    print(f"  on − off    {med['taps on'][0] - med['taps off'][0]:+9.1f} {med['taps on'][1] - med['taps off'][1]:+9.1f}"
+          "   (a decode)")
+    for m in ("switch on", "switch off"):
+        print(f"  {m:<11} {sw[m][0]:+9.1f} {sw[m][1]:+9.1f}   (extra of the first decode after it)")
+    ctx.close()
+    model.close()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", action="append",
@@ -141,11 +218,20 @@ def main() -> None:
     ap.add_argument("-ngl", "--n-gpu-layers", type=int, default=99)
     ap.add_argument("--generate", action="store_true",
                     help="also time plain decoding through Generator.generate (µs per generated token)")
+    ap.add_argument("--taps", action="store_true",
+                    help="time the layer-input taps instead: bare decodes with them on / off, and a switch")
+    ap.add_argument("--tap-layers", default="2,15,28",
+                    help="the layers --taps turns on (default: the shipped SmolLM2 DFlash drafter's)")
+    ap.add_argument("--toggles", type=int, default=50, help="switches timed each way (--taps)")
     ap.add_argument("--json", help="write the numbers here")
     a = ap.parse_args()
     out = {"system": ps.system_info(), "n": a.n, "rounds": a.rounds, "models": {}}
-    for path in a.model or [str(smollm2_path()), str(smollm2_draft_path())]:
-        measure(path, a, out)
+    if a.taps:
+        for path in a.model or [str(smollm2_path())]:
+            measure_taps(path, a, out)
+    else:
+        for path in a.model or [str(smollm2_path()), str(smollm2_draft_path())]:
+            measure(path, a, out)
     if a.json:
         with open(a.json, "w") as fh:
             json.dump(out, fh, indent=1)

@@ -40,6 +40,7 @@
 #                                    # `ops seq`: GGML_CUDA_SBMM_SEQ=1 (NT = 2 tiles one after the other): eval + perf n=8,9,12,16 on / off
 #   bash benchmarks/h200.sh py SCRIPT ARGS # carry .dev/smol.part08 after model0..model7: any script of this checkout
 #   bash benchmarks/h200.sh auto-overhead # carry .dev/smol.part08 after model0..model7: issue 25, auto's per-step cost
+#                                    # (auto-taps: auto with the target's taps off in long rests, AutoState.taps_off_when_dormant)
 #   bash benchmarks/h200.sh step-smol # carry .dev/smol.part08 after model0..model7: SmolLM2 step cost, T>0, held-out
 #   bash benchmarks/h200.sh bakeoff  # carry .dev/smol.part08 after install + model0..model7: the drafter bake-off
 #                                    # (benchmarks/bakeoff/README.md); plots re-rendered here with --from-json
@@ -402,8 +403,8 @@ auto-overhead)
   (cd pyllama_spec && tar -cf - $(find . -name "*.py")) | tar -xf - -C "$W/pkg/pyllama_spec"
   for d in ngram-map-k dflash; do
     log "auto overhead, $d"
-    (cd /tmp && timeout 200 python3 "$REPO/benchmarks/auto_overhead.py" --drafter $d --n-max 0 2 7 auto-old auto) 2>&1 \
-      | tee "$OUT/auto_overhead_$d.txt" | head -60
+    (cd /tmp && timeout 200 python3 "$REPO/benchmarks/auto_overhead.py" --drafter $d --n-max 0 2 7 auto-old auto auto-taps) 2>&1 \
+      | tee "$OUT/auto_overhead_$d.txt" | head -80  # (≈ 70 lines with auto-taps: a head that closes early cuts tee's file)
   done
   ;;
 py)

@@ -585,6 +585,20 @@ class AutoState:
         max_rest: the longest rest (steps) before a probe.
         dormant: in a rest with more than ``DORMANT_WINDOW`` steps left the drafter skips the committed
             rows' work (``Drafter.observe_dormant``; DFlash: their features); False: it sees every row.
+        taps_off_when_dormant: also turn the target's layer-input taps off (``Context.set_layer_inputs([])``)
+            for the decodes whose rows go to ``observe_dormant`` — the dormant steps of a long rest and a dormant
+            prefill — where the drafter says its ``observe_dormant`` reads none (``Drafter.dormant_reads_taps``
+            False: DFlash, DFlash2, DSpark), and on again before the first step that is not dormant (the rest's
+            last ``DORMANT_WINDOW`` steps, whose rows the probe drafts from, and every drafting step). Why: on an
+            H100 (2026-12-06, SmolLM2 + DFlash) auto's resting steps cost 1.30 ms of verify against plain
+            decoding's 1.19, the 3 taps' device-to-host copies (and the fusions a tapped tensor blocks) on every
+            decode. Each switch re-reserves llama.cpp's compute buffers at the next decode (twice a rest; none
+            while a rest goes on into the next generation, whose start keeps them off): on 2 cores of an Intel Xeon
+            (2026-12-06, SmolLM2 Q4_1, ``benchmarks/decode_overhead.py --taps -ngl 0``) a switch cost +3.3 ms of
+            one 10.6 ms decode and the 3 taps nothing measurable (−0.02 ms a decode). False (the default) until
+            a GPU run measures it against the taps left on (``benchmarks/auto_overhead.py --n-max auto
+            auto-taps``). After a generation that ended inside a long rest the target's taps may be off
+            (``Context.enabled_layer_inputs``); each generation sets those it needs at its start.
         verify_seen: per row count R (index R − 1), running mean of the verify ms the timer measured
             in this drafter's steps of R rows (0 = none yet): the decision's V(R) where measured.
         verify_scale: running mean of those readings ÷ the table's V at their row count (1 before the
@@ -641,6 +655,7 @@ class AutoState:
     rest: bool = True
     max_rest: int = 512
     dormant: bool = True
+    taps_off_when_dormant: bool = False
     verify_seen: np.ndarray = field(default_factory=lambda: np.zeros(0))
     verify_scale: float = 1.0
     verify_same: np.ndarray = field(default_factory=lambda: np.zeros(0))

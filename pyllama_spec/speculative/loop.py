@@ -5,7 +5,9 @@
         draft   = drafter.propose(last, n_past, n_max)            # DFlash: one non-causal pass
                                                                   # (n_max="auto" may rest: no draft, and
                                                                   # observe_deferred instead of observe;
-                                                                  # observe_dormant deep in a long rest)
+                                                                  # observe_dormant deep in a long rest, the
+                                                                  # target's taps off there with
+                                                                  # AutoState.taps_off_when_dormant)
         verify  = target.decode([last] + draft)                   # one batch, every row an output
         k, bonus = accept(verify rows, draft)                     # greedy / match / rejection
         drafter.observe([last] + draft, n_commit=k + 1)           # DFlash: inject committed features
@@ -118,8 +120,12 @@ def speculative_generate(target: Context, drafter: Drafter | None, prompt: list,
             mem.seq_rm(0, n_keep)  # nothing after the kept prefix remains
         else:
             mem.clear()
-        # the target records exactly the layer inputs the active drafter reads (none without one)
-        target.set_layer_inputs(drafter.target_layer_ids if drafter is not None else [])
+        # the target records exactly the layer inputs the active drafter reads (none without one); with
+        # AutoState.taps_off_when_dormant none either while its rows go to an observe_dormant that reads none
+        toggle_taps = _toggles_taps(drafter, draft_length)
+        taps_on = drafter is not None and not (toggle_taps and draft_length is not None
+                                               and draft_length.dormant_prefill())
+        target.set_layer_inputs(drafter.target_layer_ids if taps_on and drafter is not None else [])
     host_rule = verify == "rejection" and not sp.greedy and drafter is not None
     fits = n_max + 1 <= target.n_outputs_max_per_seq  # llama.cpp's sampling graph is sized for that many rows
     use_backend = use_backend_sampling(backend_sampling, sp.greedy, target.model.n_vocab)
@@ -151,7 +157,8 @@ def speculative_generate(target: Context, drafter: Drafter | None, prompt: list,
     try:
         yield from _run(target, drafter, prompt, vocab, mem, chain, max_tokens=max_tokens, n_max=n_max, sp=sp,
                         dsp=dsp, verify=verify, stats=stats, timer=timer, rng=rng, n_keep=n_keep,
-                        draft_length=draft_length, tree_budget=tree_budget, branches=branches)
+                        draft_length=draft_length, tree_budget=tree_budget, branches=branches,
+                        toggle_taps=toggle_taps, taps_on=taps_on)
     finally:
         target.set_sampler(None)  # the user's own decodes get logits again
         if branches is not None:
@@ -159,7 +166,7 @@ def speculative_generate(target: Context, drafter: Drafter | None, prompt: list,
 
 
 def _run(target, drafter, prompt, vocab, mem, chain, *, max_tokens, n_max, sp, dsp, verify, stats, timer, rng,
-         n_keep, draft_length, tree_budget, branches):
+         n_keep, draft_length, tree_budget, branches, toggle_taps, taps_on):
     # prefill: everything but the last prompt token (and the kept prefix), chunked by n_batch
     timer.mark("prefill_start")
     n_prefill = len(prompt) - 1
@@ -204,6 +211,16 @@ def _run(target, drafter, prompt, vocab, mem, chain, *, max_tokens, n_max, sp, d
                 with timer("plan"):
                     draft = draft_length.trim(draft)
         n_d = len(draft.tokens) if step is None else step.depth  # a tree counts its deepest branch
+        # deep in a long rest (or the generation's last step, too short to draft, inside one): the drafter may
+        # skip this step's rows (observe_dormant)
+        dormant = draft_length is not None and drafter is not None and (
+            (rest and draft_length.dormant()) or (step is None and room <= 0 and draft_length.dormant_prefill()))
+        if toggle_taps and taps_on == dormant:
+            # the taps off for a decode whose rows observe_dormant skips, on for every other (a rest's last
+            # DORMANT_WINDOW steps, whose rows the probe drafts from; a drafting step): the switch costs a
+            # re-reserve of llama.cpp's compute buffers at the decode below
+            taps_on = not dormant
+            target.set_layer_inputs(drafter.target_layer_ids if taps_on else [])
 
         if step is None:
             batch, pos, k, bonus = _verify_chain(target, drafter, chain, draft, last, n_past, sp, verify, rng, timer)
@@ -222,9 +239,6 @@ def _run(target, drafter, prompt, vocab, mem, chain, *, max_tokens, n_max, sp, d
             for t in committed:  # llama.cpp's seeded draw advances only over accepted rows
                 chain.accept(t)
         if drafter is not None:
-            # deep in a long rest (or the generation's last step, too short to draft, inside one): may skip
-            dormant = draft_length is not None and ((rest and draft_length.dormant()) or (
-                step is None and room <= 0 and draft_length.dormant_prefill()))
             if dormant:
                 drafter.observe_dormant(batch, pos, k + 1, timer)
             elif rest:  # the drafter may postpone its work (DFlash: inject the rows at its next propose)
@@ -271,6 +285,14 @@ def _run(target, drafter, prompt, vocab, mem, chain, *, max_tokens, n_max, sp, d
         yield StepOutput(committed, finish)
         if finish is not None:
             return
+
+
+def _toggles_taps(drafter: Drafter | None, draft_length: AutoDraftLength | None) -> bool:
+    """Whether this generation turns the target's layer-input taps off for its dormant decodes
+    (``AutoState.taps_off_when_dormant``): n_max="auto" with the switch on, and a drafter with taps whose
+    ``observe_dormant`` reads none (``Drafter.dormant_reads_taps`` False)."""
+    return (drafter is not None and draft_length is not None and draft_length.state.taps_off_when_dormant
+            and not drafter.dormant_reads_taps and bool(drafter.target_layer_ids))
 
 
 def _verify_chain(target, drafter, chain, draft, last, n_past, sp, verify, rng, timer):

@@ -61,6 +61,10 @@ Capabilities are class or instance attributes that the loop reads:
   Chains remain the default: without a budget the loop calls ``propose``.
 * ``n_max_limit`` / ``n_max_default`` — the longest draft block it can make, and the one used
   when the caller gives none.
+* ``dormant_reads_taps`` — ``observe_dormant`` may read the target's layer inputs (True, the
+  default). DFlash's skips its rows (False): with ``AutoState.taps_off_when_dormant`` the loop
+  turns the target's taps off for the dormant steps of a long rest and on again for the rest's
+  last ``DORMANT_WINDOW`` steps, whose rows ``observe_deferred`` reads.
 
 Register new kinds with :func:`register_drafter`; :func:`create_drafter` builds one by name
 (vLLM's ``create_proposer`` and HF's ``CandidateGenerator`` are the models).

@@ -103,6 +103,11 @@ class Drafter(ABC):
             ``"ngram-simple"``, ...).
         aliases: further names :func:`create_drafter` accepts (e.g. ``"draft"`` for
             ``"draft-simple"``).
+        dormant_reads_taps: :meth:`observe_dormant` may read the target's layer inputs
+            (``target_layer_ids``), so the loop keeps the taps on for dormant steps. True here (the default
+            ``observe_dormant`` observes); a kind whose ``observe_dormant`` reads none (DFlash: it skips the
+            rows) sets False, and with ``AutoState.taps_off_when_dormant`` the loop then turns the target's
+            taps off for those steps.
         supports_rejection: ``propose`` can return probabilities.
         supports_tree: ``propose_tree`` and ``observe_rows`` are implemented (token trees).
         n_max_limit: the longest draft block this drafter can make (tokens).
@@ -120,6 +125,7 @@ class Drafter(ABC):
     free: ClassVar[bool] = False
     n_max_limit: int = 16
     n_max_default: int = 4
+    dormant_reads_taps: ClassVar[bool] = True
 
     def __init__(self, target: Context) -> None:
         self.target = target
@@ -177,7 +183,9 @@ class Drafter(ABC):
         ``costmodel.DORMANT_WINDOW`` more steps): the drafter may skip the work these rows would cost
         (DFlash: their target features — its cache then has a gap at these positions, which its next
         drafts see less context for; the loop feeds it the last ``DORMANT_WINDOW`` rows before the probe
-        with :meth:`observe_deferred`). What is committed stays the target's. Default: :meth:`observe_deferred`."""
+        with :meth:`observe_deferred`). What is committed stays the target's. Default: :meth:`observe_deferred`.
+        A kind that reads no target layer input here says so with ``dormant_reads_taps = False``: the target
+        may then have decoded these rows with its taps off (``AutoState.taps_off_when_dormant``)."""
         self.observe_deferred(tokens, positions, n_commit, timer)
 
     @abstractmethod

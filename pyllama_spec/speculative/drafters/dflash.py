@@ -168,6 +168,9 @@ class DFlashDrafter(ModelDrafter):
     aliases = ("dflash",)
     supports_rejection = True
     supports_tree = True
+    #: observe_dormant skips its rows' features: the target need not tap them (AutoState.taps_off_when_dormant;
+    #: DFlash2 and DSpark inherit it)
+    dormant_reads_taps = False
 
     #: the class a file with a selector over its block gets: ``dflash2.py`` sets it to
     #: DFlash2Drafter when it is imported (the package imports it), so that this base class
