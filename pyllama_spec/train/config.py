@@ -14,7 +14,7 @@ from ..errors import InvalidArgumentError
 #: drafter kinds the pipeline trains, with llama.cpp's ``--spec-type`` for each
 KINDS = {"dflash": "draft-dflash", "eagle3": "draft-eagle3", "draft": "draft-simple"}
 QUANTS = ("f32", "f16", "q8_0")
-#: :data:`.eagle3.ATTENTION` (kept here too: this module does not import torch)
+#: how the EAGLE-3 head may attend (:data:`.eagle3.ATTENTION`, the same tuple: defined here, where no torch is imported)
 EAGLE3_ATTENTION = ("explicit", "sdpa", "sdpa-no-cudnn")
 
 

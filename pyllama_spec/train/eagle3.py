@@ -38,6 +38,7 @@ from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from ..errors import InvalidArgumentError
+from .config import EAGLE3_ATTENTION
 from .model import RMSNorm, rope_norm
 
 if TYPE_CHECKING:
@@ -47,7 +48,7 @@ if TYPE_CHECKING:
 
 
 #: the values of :attr:`Eagle3Model.attention`
-ATTENTION = ("explicit", "sdpa", "sdpa-no-cudnn")
+ATTENTION = EAGLE3_ATTENTION  # (defined in config.py, which imports no torch)
 # "sdpa-no-cudnn": every SDPA kernel but cuDNN's (torch picks among them in its own order)
 _NO_CUDNN = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 
