@@ -599,8 +599,9 @@ class AutoState:
             ``auto_overhead.py --drafter dflash --n-max 0 auto auto-taps``, one run) a switch cost ~9 ms (the
             steps that began and ended a rest: 10.9 / 10.5 ms against 3.9 / 3.7 with the taps left on) and the
             resting steps were no faster (1.286 vs 1.207 ms a step): auto-taps 714.0 tok/s against auto's 737.2
-            and plain's 805.4 (RESULTS.md 19.9). So False, the default. After a generation that ended inside a long rest the target's taps may be off
-            (``Context.enabled_layer_inputs``); each generation sets those it needs at its start.
+            and plain's 805.4 (RESULTS.md 19.9). So False, the default. After a generation that ended inside a
+            long rest the target's taps may be off (``Context.enabled_layer_inputs``); each generation sets those
+            it needs at its start.
         verify_seen: per row count R (index R − 1), running mean of the verify ms the timer measured
             in this drafter's steps of R rows (0 = none yet): the decision's V(R) where measured.
         verify_scale: running mean of those readings ÷ the table's V at their row count (1 before the
