@@ -88,6 +88,20 @@ def test_verify_cost_extrapolates_linearly():
         VerifyCost([1, 2], [1.0])
 
 
+def test_verify_cost_extends_over_half_a_row_at_least():
+    """A bake-off fits V through runs' mean rows: two runs of a lookup drafter 0.003 rows apart made a slope of 84 ms
+    a row beyond them, and the prediction at n_max 7 3.6 × too slow (H100, 2026-12-06; RESULTS.md 19.9). The slopes
+    beyond the points now span ≥ EXTEND_SPAN rows, and never fall above the last point."""
+    rows = [1.0, 1.2625, 1.284542, 1.379167, 1.37931, 1.568027, 1.571429]
+    ms = [1.3434, 1.9546, 1.7073, 1.7056, 1.6333, 1.6274, 1.9128]
+    v = VerifyCost(rows, ms)
+    slope = (1.9128 - 1.3434) / (1.571429 - 1.0)  # from the last point to the nearest ≥ 0.5 rows below it: the first
+    assert v(1.62) == pytest.approx(1.9128 + slope * (1.62 - 1.571429))
+    assert v(1.4) == pytest.approx(float(np.interp(1.4, rows, ms)))  # (between the points: as before)
+    assert VerifyCost([1, 1.1, 1.2], [2.0, 1.0, 0.5])(3) == pytest.approx(0.5)  # (a falling end: flat)
+    assert VerifyCost([1, 1.1, 1.2], [2.0, 3.0, 4.0])(0.8) == pytest.approx(0.0)  # (only 0.2 rows: the farthest)
+
+
 def test_fit_needs_points():
     with pytest.raises(ValueError, match="at least one"):
         fit_costs([])

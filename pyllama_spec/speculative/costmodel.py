@@ -89,10 +89,19 @@ VERIFY_STAGES = ("verify",)
 
 
 # -- the pieces ------------------------------------------------------------------------------------
+#: the fewest rows a slope of :class:`VerifyCost` beyond its points is measured over
+EXTEND_SPAN = 0.5
+
+
 @dataclass
 class VerifyCost:
     """V(R): ms of a verify batch of ``R`` rows, piecewise linear through measured points and
-    extended linearly beyond them (constant when there is one point).
+    extended linearly beyond them (constant when there is one point). The slopes beyond the ends are
+    taken over at least ``EXTEND_SPAN`` rows (from the end point to the nearest point that far, else
+    the farthest), and never negative above the last point: a bake-off fits V through runs' *mean*
+    rows, which two runs of a lookup drafter may put 0.003 rows apart — their noise made a slope of
+    84 ms a row, and the prediction one n_max further 3.6 × too slow (H100 sweep of 2026-12-06,
+    ngram-cache n_max 7 / 8: −72 / −78 %, RESULTS.md 19.9).
 
     Attributes:
         rows: ``(k,)`` row counts, increasing (may be fractional: mean rows of a run).
@@ -115,7 +124,12 @@ class VerifyCost:
         if len(x) == 1:
             return np.full_like(r, y[0]) if r.ndim else float(y[0])
         out = np.interp(r, x, y)
-        lo, hi = (y[1] - y[0]) / max(x[1] - x[0], 1e-9), (y[-1] - y[-2]) / max(x[-1] - x[-2], 1e-9)
+        far = x - x[0] >= EXTEND_SPAN  # the first point at least EXTEND_SPAN rows above the first
+        i = int(np.argmax(far)) if far.any() else len(x) - 1
+        far = x[-1] - x >= EXTEND_SPAN  # the last point at least EXTEND_SPAN rows below the last
+        j = int(len(x) - 1 - np.argmax(far[::-1])) if far.any() else 0
+        lo = (y[i] - y[0]) / max(x[i] - x[0], 1e-9)
+        hi = max(0.0, (y[-1] - y[j]) / max(x[-1] - x[j], 1e-9))
         out = np.where(r < x[0], y[0] + lo * (r - x[0]), out)
         out = np.where(r > x[-1], y[-1] + hi * (r - x[-1]), out)
         return out if out.ndim else float(out)
