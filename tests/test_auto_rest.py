@@ -874,8 +874,13 @@ def test_a_resting_step_tells_the_drafter_nothing(tiny_gen, monkeypatch):
     gen = tiny_gen
     d = gen.drafters["ngram"]
     assert type(d).free  # (the n-gram kinds declare their lookups free)
-    calls = {"plan": 0, "rest": 0}
-    orig_plan = AutoDraftLength.plan
+    calls = {"plan": 0, "rest": 0, "trimmed away": 0}
+    orig_plan, orig_trim = AutoDraftLength.plan, AutoDraftLength.trim
+
+    def trim(self, draft):  # (a proposal trim keeps none of is not followed by on_accept either: the next test)
+        out = orig_trim(self, draft)
+        calls["trimmed away"] += bool(draft.tokens) and not out.tokens
+        return out
 
     def every_other_step_rests(self, ceiling):
         ask = orig_plan(self, ceiling)
@@ -888,6 +893,7 @@ def test_a_resting_step_tells_the_drafter_nothing(tiny_gen, monkeypatch):
     seen = []
     orig_accept = d.on_accept
     monkeypatch.setattr(AutoDraftLength, "plan", every_other_step_rests)
+    monkeypatch.setattr(AutoDraftLength, "trim", trim)
     monkeypatch.setattr(d, "on_accept", lambda n_d, k: (seen.append((n_d, k)), orig_accept(n_d, k)))
     gen._auto_state.pop("ngram", None)
     try:
@@ -897,7 +903,7 @@ def test_a_resting_step_tells_the_drafter_nothing(tiny_gen, monkeypatch):
     ref = gen.generate(PROMPTS[1], max_tokens=32, reuse_prefix=False)
     assert r.tokens == ref.tokens
     assert calls["rest"] >= 10
-    assert len(seen) == r.stats.n_steps - calls["rest"]
+    assert len(seen) == r.stats.n_steps - calls["rest"] - calls["trimmed away"]
 
 
 def test_a_proposal_trimmed_to_nothing_tells_the_drafter_nothing(tiny, monkeypatch):
