@@ -874,8 +874,13 @@ def test_a_resting_step_tells_the_drafter_nothing(tiny_gen, monkeypatch):
     gen = tiny_gen
     d = gen.drafters["ngram"]
     assert type(d).free  # (the n-gram kinds declare their lookups free)
-    calls = {"plan": 0, "rest": 0}
-    orig_plan = AutoDraftLength.plan
+    calls = {"plan": 0, "rest": 0, "trimmed away": 0}
+    orig_plan, orig_trim = AutoDraftLength.plan, AutoDraftLength.trim
+
+    def trim(self, draft):  # (a proposal trim keeps none of is not followed by on_accept either: the next test)
+        out = orig_trim(self, draft)
+        calls["trimmed away"] += bool(draft.tokens) and not out.tokens
+        return out
 
     def every_other_step_rests(self, ceiling):
         ask = orig_plan(self, ceiling)
@@ -888,6 +893,7 @@ def test_a_resting_step_tells_the_drafter_nothing(tiny_gen, monkeypatch):
     seen = []
     orig_accept = d.on_accept
     monkeypatch.setattr(AutoDraftLength, "plan", every_other_step_rests)
+    monkeypatch.setattr(AutoDraftLength, "trim", trim)
     monkeypatch.setattr(d, "on_accept", lambda n_d, k: (seen.append((n_d, k)), orig_accept(n_d, k)))
     gen._auto_state.pop("ngram", None)
     try:
@@ -897,4 +903,40 @@ def test_a_resting_step_tells_the_drafter_nothing(tiny_gen, monkeypatch):
     ref = gen.generate(PROMPTS[1], max_tokens=32, reuse_prefix=False)
     assert r.tokens == ref.tokens
     assert calls["rest"] >= 10
-    assert len(seen) == r.stats.n_steps - calls["rest"]
+    assert len(seen) == r.stats.n_steps - calls["rest"] - calls["trimmed away"]
+
+
+def test_a_proposal_trimmed_to_nothing_tells_the_drafter_nothing(tiny, monkeypatch):
+    """n_max="auto"'s trim may keep none of a proposal (a free n-gram drafter is asked for the ceiling every step
+    and trim alone decides): nothing of it was verified, so on_accept does not follow, as after a rest. Before,
+    accept(0) set the ngram-map key's value to 0 tokens — that key stayed silent for the rest of the generation —
+    and counted ngram-mod low-acceptance steps until its table was cleared, on no evidence from the target."""
+    gen = ps.Generator(tiny["target"], drafters={"mk": ("ngram-map-k", {"size_n": 2, "size_m": 8}),
+                                                 "mod": ("ngram-mod", {"n_match": 2, "n_max": 16, "n_min": 1})},
+                       n_ctx=1024, n_batch=64, n_ubatch=32)
+    try:
+        prompt = PROMPTS[1]
+        # (fixed n_max: a lookup finds something on this prompt)
+        assert gen.generate(prompt, drafter="mk", n_max=8, max_tokens=64, reuse_prefix=False).stats.n_drafted
+        mk, mod = gen.drafters["mk"], gen.drafters["mod"]
+        orig_trim = AutoDraftLength.trim
+        seen = []  # per proposal: its length, and the drafters' state the steps before it left
+
+        def keep_nothing(self, draft):
+            seen.append((len(draft.tokens), [k.values[0][2] for k in mk.keys], mod.n_low, len(mod.table)))
+            return orig_trim(self, draft).prefix(0)
+
+        monkeypatch.setattr(AutoDraftLength, "trim", keep_nothing)
+        ref = gen.generate(prompt, max_tokens=64, reuse_prefix=False)
+        for name in ("mk", "mod"):
+            seen.clear()
+            r = gen.generate(prompt, drafter=name, n_max="auto", max_tokens=64, reuse_prefix=False)
+            assert r.tokens == ref.tokens and r.stats.n_drafted == 0
+            assert sum(1 for n, *_ in seen if n) >= 5, name  # (proposals the trim threw away)
+            if name == "mk":
+                assert any(v for _, v, _, _ in seen)
+                assert all(x == 8 for _, v, _, _ in seen for x in v)  # no key silenced (size_m = 8)
+            else:
+                assert all(low == 0 and size > 0 for _, _, low, size in seen)  # no streak, no table cleared
+    finally:
+        gen.close()

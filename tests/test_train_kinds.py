@@ -331,3 +331,54 @@ def test_padded_batches_give_the_same_loss(tiny, kind):
     assert b1[-1].shape[-1] == len(seq) and b16[-1].shape[-1] == padded_len(len(seq), 16) > len(seq)  # (targets)
     l1, l16 = (float(o.loss(m, b, torch.float32).detach()) for o, b in zip(objs, (b1, b16)))
     assert abs(l1 - l16) < 1e-5 * abs(l1), (l1, l16)
+
+
+def test_eagle3_gguf_without_optional_widths_reads_with_llamacpps_defaults(tiny, tmp_path, monkeypatch):
+    """An ``eagle3`` GGUF of another writer may leave out ``attention.key_length`` (llama.cpp defaults it to
+    ``embedding_length / head_count``; ``convert_hf_to_gguf`` writes it only where the HF config has a ``head_dim``):
+    ``read_eagle3_gguf`` (``benchmarks/eagle3_replay.py``, ``online --init``) takes llama.cpp's defaults instead of
+    a bare ``TypeError`` from ``int(None)``, and a file without the head's taps raises InvalidArgumentError naming
+    the field."""
+    import gguf
+
+    from pyllama_spec.train.export import export_gguf, read_eagle3_gguf
+
+    m = _eagle3(tiny, n_steps=2)
+    monkeypatch.setattr(gguf.GGUFWriter, "add_key_length", lambda self, v: None)
+    export_gguf(m, tmp_path / "e3.gguf", target=tiny["target"], quant="f32")
+    shape, _ = read_eagle3_gguf(tmp_path / "e3.gguf")
+    assert m.c.head_dim == m.c.n_embd // m.c.n_head  # (what llama.cpp assumes without the field)
+    assert (shape["n_head_kv"], shape["head_dim"]) == (m.c.n_head_kv, m.c.head_dim)
+    orig = gguf.GGUFWriter.add_array
+    monkeypatch.setattr(gguf.GGUFWriter, "add_array",
+                        lambda self, key, val: None if key == "eagle3.target_layers" else orig(self, key, val))
+    export_gguf(m, tmp_path / "bare.gguf", target=tiny["target"], quant="f32")
+    with pytest.raises(ps.InvalidArgumentError, match="has no 'eagle3.target_layers'"):
+        read_eagle3_gguf(tmp_path / "bare.gguf")
+
+
+@pytest.mark.parametrize("kind", ["eagle3", "draft"])
+def test_a_drafter_gguf_lacking_a_tensor_is_refused_by_its_reader(tiny, tmp_path, monkeypatch, kind):
+    """``online --init`` of a GGUF that lacks one of the drafter's tensors (a damaged file) is refused where it is
+    read, with the tensor named, as ``read_dflash_gguf`` does — not with torch's ``load_state_dict`` error after the
+    target was loaded. A whole file reads (both archs of a draft model: llama without q/k norms)."""
+    import pyllama_spec.train.export as ex
+    from pyllama_spec.train.draft_lm import DraftConfig, DraftLM
+
+    if kind == "eagle3":
+        m, read = _eagle3(tiny, n_steps=2), ex.read_eagle3_gguf
+    else:
+        info = ps.Model(tiny["target"], vocab_only=True).info
+        emb, _ = _target_arrays(tiny["target"])
+        m = DraftLM(DraftConfig.for_target(info, emb.shape[0], n_layer=2, n_embd=32), None, emb)
+        read = ex.read_draft_gguf
+    ex.export_gguf(m, tmp_path / "whole.gguf", target=tiny["target"], quant="f32")
+    _, state = read(tmp_path / "whole.gguf")
+    assert set(state) == set(m.state_dict())
+    orig = ex._add_tensor
+    monkeypatch.setattr(ex, "_add_tensor", lambda w, name, arr, quant: None if name == "blk.0.ffn_down.weight"
+                        else orig(w, name, arr, quant))
+    ex.export_gguf(m, tmp_path / "part.gguf", target=tiny["target"], quant="f32")
+    lost = "down.weight" if kind == "eagle3" else "layers.0.down.weight"
+    with pytest.raises(ps.InvalidArgumentError, match=f"lacks the tensors \\['{lost}'\\]"):
+        read(tmp_path / "part.gguf")

@@ -194,6 +194,7 @@ def _run(target, drafter, prompt, vocab, mem, chain, *, max_tokens, n_max, sp, d
                                     sp=sp, dsp=dsp, verify=verify, rng=rng, timer=timer, branches=branches)
         draft = Draft(tokens=[])
         rest = False  # n_max="auto" found no draft length paying: a plain step, no drafter call
+        n_proposed = 0  # tokens the drafter proposed (before n_max="auto"'s trim)
         if step is None and drafter is not None and room > 0 and n_max > 0:
             ask = min(n_max, room)
             if draft_length is not None:  # n_max="auto": draft no more than might be verified, or nothing
@@ -207,6 +208,7 @@ def _run(target, drafter, prompt, vocab, mem, chain, *, max_tokens, n_max, sp, d
                                        f"{ask} asked for (n_max, or the room left): fix its propose()")
             if verify == "rejection" and not sp.greedy and draft.tokens:
                 _check_draft_probs(drafter, draft, target.model.n_vocab)
+            n_proposed = len(draft.tokens)
             if draft_length is not None:  # n_max="auto": verify only the prefix the cost model prefers
                 with timer("plan"):
                     draft = draft_length.trim(draft)
@@ -245,11 +247,13 @@ def _run(target, drafter, prompt, vocab, mem, chain, *, max_tokens, n_max, sp, d
                 drafter.observe_deferred(batch, pos, k + 1, timer)
             elif step is None:  # (a tree step has observed its accepted path's rows)
                 drafter.observe(batch, pos, k + 1, timer)
-            if not rest:
+            if not rest and not (n_proposed and step is None and not draft.tokens):
                 # (a resting step asked the drafter nothing: llama.cpp's accept follows a draft call, even an
                 # empty one, which first resets the n-gram kinds' per-draft state — after a rest that state is
                 # the last real draft's, and accept(0) would cut ngram-map's value for that key to 0 tokens or
-                # count a low-acceptance streak against ngram-mod's table, once per resting step)
+                # count a low-acceptance streak against ngram-mod's table, once per resting step. Nor a step
+                # whose proposal n_max="auto"'s trim cut to nothing: none of it was verified, and accept(0)
+                # would silence that ngram-map key for the generation or clear ngram-mod's table after 5)
                 drafter.on_accept(n_d, k)
         n_past += k + 1
         # nothing to remove after a resting step or in plain decoding (one row verified and committed): on

@@ -128,14 +128,37 @@ def _field(r: Any, key: str, default: Any = None) -> Any:
     return default if f is None else f.contents()
 
 
-def _shape(r: Any, arch: str) -> dict[str, int]:
-    """The widths every writer of :func:`_writer` stores (the drafter's config fields of those names)."""
+def _required(r: Any, key: str, path: str | os.PathLike) -> Any:
+    """The field ``key`` of ``r``.
+
+    Raises:
+        InvalidArgumentError: the file has no such field.
+    """
+    from ..errors import InvalidArgumentError
+
+    v = _field(r, key)
+    if v is None:
+        raise InvalidArgumentError(f"{path} has no {key!r}: not a drafter GGUF this package wrote (pass the GGUF or "
+                                   "the drafter.pt of a pyllama_spec.train run)")
+    return v
+
+
+def _shape(r: Any, arch: str, path: str | os.PathLike) -> dict[str, int]:
+    """The widths every writer of :func:`_writer` stores (the drafter's config fields of those names); where a file
+    of another writer leaves the optional ones out, llama.cpp's defaults (``head_count_kv`` = ``head_count``,
+    ``key_length`` = ``embedding_length / head_count``, the vocabulary the tokenizer's).
+
+    Raises:
+        InvalidArgumentError: a width llama.cpp needs is missing.
+    """
+    n_embd = int(_required(r, f"{arch}.embedding_length", path))
+    n_head = int(_required(r, f"{arch}.attention.head_count", path))
+    n_head_kv, head_dim = _field(r, f"{arch}.attention.head_count_kv"), _field(r, f"{arch}.attention.key_length")
     n_vocab = _field(r, f"{arch}.vocab_size")
-    return {"n_embd": int(_field(r, f"{arch}.embedding_length")),
-            "n_head": int(_field(r, f"{arch}.attention.head_count")),
-            "n_head_kv": int(_field(r, f"{arch}.attention.head_count_kv")),
-            "head_dim": int(_field(r, f"{arch}.attention.key_length")),
-            "n_ff": int(_field(r, f"{arch}.feed_forward_length")),
+    return {"n_embd": n_embd, "n_head": n_head,
+            "n_head_kv": int(n_head_kv) if n_head_kv is not None else n_head,
+            "head_dim": int(head_dim) if head_dim is not None else n_embd // max(n_head, 1),
+            "n_ff": int(_required(r, f"{arch}.feed_forward_length", path)),
             "n_vocab": int(n_vocab) if n_vocab is not None else len(_field(r, "tokenizer.ggml.tokens", []))}
 
 
@@ -222,9 +245,14 @@ def read_eagle3_gguf(path: str | os.PathLike) -> tuple[dict[str, Any], dict[str,
             state[ours_of[t.name]] = _matrix(t)
         else:
             raise InvalidArgumentError(f"{path}: tensor {t.name!r} is not part of an EAGLE-3 head")
+    want = set(_EAGLE3_NAMES) - {"lm_head"} | ({"lm_head", "d2t"} if {"lm_head", "d2t"} & set(state) else set())
+    missing = sorted(want - set(state))
+    if missing:
+        raise InvalidArgumentError(f"{path} lacks the tensors {missing} of an EAGLE-3 head (a partial or damaged "
+                                   "file: export it again, or join all of its parts)")
     d2t = state["d2t"].tolist() if "d2t" in state else []
-    shape = {"target_layer_ids": [int(i) for i in _field(r, "eagle3.target_layers")], "d2t": d2t,
-             "draft_vocab": len(d2t), **_shape(r, arch)}
+    shape = {"target_layer_ids": [int(i) for i in _required(r, "eagle3.target_layers", path)], "d2t": d2t,
+             "draft_vocab": len(d2t), **_shape(r, arch, path)}
     return shape, state
 
 
@@ -248,7 +276,7 @@ def read_draft_gguf(path: str | os.PathLike) -> tuple[dict[str, Any], dict[str, 
     if arch not in ARCHS:
         raise InvalidArgumentError(f"{path} is a {arch!r} GGUF, not a draft model (general.architecture one of "
                                    f"{ARCHS})")
-    n_layer = int(_field(r, f"{arch}.block_count"))
+    n_layer = int(_required(r, f"{arch}.block_count", path))
     names = {"token_embd.weight": "tok_embd", "output_norm.weight": "out_norm.weight", "output.weight": "head"}
     names.update({f"blk.{i}.{gg}.weight": f"layers.{i}.{ours}" for i in range(n_layer)
                   for ours, gg in _LAYER_NAMES.items()})
@@ -257,9 +285,13 @@ def read_draft_gguf(path: str | os.PathLike) -> tuple[dict[str, Any], dict[str, 
         if t.name not in names:
             raise InvalidArgumentError(f"{path}: tensor {t.name!r} is not part of a draft model of {n_layer} layers")
         state[names[t.name]] = _matrix(t)
-    if "tok_embd" not in state or "out_norm.weight" not in state:
-        raise InvalidArgumentError(f"{path} lacks the token embedding or the output norm of a draft model")
-    shape = {"arch": arch, "n_layer": n_layer, **_shape(r, arch), "tied": "head" not in state}
+    per_layer = [ours for ours in _LAYER_NAMES if arch == "qwen3" or not ours.startswith(("q_norm", "k_norm"))]
+    want = {"tok_embd", "out_norm.weight"} | {f"layers.{i}.{ours}" for i in range(n_layer) for ours in per_layer}
+    missing = sorted(want - set(state))
+    if missing:
+        raise InvalidArgumentError(f"{path} lacks the tensors {missing} of a {arch} draft model of {n_layer} layers "
+                                   "(a partial or damaged file: export it again, or join all of its parts)")
+    shape = {"arch": arch, "n_layer": n_layer, **_shape(r, arch, path), "tied": "head" not in state}
     return shape, state
 
 

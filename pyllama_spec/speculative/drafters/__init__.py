@@ -65,6 +65,10 @@ Capabilities are class or instance attributes that the loop reads:
   default). DFlash's skips its rows (False): with ``AutoState.taps_off_when_dormant`` the loop
   turns the target's taps off for the dormant steps of a long rest and on again for the rest's
   last ``DORMANT_WINDOW`` steps, whose rows ``observe_deferred`` reads.
+* ``free`` — ``propose`` is a lookup in the committed tokens (False, the default; True on every
+  n-gram kind): ``n_max="auto"`` asks it for the ceiling every step instead of measuring its call
+  (``AutoDraftLength.free_drafter``). A subclass of an n-gram kind inherits True: set False if
+  its ``propose`` does real work.
 
 Register new kinds with :func:`register_drafter`; :func:`create_drafter` builds one by name
 (vLLM's ``create_proposer`` and HF's ``CandidateGenerator`` are the models).

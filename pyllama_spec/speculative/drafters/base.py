@@ -221,7 +221,9 @@ class Drafter(ABC):
 
     def on_accept(self, n_drafted: int, n_accepted: int) -> None:
         """One verify step checked ``n_drafted`` tokens and accepted ``n_accepted`` (no-op here;
-        for drafters that adapt their draft length, as HF's ``update_candidate_strategy``)."""
+        for drafters that adapt their draft length, as HF's ``update_candidate_strategy``). Not called
+        after a step that verified nothing of the drafter's: a resting step of ``n_max="auto"`` (no
+        ``propose``) or one whose proposal auto's trim cut to nothing."""
 
     def rollback(self, n_past: int) -> None:
         """Forget positions ≥ ``n_past``."""
