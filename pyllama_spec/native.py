@@ -184,6 +184,9 @@ class NativeLoopRules(Drafter):
             d = d.prefix(limit)
         return d
 
+    def on_trim(self, n_proposed, n_kept):
+        self.inner.on_trim(n_proposed, n_kept)
+
     def on_accept(self, n_drafted, n_accepted):
         self.steps.append((n_drafted, n_accepted))
         self.inner.on_accept(n_drafted, n_accepted)

@@ -166,6 +166,22 @@ def test_map_k_remembers_how_much_was_accepted():
     assert propose(d, 2) == []
 
 
+def test_a_trimmed_draft_taken_whole_does_not_cap_the_key():
+    """n_max="auto" verified 1 of the 3 tokens a key proposed and the target took it: the native bookkeeping sees the
+    whole draft taken (what the target would have said of the rest is unknown), so the key still drafts 3 — told
+    only ``on_accept(1, 1)`` it would be capped at 1 for good. A rejection inside the kept prefix is booked as is."""
+    d = begun("ngram-map-k", [9, 1, 2, 3, 4, 5, 0, 0, 0, 0, 1], size_n=2, size_m=3)
+    assert propose(d, 2) == [3, 4, 5]
+    d.on_trim(3, 1)
+    d.on_accept(1, 1)
+    assert propose(d, 2) == [3, 4, 5]
+    d.on_trim(3, 2)
+    d.on_accept(2, 1)  # the second kept token was rejected: the key now says 1
+    assert propose(d, 2) == [3]
+    d.on_accept(1, 1)  # (no trim this step: as llama.cpp)
+    assert propose(d, 2) == [3]
+
+
 def test_map_k4v_needs_a_clear_favourite_and_copies_the_match():
     h = [5, 1, 7, 8, 1, 7, 8, 1, 7, 8, 1, 9, 9, 3]
     # values after key (1,): (7, 8) three times, (9, 9) once; the match found is the last one:

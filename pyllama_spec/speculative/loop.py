@@ -212,6 +212,8 @@ def _run(target, drafter, prompt, vocab, mem, chain, *, max_tokens, n_max, sp, d
             if draft_length is not None:  # n_max="auto": verify only the prefix the cost model prefers
                 with timer("plan"):
                     draft = draft_length.trim(draft)
+                if 0 < len(draft.tokens) < n_proposed:
+                    drafter.on_trim(n_proposed, len(draft.tokens))
         n_d = len(draft.tokens) if step is None else step.depth  # a tree counts its deepest branch
         # deep in a long rest (or the generation's last step, too short to draft, inside one): the drafter may
         # skip this step's rows (observe_dormant)

@@ -108,6 +108,7 @@ class HistoryDrafter(Drafter):
         super().__init__(target)  # type: ignore[arg-type]  # (n-gram drafting reads no target)
         self.history: list[int] = []
         self._drafted = False  # llama.cpp's impl_last != nullptr
+        self._trim: tuple[int, int] | None = None  # this step's (proposed, kept) where n_max="auto" cut the draft
 
     # -- the protocol ---------------------------------------------------------------------------
     def begin(self, prompt: list, n_keep: int = 0) -> None:
@@ -155,6 +156,7 @@ class HistoryDrafter(Drafter):
         elif len(self.history) < n_past:
             raise PyllamaSpecError(f"{self.kind}: asked to draft at position {n_past}, but the history ends at "
                                    f"{len(self.history)} (a decode was not observed)")
+        self._trim = None
         with timer("draft"):
             tokens = self._draft(int(last_token))
         # common_speculative_draft: a draft longer than the room left is cut (n_max > 0 here)
@@ -163,8 +165,20 @@ class HistoryDrafter(Drafter):
             self._drafted = True
         return Draft(tokens=tokens)
 
+    def on_trim(self, n_proposed: int, n_kept: int) -> None:
+        self._trim = (int(n_proposed), int(n_kept))
+
     def on_accept(self, n_drafted: int, n_accepted: int) -> None:
-        if self._drafted:
+        trim, self._trim = self._trim, None
+        if not self._drafted:
+            return
+        if trim is not None and n_accepted >= trim[1]:
+            # n_max="auto" verified a prefix and the target took all of it: what it would have said of the tokens
+            # cut off is unknown, so the native bookkeeping sees the whole draft taken — not the prefix, which
+            # would cap ngram-map's value for this key at the cost model's cut for good (values only shrink) and
+            # count against ngram-mod a draft it never verified (a review's find, 2026-12-06)
+            self._accept(trim[0])
+        else:
             self._accept(n_accepted)
 
     def rollback(self, n_past: int) -> None:

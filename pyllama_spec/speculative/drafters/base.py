@@ -219,6 +219,11 @@ class Drafter(ABC):
                                    "trees need a drafter with supports_tree")
         self.observe(tokens, positions, len(rows), timer)
 
+    def on_trim(self, n_proposed: int, n_kept: int) -> None:
+        """``n_max="auto"`` verifies only the first ``n_kept`` (≥ 1) of the ``n_proposed`` tokens ``propose``
+        returned this step; called before :meth:`on_accept`, whose ``n_drafted`` is then ``n_kept``. No-op
+        here (the n-gram kinds use it: a prefix accepted whole says nothing of the tokens cut off)."""
+
     def on_accept(self, n_drafted: int, n_accepted: int) -> None:
         """One verify step checked ``n_drafted`` tokens and accepted ``n_accepted`` (no-op here;
         for drafters that adapt their draft length, as HF's ``update_candidate_strategy``). Not called
