@@ -16,7 +16,9 @@ A drafter is created for one target :class:`~pyllama_spec.Context` (it keeps it 
     observe_dormant(tokens, positions, n_commit, timer)
                                                     # the same inside a long rest: may skip the rows'
                                                     # work, leaving a gap (DFlash: no features)
-    on_accept(n_drafted, n_accepted)                # after each verify step (adaptive drafters)
+    on_trim(n_proposed, n_kept)                     # n_max="auto" verifies only a prefix (before on_accept)
+    on_accept(n_drafted, n_accepted)                # after each verify step (adaptive drafters); not
+                                                    # after a rest or a proposal auto cut to nothing
     rollback(n_past)                                # forget everything at positions ≥ n_past
 
 so that, between steps, the drafter's state covers exactly the committed positions
