@@ -48,7 +48,7 @@
 # kind, f16 or q8_0 — e.g. pyllama_spec/data/smollm2-135m-instruct-dflash-q8_0.gguf, the shipped drafter trained
 # further, or the drafter_<run>-f16.gguf an earlier session's train-wait brought back in parts — or a drafter.pt;
 # absolute, checkout-relative, or a bare name whose parts NAME.part00 … `stash` calls left in $W (carry each part by
-# its own stash call: the ~48 MiB checkout + a 15 MiB part; the train call carries smol.part08); INIT_SHA256 checks
+# its own stash call: the 49.5 MiB checkout + a 12 MiB part; the train call carries smol.part08); INIT_SHA256 checks
 # the joined file; INIT goes to the configurations of its own kind — a GGUF's architecture says it), GROW (0: 1 = an
 # INIT of fewer layers than the configuration's, deepened first by no-op layers: CONFIGS=B8-L4 GROW=1 INIT=<shipped>),
 # KIND (dflash; eagle3: an EAGLE-3 head on llama.cpp's default taps, CONFIGS=B8-L1; draft: a draft model of L layers,
@@ -71,7 +71,7 @@
 #          (Wait on the PID, never on `pgrep -f "…train"`: that matches the waiting call's own command line and
 #          never ends — 9 device-minutes lost on 2026-12-06.)
 # Results go to $OUT (≤ 8 files of ≤ 16 MiB): the prompt set, answer chunks, manifests, reports, drafters. train and
-# the last train-wait pack theirs (pack_out): a file over 15 MiB is split into NAME.part00, NAME.part01, …
+# the last train-wait pack theirs (pack_out): a file over 15 MiB (an f16 GGUF: 12) is split into NAME.part00, NAME.part01, …
 # (`cat NAME.part* > NAME` restores it; the printout gives each drafter's sha256), and past 8 files a drafter's copy of
 # more parts goes first (of as many the q8_0: the f16 is INIT's exact start), then the logs (the reports keep each
 # run's history).
@@ -100,17 +100,21 @@ log() { echo "== $(date +%T) $*"; }
 cname() { case $1 in *:*) echo "${1%%:*}-${1#*:}" ;; *) echo "$1" ;; esac; }  # KIND:B8-L1 → KIND-B8-L1
 ckind() { case $1 in *:*) echo "${1%%:*}" ;; *) echo "${KIND:-dflash}" ;; esac; }
 
-# pack_out DIR: what a call brings back is ≤ 8 files of ≤ 16 MiB. Files over 15 MiB are split (split -b 15M: NAME.part00,
-# NAME.part01, …; `cat NAME.part* > NAME` restores); while more than 8 files remain, the redundant copy of each drafter
-# brought back both as f16 and q8_0 goes — the one of more parts, of as many the q8_0 (an EAGLE-3 head of 16384 draft
-# tokens: 2 parts each, the f16 stays: INIT's exact start; a DFlash drafter: q8_0 one file, f16 two, the q8_0 stays) —,
+# pack_out DIR: what a call brings back is ≤ 8 files of ≤ 16 MiB. Files over 15 MiB (f16 GGUFs: 12 MiB, so that a stash
+# call can carry a part back beside the checkout) are split (split -b: NAME.part00, NAME.part01, …; `cat NAME.part* >
+# NAME` restores); while more than 8 files remain, the redundant copy of each drafter brought back both as f16 and q8_0
+# goes — the one of more parts, of as many the q8_0 (an EAGLE-3 head of 16384 draft tokens, f16 3 parts + q8_0 2 and
+# a report and the logs: 7 files, both stay; four DFlash drafters: q8_0 one file each, f16 three, the q8_0 stay) —,
 # then the logs (dropped files stay on the machine, $I/run/…, while it is warm); then each drafter's sha256 is printed
 # (of its joined parts).
 pack_out() {
-  local d=$1 f b n nf nq x
+  local d=$1 f b n nf nq x mb
   for f in "$d"/*; do
-    [ -f "$f" ] && [ "$(stat -c %s "$f")" -gt $((15 * 1024 * 1024)) ] || continue
-    split -b 15M -d -a 2 "$f" "$f.part" && rm -f "$f"
+    # (an f16 GGUF is what INIT continues from: its parts must travel back in stash calls, each beside the
+    # 49.5 MiB checkout under the 64 MiB a call carries — 12 MiB parts; the rest 15 MiB)
+    mb=15; case $f in *-f16.gguf) mb=12 ;; esac
+    [ -f "$f" ] && [ "$(stat -c %s "$f")" -gt $((mb * 1024 * 1024)) ] || continue
+    split -b ${mb}M -d -a 2 "$f" "$f.part" && rm -f "$f"
   done
   # a drafter both as f16 and q8_0: one copy is redundant — drop the one of more parts; of as many, the q8_0
   for b in $(ls "$d" | grep -- '-f16\.gguf' | sed 's/-f16\.gguf.*$//' | sort -u); do
