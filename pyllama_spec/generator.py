@@ -412,9 +412,9 @@ class Generator:
         rng = np.random.default_rng(sampling.seed)
         policy = None
         if auto_verify_ms is not None:
-            assert spec.drafter is not None  # (auto_verify_ms is measured for a drafter only)
+            assert spec.drafter is not None and d is not None  # (auto_verify_ms is measured for a drafter only)
             policy = AutoDraftLength(auto_verify_ms, stats, state=self.auto_state(spec.drafter), timer=timer,
-                                     free=bool(getattr(d, "free", False)))
+                                     free=d.free)
         steps = speculative_generate(self.ctx, d, tokens, max_tokens=max_tokens, n_max=int(spec.n_max or 0),
                                      sp=sampling, verify=spec.verify, stats=stats, timer=timer, rng=rng,
                                      backend_sampling=spec.backend_sampling, n_keep=n_keep, draft_length=policy,

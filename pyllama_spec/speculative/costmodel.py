@@ -654,10 +654,9 @@ class AutoState:
             :meth:`AutoDraftLength.plan` chose it (``"resting"`` inside a rest, ``"measure"`` a rest that measures
             the plain step, ``"free"`` a free drafter, ``"pays"`` the model's verdict, ``"probe"``, ``"guard"`` the
             guard's rest, ``"no gain"`` the model's rest, ``"no room"`` a ceiling of 0, ``"trim"`` a step begun by
-            ``trim`` alone); rows
-            verified; wall ms; committed tokens (None where the loop did not book the step); whether it was a
-            generation's first step. It grows by one entry a step: what a user reads to see why auto drafted
-            where it did.
+            ``trim`` alone); rows verified; wall ms; committed tokens (None where the loop did not book the
+            step); whether it was a generation's first step. It grows by one entry a step: what a user reads to
+            see why auto drafted where it did.
     """
     bin_tried: np.ndarray = field(default_factory=lambda: np.zeros(10))
     bin_accepted: np.ndarray = field(default_factory=lambda: np.zeros(10))

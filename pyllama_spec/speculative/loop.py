@@ -249,7 +249,7 @@ def _run(target, drafter, prompt, vocab, mem, chain, *, max_tokens, n_max, sp, d
                 drafter.observe_deferred(batch, pos, k + 1, timer)
             elif step is None:  # (a tree step has observed its accepted path's rows)
                 drafter.observe(batch, pos, k + 1, timer)
-            if not rest and not (n_proposed and step is None and not draft.tokens):
+            if not rest and not (n_proposed and not draft.tokens):  # (n_proposed: a chain step's, before trim)
                 # (a resting step asked the drafter nothing: llama.cpp's accept follows a draft call, even an
                 # empty one, which first resets the n-gram kinds' per-draft state — after a rest that state is
                 # the last real draft's, and accept(0) would cut ngram-map's value for that key to 0 tokens or
