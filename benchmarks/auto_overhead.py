@@ -8,7 +8,7 @@ the same bake-off rows show +0.07 ms. This shows which calls make that time, and
 reused (llama.cpp rebuilds it, and on CUDA re-captures its CUDA graph, whenever a decode's
 shape differs from the last one: "auto" varies the verify batch from step to step).
 
-    python benchmarks/auto_overhead.py [--drafter dflash|ngram-map-k|...] [--n-max 0 2 auto-old auto auto-taps]
+    python benchmarks/auto_overhead.py [--drafter dflash|draft|ngram-map-k|...] [--n-max 0 2 auto-old auto auto-taps]
         [-ngl 99]
 
 (n_max 0 is plain decoding, the baseline auto must not fall below. Each "auto" pass starts from a fresh
@@ -28,7 +28,7 @@ import pstats
 import time
 
 import pyllama_spec as ps
-from pyllama_spec.assets import smollm2_dflash_path, smollm2_path
+from pyllama_spec.assets import smollm2_dflash_path, smollm2_draft_path, smollm2_path
 from pyllama_spec.speculative.costmodel import AutoState
 from pyllama_spec.study.prompts import load_prompts
 
@@ -74,7 +74,8 @@ def trace_runs(trace: list) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--drafter", default="dflash", help="dflash (the shipped SmolLM2 drafter) or an n-gram kind")
+    ap.add_argument("--drafter", default="dflash",
+                    help="dflash (the shipped SmolLM2 drafter), draft (the shipped draft model) or an n-gram kind")
     ap.add_argument("--n-max", nargs="+", default=["2", "auto"])
     ap.add_argument("--prompts", default="builtin:coding-chat")
     ap.add_argument("--turns", type=int, default=2)
@@ -82,7 +83,7 @@ def main() -> None:
     ap.add_argument("-ngl", "--n-gpu-layers", type=int, default=99)
     ap.add_argument("--top", type=int, default=30, help="profile rows to print")
     a = ap.parse_args()
-    spec = smollm2_dflash_path() if a.drafter == "dflash" else a.drafter
+    spec = {"dflash": smollm2_dflash_path, "draft": smollm2_draft_path}.get(a.drafter, lambda: a.drafter)()
     gen = ps.Generator(smollm2_path(), drafters={"d": spec}, n_ctx=4096, n_gpu_layers=a.n_gpu_layers)
     convs = load_prompts(a.prompts)
     gen.generate("Hello", drafter="d", max_tokens=8)  # warm-up (first graphs)

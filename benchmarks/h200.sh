@@ -41,6 +41,8 @@
 #   bash benchmarks/h200.sh py SCRIPT ARGS # carry .dev/smol.part08 after model0..model7: any script of this checkout
 #   bash benchmarks/h200.sh auto-overhead # carry .dev/smol.part08 after model0..model7: issue 25, auto's per-step cost
 #                                    # (auto-taps: auto with the target's taps off in long rests, AutoState.taps_off_when_dormant)
+#   bash benchmarks/h200.sh graph-keys # carry .dev/smol.part08 after install + model0..model7: patch 0015 (CUDA graphs
+#                                    # per shape) against the upstream key, auto_overhead + draft model vs native
 #   bash benchmarks/h200.sh step-smol # carry .dev/smol.part08 after model0..model7: SmolLM2 step cost, T>0, held-out
 #   bash benchmarks/h200.sh bakeoff  # carry .dev/smol.part08 after install + model0..model7: the drafter bake-off
 #                                    # (benchmarks/bakeoff/README.md); plots re-rendered here with --from-json
@@ -61,7 +63,7 @@
 # KIND, CONFIGS_KIND, DATA, SEED, TRAIN_SECONDS (kind); RETEST_TESTS_ONLY=1 (retest: pytest only); SBMM_DTYPES (sbmm); NMAX, NTOK, RUNS, NGL, DRAFTERS, MIXED_TURNS, SWEEP_GGUF,
 # DRY=1 (sweep: this checkout's source tree, for a check on the CPU machine).
 set -uo pipefail
-PHASE=${1:?phase: wheel0 … wheel4 | install | model0 … model7 | data | train | bench | retest | step-big | sbmm | ops | auto-overhead | py | step-smol | bakeoff | sweep | render | kind}
+PHASE=${1:?phase: wheel0 … wheel4 | install | model0 … model7 | data | train | bench | retest | step-big | sbmm | ops | auto-overhead | graph-keys | py | step-smol | bakeoff | sweep | render | kind}
 REPO=$(pwd)
 W=/tmp/w
 OUT=${OUT:-$W/out}
@@ -406,6 +408,36 @@ auto-overhead)
     (cd /tmp && timeout 200 python3 "$REPO/benchmarks/auto_overhead.py" --drafter $d --n-max 0 2 7 auto-old auto auto-taps) 2>&1 \
       | tee "$OUT/auto_overhead_$d.txt" | head -80  # (≈ 70 lines with auto-taps: a head that closes early cuts tee's file)
   done
+  ;;
+graph-keys)
+  # patch 0015 (CUDA graphs cached per shape) against upstream's first-node key (GGML_CUDA_GRAPH_KEY=first-node),
+  # side by side: each setting in its own process (the variable is read once), the two alternating; auto_overhead
+  # for DFlash, the draft model and ngram-map-k (plain, n_max 2 / 7, auto), then the draft model ours vs
+  # llama-speculative-simple (compare_native, GK_PROMPTS prompts × 128 tokens, tokens compared); one archive
+  # $OUT/graph-keys.tar.gz (carry .dev/smol.part08; ~5 min)
+  smol_cat "$GGUF" || exit 2
+  (cd pyllama_spec && tar -cf - $(find . -name "*.py" -o -path "./data/*" -type f)) | tar -xf - -C "$W/pkg/pyllama_spec"
+  G=$W/graph-keys && rm -rf "$G" && mkdir -p "$G"
+  HELD=benchmarks/data/issue20-h200-torch/heldout-greedy.jsonl.gz
+  for rep in ${GK_REPS:-1}; do
+    for key in first-node shape; do
+      for d in ${GK_DRAFTERS:-dflash draft ngram-map-k}; do
+        log "graph key $key, auto overhead $d (rep $rep)"
+        (cd /tmp && GGML_CUDA_GRAPH_KEY=$key timeout 200 python3 "$REPO/benchmarks/auto_overhead.py" --drafter $d \
+            --n-max 0 2 7 auto --top 12) > "$G/auto_${d}_${key}_$rep.txt" 2>&1
+        grep "tok/s" "$G/auto_${d}_${key}_$rep.txt" | head -8
+      done
+    done
+  done
+  for key in first-node shape; do
+    log "graph key $key: draft model, ours vs native, n_max 3 7"
+    (cd /tmp && GGML_CUDA_GRAPH_KEY=$key timeout 200 python3 "$REPO/benchmarks/compare_native.py" --target "$GGUF" \
+        --drafter "$REPO/pyllama_spec/data/smollm2-135m-instruct-draft-q8_0.gguf" --n-max 3 7 --max-tokens 128 --runs 1 \
+        -ngl 99 --prompts "$REPO/$HELD" --n-prompts ${GK_PROMPTS:-16} --json "$G/native_draft_$key.json") \
+        > "$G/native_draft_$key.txt" 2>&1
+    grep -v "^llama_\|^load" "$G/native_draft_$key.txt" | tail -8
+  done
+  tar -czf "$OUT/graph-keys.tar.gz" -C "$W" graph-keys && ls -la "$OUT"
   ;;
 py)
   # any script of this checkout with SmolLM2 in the cache and this checkout's Python over the wheel (carry

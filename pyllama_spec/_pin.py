@@ -29,6 +29,7 @@ PATCHES = (
     "0012-cuda-top-k-small-k",
     "0013-cuda-fattn-vec-rows-env",
     "0014-sched-async-inputs",
+    "0015-cuda-graph-key-by-shape",
 )
 
 

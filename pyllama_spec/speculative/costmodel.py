@@ -717,15 +717,11 @@ class AutoState:
         return out
 
 
-_GUESSES: dict[int, list[float]] = {}
 
 
-def _guess(n: int) -> list[float]:
-    """0.6^(i+1) for i < n, the acceptance prior of :meth:`AutoDraftLength.measured_survival` (numpy's own
-    powers, made once per length)."""
-    if n not in _GUESSES:
-        _GUESSES[n] = (0.6 ** np.arange(1, n + 1, dtype=float)).tolist()
-    return _GUESSES[n]
+#: the guess for the first position's acceptance before any draft was verified (:meth:`AutoDraftLength.
+#: measured_survival`: with no data p_i = PRIOR_P0^(i+1))
+PRIOR_P0 = 0.6
 
 
 def _ema(old: float | None, new: float, w: float = 0.2) -> float:
@@ -967,12 +963,14 @@ class AutoDraftLength:
 
     def measured_survival(self, n: int) -> np.ndarray:
         """p_i for i < n from this generation's acceptance per position, earlier generations'
-        (``AutoState.pos_*``) and a prior 0.6^(i+1) of weight ``prior`` where few were drafted: what a
-        draft is worth before its confidences are seen. A position never drafted at all continues the
-        measured curve instead — p_{i−1} times its last conditional rate p_{i−1} / p_{i−2} (p_0 for i = 1) —
-        which with no data anywhere is the same 0.6^(i+1): otherwise a lookup whose drafts were cut at 4
-        tokens by the prior never had a 5th verified, however sure its first four (on copied text it verified
-        4 of the 7 tokens it proposed; RESULTS.md 19.8)."""
+        (``AutoState.pos_*``) and a guess of weight ``prior`` where few were drafted: what a draft is worth
+        before its confidences are seen. The guess is the measured curve continued — p_{i−1} times its last
+        conditional rate p_{i−1} / p_{i−2} (p_0 for i = 1; ``PRIOR_P0`` = 0.6 for p_0), so with no data anywhere
+        0.6^(i+1) — and a position never drafted at all takes it whole. A fixed 0.6^(i+1) pulled every sparsely
+        tried position far below the curve its first positions measured: a lookup whose drafts were cut at 4
+        tokens never had a 5th verified however sure its first four (RESULTS.md 19.8), and with positions 4+
+        tried a few times it kept cutting copies at 3 of 15 (ngram auto 0.81 × n_max 15 on the H100's coding
+        chat, RESULTS.md 19.10)."""
         s, st = self.stats, self.state
         # plain floats, the arithmetic of the arrays it replaced (2026-12-06: numpy's per-call cost on ≤ 32
         # values was most of auto's per-step time; RESULTS.md 19.4)
@@ -983,13 +981,11 @@ class AutoDraftLength:
         prior = self.prior
         out: list[float] = []
         run = np.inf
-        for ag, ap, tg, tp, g in zip(first(s.accepted_at, False), first(st.pos_accepted, True),
-                                     first(s.drafted_at, False), first(st.pos_tried, True), _guess(n)):
-            if out and tg + tp == 0:  # never drafted here: the measured curve goes on (docstring)
-                rate = out[-1] / out[-2] if len(out) > 1 and out[-2] > 0 else out[-1]
-                x = out[-1] * rate
-            else:
-                x = (ag + ap + prior * g) / (tg + tp + prior)
+        for ag, ap, tg, tp in zip(first(s.accepted_at, False), first(st.pos_accepted, True),
+                                  first(s.drafted_at, False), first(st.pos_tried, True)):
+            # the guess: the measured curve continued (docstring); 0.6 for the first position
+            g = out[-1] * (out[-1] / out[-2] if len(out) > 1 and out[-2] > 0 else out[-1]) if out else PRIOR_P0
+            x = g if out and tg + tp == 0 else (ag + ap + prior * g) / (tg + tp + prior)
             run = x if x < run else run  # (np.minimum.accumulate)
             out.append(run)
         return np.array(out, dtype=float)
