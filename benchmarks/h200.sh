@@ -413,8 +413,9 @@ graph-keys)
   # patch 0015 (CUDA graphs cached per shape) against upstream's first-node key (GGML_CUDA_GRAPH_KEY=first-node),
   # side by side: each setting in its own process (the variable is read once), the two alternating; auto_overhead
   # for DFlash, the draft model and ngram-map-k (plain, n_max 2 / 7, auto), then the draft model ours vs
-  # llama-speculative-simple (compare_native, GK_PROMPTS prompts × 128 tokens, tokens compared); one archive
-  # $OUT/graph-keys.tar.gz (carry .dev/smol.part08; ~5 min)
+  # llama-speculative-simple (compare_native, GK_PROMPTS prompts × 128 tokens, tokens compared; GK_NATIVE=0 skips
+  # it); one archive $OUT/graph-keys.tar.gz (carry .dev/smol.part08; ~5 min). GK_REPS ("1"; e.g. "1 2 3"),
+  # GK_DRAFTERS ("dflash draft ngram-map-k"), GK_PASSES (auto_overhead's --n-max, "0 2 7 auto"; e.g. add auto-taps)
   smol_cat "$GGUF" || exit 2
   (cd pyllama_spec && tar -cf - $(find . -name "*.py" -o -path "./data/*" -type f)) | tar -xf - -C "$W/pkg/pyllama_spec"
   G=$W/graph-keys && rm -rf "$G" && mkdir -p "$G"
@@ -423,13 +424,13 @@ graph-keys)
     for key in first-node shape; do
       for d in ${GK_DRAFTERS:-dflash draft ngram-map-k}; do
         log "graph key $key, auto overhead $d (rep $rep)"
-        (cd /tmp && GGML_CUDA_GRAPH_KEY=$key timeout 200 python3 "$REPO/benchmarks/auto_overhead.py" --drafter $d \
-            --n-max 0 2 7 auto --top 12) > "$G/auto_${d}_${key}_$rep.txt" 2>&1
+        (cd /tmp && GGML_CUDA_GRAPH_KEY=$key timeout 90 python3 "$REPO/benchmarks/auto_overhead.py" --drafter $d \
+            --n-max ${GK_PASSES:-0 2 7 auto} --top 12) > "$G/auto_${d}_${key}_$rep.txt" 2>&1
         grep "tok/s" "$G/auto_${d}_${key}_$rep.txt" | head -8
       done
     done
   done
-  for key in first-node shape; do
+  for key in $([ "${GK_NATIVE:-1}" = 1 ] && echo first-node shape); do
     log "graph key $key: draft model, ours vs native, n_max 3 7"
     (cd /tmp && GGML_CUDA_GRAPH_KEY=$key timeout 200 python3 "$REPO/benchmarks/compare_native.py" --target "$GGUF" \
         --drafter "$REPO/pyllama_spec/data/smollm2-135m-instruct-draft-q8_0.gguf" --n-max 3 7 --max-tokens 128 --runs 1 \

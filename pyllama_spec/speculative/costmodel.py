@@ -964,13 +964,16 @@ class AutoDraftLength:
     def measured_survival(self, n: int) -> np.ndarray:
         """p_i for i < n from this generation's acceptance per position, earlier generations'
         (``AutoState.pos_*``) and a guess of weight ``prior`` where few were drafted: what a draft is worth
-        before its confidences are seen. The guess is the measured curve continued — p_{i−1} times its last
-        conditional rate p_{i−1} / p_{i−2} (p_0 for i = 1; ``PRIOR_P0`` = 0.6 for p_0), so with no data anywhere
-        0.6^(i+1) — and a position never drafted at all takes it whole. A fixed 0.6^(i+1) pulled every sparsely
-        tried position far below the curve its first positions measured: a lookup whose drafts were cut at 4
-        tokens never had a 5th verified however sure its first four (RESULTS.md 19.8), and with positions 4+
-        tried a few times it kept cutting copies at 3 of 15 (ngram auto 0.81 × n_max 15 on the H100's coding
-        chat, RESULTS.md 19.10)."""
+        before its confidences are seen. p_0 is the first position's rate shrunk toward ``PRIOR_P0`` = 0.6; after
+        it p_i = p_{i−1} · c_i, with c_i the conditional rate measured at position i (its accepted ÷ its tries,
+        over p_{i−1}, at most 1) shrunk toward the curve's last rate r = p_{i−1} / p_{i−2} (p_0 for i = 1) — the
+        measured curve continued; a position never drafted takes r whole. With no data anywhere that is
+        0.6^(i+1). Before 2026-12-06 a sparsely tried position shrank toward a fixed 0.6^(i+1), far below the
+        curve its first positions measured: a lookup whose drafts were cut at 4 tokens never had a 5th verified
+        however sure its first four (RESULTS.md 19.8), and with positions 4+ tried a few times it kept cutting
+        copies at 3 of 15 (ngram auto 0.81 × n_max 15 on the H100's coding chat, RESULTS.md 19.10). Mixing in
+        conditional form keeps one lucky acceptance at a sparse position from lifting the tail to the last
+        well-measured value."""
         s, st = self.stats, self.state
         # plain floats, the arithmetic of the arrays it replaced (2026-12-06: numpy's per-call cost on ≤ 32
         # values was most of auto's per-step time; RESULTS.md 19.4)
@@ -983,9 +986,16 @@ class AutoDraftLength:
         run = np.inf
         for ag, ap, tg, tp in zip(first(s.accepted_at, False), first(st.pos_accepted, True),
                                   first(s.drafted_at, False), first(st.pos_tried, True)):
-            # the guess: the measured curve continued (docstring); 0.6 for the first position
-            g = out[-1] * (out[-1] / out[-2] if len(out) > 1 and out[-2] > 0 else out[-1]) if out else PRIOR_P0
-            x = g if out and tg + tp == 0 else (ag + ap + prior * g) / (tg + tp + prior)
+            if not out:  # p_0: the acceptance measured at the first position, shrunk toward PRIOR_P0
+                x = (ag + ap + prior * PRIOR_P0) / (tg + tp + prior)
+            else:
+                # p_i = p_{i-1} · c_i: the conditional rate measured here (no position's data may imply more
+                # than all of its drafts that reached it: acc ≤ tried · p_{i-1}) shrunk toward the curve's last
+                # rate r (docstring); a position never drafted takes r whole
+                last = out[-1]
+                r = last / out[-2] if len(out) > 1 and out[-2] > 0 else last
+                acc, tried = ag + ap, tg + tp
+                x = last * r if tried == 0 else (min(acc, tried * last) + prior * last * r) / (tried + prior)
             run = x if x < run else run  # (np.minimum.accumulate)
             out.append(run)
         return np.array(out, dtype=float)
