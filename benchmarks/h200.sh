@@ -38,6 +38,7 @@
 #                                    # `ops topk`: patch 0012's TOP_K (eval + perf) beside GGML_CUDA_TOPK_SMALL=0;
 #                                    # `ops fattn`: patch 0013, FLASH_ATTN_EXT with the vector kernel to 16 rows
 #                                    # `ops seq`: GGML_CUDA_SBMM_SEQ=1 (NT = 2 tiles one after the other): eval + perf n=8,9,12,16 on / off
+#                                    # `ops mt4`: GGML_CUDA_SBMM_Q4_0_MT4=1 (q4_0 staged, 64 rows a block, opt-in): eval + perf on / off
 #   bash benchmarks/h200.sh py SCRIPT ARGS # carry .dev/smol.part08 after model0..model7: any script of this checkout
 #   bash benchmarks/h200.sh auto-overhead # carry .dev/smol.part08 after model0..model7: issue 25, auto's per-step cost
 #                                    # (auto-taps: auto with the target's taps off in long rests, AutoState.taps_off_when_dormant)

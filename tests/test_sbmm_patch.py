@@ -29,6 +29,14 @@ def test_kernel_block_decoding_matches_gguf_py():
     # (staged1, staged2), and weights + activations (staged1b, staged2b); f16 through the staged weight loads
     # (its f32 activations are never staged), and with f16 activations on both paths (registersh, staged*h)
     ok_all = [ln for ln in lines if ln.startswith("ok ")]
+    assert len(ok_all) == 534
+    # MT = 4 (64 rows per warp; ggml's opt-in GGML_CUDA_SBMM_Q4_0_MT4=1): q4_0 / q8_0 staged, without and with staged
+    # activations (n = 1, 3, 8, 9, 16) and SEQ (9..16), 3 shapes each; its three mutations caught by all 14 checks
+    mt4 = [ln for ln in ok_all if ln.split()[2] in ("staged4", "staged4b", "seq4b")]
+    assert len(mt4) == 108 and {ln.split()[1] for ln in mt4} == {"q4_0", "q8_0"}
+    assert len([ln for ln in mt4 if ln.split()[2] == "seq4b"]) == 48
+    assert len([ln for ln in lines if ln.startswith("caught MT4 ")]) == 14
+    ok_all = [ln for ln in ok_all if ln not in mt4]
     assert len(ok_all) == 426
     # SEQ (the NT = 2 column tiles one after the other): 9..16 columns, q4_0 / q8_0 / q4_K on the staged path
     # with staged activations (16 / 32 rows per warp) and the register path, 2 shapes; q6_K's register path, 3

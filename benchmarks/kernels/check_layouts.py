@@ -25,6 +25,9 @@ count 1..16 on three shapes, and two mutations of its own. SEQ (sbmm.cuh: at NT 
 other over the same weights): ``check_seq``, the emulator's SEQ loop (``seq1b`` / ``seq2b``: the staged path with
 staged activations, ``seqregs``: the register path with 32 rows and 2 units per chunk) at 9..16 columns, and the
 mutation ``SBMM_SEQ_MUTATION=1`` (the second tile reads the first tile's activations) caught by all it runs.
+MT = 4 (64 rows per warp, ggml's opt-in ``GGML_CUDA_SBMM_Q4_0_MT4=1``): ``check_mt4``, q4_0 and q8_0 on the
+staged path (``staged4``, ``staged4b``) and its SEQ loop (``seq4b``), with the three mutations above. (It runs last,
+so the checks before it draw the same random numbers as without it.)
 
 usage: python benchmarks/kernels/check_layouts.py [--cxx g++]   (exit status 1 on any failure)
 """
@@ -201,6 +204,40 @@ def check_seq(cxx: str, exe: Path, rng: np.random.Generator, tmp: Path) -> int:
     return failures
 
 
+def check_mt4(cxx: str, exe: Path, rng: np.random.Generator, tmp: Path) -> int:
+    """MT = 4 (64 rows per warp and staging buffer; ggml's q4_0 configuration under GGML_CUDA_SBMM_Q4_0_MT4=1, and
+    the harness's q4_0 / q8_0 (4, 4, 8, ST) candidates): the checks of check_one for q4_0 and q8_0 on the staged
+    path without and with staged activations (``staged4``, ``staged4b``: n = 1, 3, 8, 9, 16) and the SEQ loop
+    (``seq4b``: n = 9..16), on m = 40 (one partial 64-row group), 72 (a whole group and 8 rows of the next) and
+    128 (two whole groups, k = 512: 2 chunks of 8 units); then the staging-index mutation
+    (SBMM_STAGE_INDEX_SKEW=1), the activations' (SBMM_STAGE_B_INDEX_SKEW=1) and the SEQ second-tile mutation
+    (SBMM_SEQ_MUTATION=1) must fail every check they run. Returns the number of failures (a passing check of a
+    mutant counts as one)."""
+    failures = 0
+    for wtype in ("q4_0", "q8_0"):
+        for m, k in ((40, 768), (72, 768), (128, 512)):
+            w = random_weights(wtype, m, k, rng)
+            wref = dequant_ref(wtype, w, k)
+            for mt, ns in (("4", (1, 3, 8, 9, 16)), ("4b", (1, 3, 8, 9, 16)), ("4bs", range(9, 17))):
+                for n in ns:
+                    ok, line = check_one(exe, wtype, mt, w, wref, n, rng, tmp)
+                    failures += not ok
+                    print(f"{'ok  ' if ok else 'FAIL'} {line}")
+    mutants = (("staging-index", "-DSBMM_STAGE_INDEX_SKEW=1", (("4", 8), ("4b", 8), ("4bs", 16))),
+               ("activation-staging-index", "-DSBMM_STAGE_B_INDEX_SKEW=1", (("4b", 8), ("4bs", 16))),
+               ("SEQ second-tile", "-DSBMM_SEQ_MUTATION=1", (("4bs", 9), ("4bs", 16))))
+    for i, (what, define, runs) in enumerate(mutants):
+        mut = build(cxx, tmp / f"cpu_emulate_mt4_mut{i}", define)
+        for wtype in ("q4_0", "q8_0"):
+            w = random_weights(wtype, 72, 768, rng)
+            wref = dequant_ref(wtype, w, 768)
+            for mt, n in runs:
+                ok, line = check_one(mut, wtype, mt, w, wref, n, rng, tmp)
+                failures += ok
+                print(f"{'MISSED' if ok else 'caught'} MT4 {what} mutation: {line}")
+    return failures
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--cxx", default="g++", help="host C++ compiler for cpu_emulate.cpp")
@@ -240,6 +277,7 @@ def main() -> int:
                 print(f"{'MISSED' if ok else 'caught'} activation-staging-index mutation: {line}")
         failures += check_q6_K(args.cxx, exe, rng, tmp)
         failures += check_seq(args.cxx, exe, rng, tmp)
+        failures += check_mt4(args.cxx, exe, rng, tmp)
     print("all layout checks passed" if failures == 0 else f"{failures} layout checks FAILED")
     return 1 if failures else 0
 

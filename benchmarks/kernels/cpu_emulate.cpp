@@ -18,12 +18,15 @@
 // tile: per group of rows and chunk, the weights staged (or loaded into RawA) once, then per unit tile 0's
 // activations loaded and multiplied with every row tile, then tile 1's over the same RawA, into acc[MT][NT].
 // SBMM_SEQ_MUTATION=1 (a check of the checks): the second tile reads the first tile's activations.
+// MT 4 (q4_0 / q8_0 only: 4, 4b, 4bs): 64 rows per warp on the staged path, ggml's GGML_CUDA_SBMM_Q4_0_MT4
+// configuration (q4_K's staged U = MT would be 4, which its stretch rows do not allow).
 //
 // usage: cpu_emulate TYPE M K N weights.bin x.bin y_out.bin dequant_out.bin [MT]
 //   TYPE: f16 | q4_0 | q8_0 | q4_K | q6_K (register path only); weights: M rows in ggml's layout; x: float32 [N][K];
 //   y_out: float32 [N][M]; dequant_out: float32 [M][K] (dequant_unit of every unit);
-//   MT: 1 or 2 (or 1b / 2b), the staged path with 16*MT rows per warp (q4_0 / q8_0 / q4_K / f16);
-//       h, 1h, 2h: f16 activations (f16 only); 1bs, 2bs, s: SEQ (q4_0 / q8_0 / q4_K; s also q6_K).
+//   MT: 1 or 2 (or 1b / 2b), the staged path with 16*MT rows per warp (q4_0 / q8_0 / q4_K / f16; 4, 4b: q4_0 /
+//       q8_0 only); h, 1h, 2h: f16 activations (f16 only); 1bs, 2bs, s: SEQ (q4_0 / q8_0 / q4_K; s also q6_K;
+//       4bs: q4_0 / q8_0).
 #include "sbmm_blocks.h"
 
 #include <algorithm>
@@ -486,11 +489,15 @@ int main(int argc, char ** argv) {
     const std::string staged = hb ? arg.substr(0, arg.size() - 1) : arg;
     const int mt_staged = staged.empty() ? 0 : atoi(staged.c_str());
     const bool sb = staged.size() == 2 && staged[1] == 'b';
-    if (!staged.empty() && ((mt_staged != 1 && mt_staged != 2) || staged.size() != (sb ? 2u : 1u))) {
-        fprintf(stderr, "MT (the staged path) must be 1, 2, 1b or 2b (f16 also h, 1h, 2h)\n");
+    if (!staged.empty() && ((mt_staged != 1 && mt_staged != 2 && mt_staged != 4) || staged.size() != (sb ? 2u : 1u))) {
+        fprintf(stderr, "MT (the staged path) must be 1, 2, 4, 1b, 2b or 4b (f16 also h, 1h, 2h)\n");
         return 2;
     }
     const std::string type = argv[1];
+    if (mt_staged == 4 && type != "q4_0" && type != "q8_0") {
+        fprintf(stderr, "MT 4 (64 rows per warp): q4_0 / q8_0 only\n");
+        return 2;
+    }
     if (hb && (type != "f16" || sb)) {
         fprintf(stderr, "h (f16 activations) is for f16 weights, without b\n");
         return 2;
@@ -528,6 +535,10 @@ int main(int argc, char ** argv) {
                     run_staged_seq<T, 1>(m, k, n, w, x, y);
                 } else if (mt_staged == 2) {
                     run_staged_seq<T, 2>(m, k, n, w, x, y);
+                } else if (mt_staged == 4) {
+                    if constexpr (T == W_Q4_0 || T == W_Q8_0) {
+                        run_staged_seq<T, 4>(m, k, n, w, x, y);
+                    }
                 } else {
                     run_seq<T>(m, k, n, w, x, y);
                 }
@@ -558,6 +569,8 @@ int main(int argc, char ** argv) {
             sb ? run_staged<W_Q4_0, 1, true>(m, k, n, w, x, y) : run_staged<W_Q4_0, 1, false>(m, k, n, w, x, y);
         } else if (mt_staged == 2) {
             sb ? run_staged<W_Q4_0, 2, true>(m, k, n, w, x, y) : run_staged<W_Q4_0, 2, false>(m, k, n, w, x, y);
+        } else if (mt_staged == 4) {
+            sb ? run_staged<W_Q4_0, 4, true>(m, k, n, w, x, y) : run_staged<W_Q4_0, 4, false>(m, k, n, w, x, y);
         }
     } else if (type == "q8_0") {
         run<W_Q8_0>(m, k, n, w, x, y, dq);
@@ -565,6 +578,8 @@ int main(int argc, char ** argv) {
             sb ? run_staged<W_Q8_0, 1, true>(m, k, n, w, x, y) : run_staged<W_Q8_0, 1, false>(m, k, n, w, x, y);
         } else if (mt_staged == 2) {
             sb ? run_staged<W_Q8_0, 2, true>(m, k, n, w, x, y) : run_staged<W_Q8_0, 2, false>(m, k, n, w, x, y);
+        } else if (mt_staged == 4) {
+            sb ? run_staged<W_Q8_0, 4, true>(m, k, n, w, x, y) : run_staged<W_Q8_0, 4, false>(m, k, n, w, x, y);
         }
     } else if (type == "q4_K") {
         run<W_Q4_K>(m, k, n, w, x, y, dq);

@@ -15,6 +15,8 @@
 #                                                    # FUSE=2 and 3), perf sbmm vs MMVQ/MMQ at every q6_K shape
 #   bash benchmarks/kernels/ggml_op_check.sh seq     # GGML_CUDA_SBMM_SEQ=1 (9..16 columns: the column tiles one after
 #                                                    # the other): eval (SBMM_FUSION, MUL_MAT), perf n=8,9,12,16 on / off
+#   bash benchmarks/kernels/ggml_op_check.sh mt4     # GGML_CUDA_SBMM_Q4_0_MT4=1 (q4_0 staged, 64 rows a block, opt-in):
+#                                                    # eval (SBMM_FUSION, MUL_MAT, also with SEQ), perf q4_0 on / off
 # The build stays in /tmp/lcw-sbmm while the machine is warm (h200.md: files outside the checkout persist).
 # With our CUDA wheel installed (benchmarks/build_cuda_wheel.sh builds it with PYLLAMA_SPEC_OP_TESTS=ON, so
 # pyllama_spec/bin/test-backend-ops is in it) no build is needed: TBO=<that program> ... test|staged
@@ -145,6 +147,26 @@ seq)
     echo "## GGML_CUDA_SBMM_SEQ=1"; cat "$OUT/perf_seq.txt"
     echo "## GGML_CUDA_SBMM_SEQ=0"; cat "$OUT/perf_noseq.txt"
     ;;
+mt4)
+    tbo
+    # GGML_CUDA_SBMM_Q4_0_MT4=1 (opt-in, default off): q4_0 on the staged path with 64 rows a block (MT = 4, KS = 4;
+    # at 9..16 columns its SEQ kernel where GGML_CUDA_SBMM_SEQ=1). The q4_0 fusions (whole graphs; FUSE=3, the
+    # default, and 2) and every q4_0 MUL_MAT case against the CPU, with SEQ off (the default for q4_0) and on; then
+    # the op benchmark of q4_0 at 2..16 columns, m = 4096 k = 14336 (ops/table.md) and the k = 4096 shapes (raw files;
+    # op_perf_table.py --all), MT4 off (the default: MT = 2, KS = 2) / on / on with SEQ
+    for f in 3 2; do
+        GGML_CUDA_SBMM_Q4_0_MT4=1 GGML_CUDA_SBMM_FUSE=$f timeout 200 $TBO -o SBMM_FUSION -b CUDA0 -p "type=q4_0," > "$OUT/eval_mt4_fuse$f.txt" 2>&1
+        echo "eval SBMM_FUSION q4_0 (GGML_CUDA_SBMM_Q4_0_MT4=1 GGML_CUDA_SBMM_FUSE=$f) rc=$?: $(grep -cE '^ +SBMM_FUSION.*OK' "$OUT/eval_mt4_fuse$f.txt") OK, $(grep -cE 'FAIL' "$OUT/eval_mt4_fuse$f.txt") FAIL"
+        grep FAIL "$OUT/eval_mt4_fuse$f.txt" | head -10
+    done
+    GGML_CUDA_SBMM_Q4_0_MT4=1 evaluate mt4 200 'q4_0'
+    GGML_CUDA_SBMM_Q4_0_MT4=1 GGML_CUDA_SBMM_SEQ=1 evaluate mt4_seq 200 'q4_0'
+    P='type_a=q4_0,type_b=f32,m=[0-9]+,n=(2|4|8|9|12|16),k=(14336|4096),'
+    perf mt2 100; GGML_CUDA_SBMM_Q4_0_MT4=1 perf mt4 100; GGML_CUDA_SBMM_Q4_0_MT4=1 GGML_CUDA_SBMM_SEQ=1 perf mt4_seq 100
+    echo "## q4_0, default (MT = 2)"; cat "$OUT/perf_mt2.txt"
+    echo "## q4_0, GGML_CUDA_SBMM_Q4_0_MT4=1"; cat "$OUT/perf_mt4.txt"
+    echo "## q4_0, GGML_CUDA_SBMM_Q4_0_MT4=1 GGML_CUDA_SBMM_SEQ=1"; cat "$OUT/perf_mt4_seq.txt"
+    ;;
 defaults)
     tbo
     # the dispatch as it is by default (since 2026-12-06: every sbmm type from 2 columns, q8_1 activations from the
@@ -195,5 +217,5 @@ topk)
     done
     ;;
 *)
-    echo "usage: bash benchmarks/kernels/ggml_op_check.sh build|test|staged|q6k|seq|defaults|f16half|fuse|topk|fattn"; exit 2 ;;
+    echo "usage: bash benchmarks/kernels/ggml_op_check.sh build|test|staged|q6k|seq|mt4|defaults|f16half|fuse|topk|fattn"; exit 2 ;;
 esac

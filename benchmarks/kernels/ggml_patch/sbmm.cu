@@ -45,6 +45,14 @@ struct sbmm_env {
     bool seq_on(int t) const {
         return seq < 0 ? (t == sbmm::W_Q4_K || t == sbmm::W_Q6_K) : seq != 0;
     }
+    bool q4_0_mt4 = false; // q4_0 on the staged path (2..16 columns) with 64 rows a block (MT = 4, KS = 4; the
+                           // sbmm_config<W_Q4_0, NT, true, SEQ, true> below) instead of 32: half the re-reads of the
+                           // activations from L2 per weight byte. GGML_CUDA_SBMM_Q4_0_MT4=1 (opt-in, default off):
+                           // the harness (H100, m = 4096, k = 14336, weights from HBM, 2026-12-06e) measured 22.56 vs
+                           // 23.78 us at 8 columns and 26.14 (SEQ) / 26.21 vs 27.90 at 16; not yet measured in ggml
+    bool mt4_on(int t) const {
+        return q4_0_mt4 && t == sbmm::W_Q4_0;
+    }
     bool fold_zero = true; // where k is split over the grid, the op that writes the activations (fused_act) also
                            // zeroes the matmuls' dst instead of one cudaMemsetAsync per matrix: with FUSE=3 an 8-row
                            // Q4_0 verify ran 522 device activities, 4.37 vs 4.50 ms, logits bit-identical; SBMM_FUSION
@@ -73,6 +81,9 @@ struct sbmm_env {
         }
         if (const char * e = getenv("GGML_CUDA_SBMM_SEQ")) {
             seq = atoi(e) != 0 ? 1 : 0;
+        }
+        if (const char * e = getenv("GGML_CUDA_SBMM_Q4_0_MT4")) {
+            q4_0_mt4 = atoi(e) != 0;
         }
         if (const char * e = getenv("GGML_CUDA_SBMM_FOLD_ZERO")) {
             fold_zero = atoi(e) != 0;
@@ -128,7 +139,7 @@ sbmm_cols default_cols(int t) {
 // `run_on_device.sh quick`; benchmarks/results/kernels/sbmm-staged-quick.json): 54..75 KB of dynamic
 // shared memory, which launch() opts in to. KS = 2 where a split of 4 measured 5..10 % slower (q4_0 n=2..16,
 // q4_K n=16) than the split of 2.
-template <int T, int NT, bool STAGED = false, bool SEQ = false> struct sbmm_config;
+template <int T, int NT, bool STAGED = false, bool SEQ = false, bool MT4 = false> struct sbmm_config;
 template <> struct sbmm_config<sbmm::W_F16,  1> { static constexpr int MT = 1, NW = 8, U = 2, ST = 0, KS = 8, FILL = 2; static constexpr bool SB = false, HB = false; };
 template <> struct sbmm_config<sbmm::W_F16,  2> { static constexpr int MT = 2, NW = 4, U = 2, ST = 0, KS = 8, FILL = 2; static constexpr bool SB = false, HB = false; };
 template <> struct sbmm_config<sbmm::W_Q4_0, 1> { static constexpr int MT = 1, NW = 8, U = 4, ST = 0, KS = 8, FILL = 2; static constexpr bool SB = false, HB = false; };
@@ -176,10 +187,25 @@ template <> struct sbmm_config<sbmm::W_Q4_K, 2, true, true> : sbmm_config<sbmm::
 template <> struct sbmm_config<sbmm::W_Q4_K, 2, false, true> : sbmm_config<sbmm::W_Q4_K, 1> {};
 template <> struct sbmm_config<sbmm::W_Q6_K, 2, false, true> : sbmm_config<sbmm::W_Q6_K, 1> {};
 template <> struct sbmm_config<sbmm::W_Q6_K, 2, true, true> : sbmm_config<sbmm::W_Q6_K, 1> {};
+// MT4 (opt-in, GGML_CUDA_SBMM_Q4_0_MT4=1, sbmm_env::q4_0_mt4; written without a GPU, 2026-12-06): q4_0 on the staged
+// path with 64 rows a block, (MT, NW, U, ST) = (4, 4, 8, 2) with staged activations, k split up to 4 ways: at 16
+// columns and MT = 2 each block's re-reads of its k-slice of the activations from L2 were as many bytes as its
+// weights (RESULTS.md 13.9); MT = 4 halves them. The harness's fastest at m = 4096 k = 14336 (H100, weights from HBM,
+// benchmarks/results/h100_2026-12-06e/sbmm_q4_0_q8_0_quick.txt): 8 columns sbmm_mt4_nw4_u8_nt1_st2b_ks2 / _ks4
+// 22.56 / 22.72 us vs 23.78 for the configuration above (KS = 2), 16 columns sbmm_mt4_nw4_u8_nt2_st2b_seq_ks4 /
+// non-SEQ _ks4 26.14 / 26.21 vs 27.90. One shape for both tile counts and SEQ (as the MT = 2 one); SEQ where
+// env().seq_on(W_Q4_0) (not by default). Shared memory 91 / 110 KB (NT = 1 / 2), which launch() opts in to.
+template <> struct sbmm_config<sbmm::W_Q4_0, 1, true, false, true> { static constexpr int MT = 4, NW = 4, U = 8, ST = 2, KS = 4, FILL = 2; static constexpr bool SB = true , HB = false; };
+template <> struct sbmm_config<sbmm::W_Q4_0, 2, true, false, true> : sbmm_config<sbmm::W_Q4_0, 1, true, false, true> {};
+template <> struct sbmm_config<sbmm::W_Q4_0, 2, true, true, true> : sbmm_config<sbmm::W_Q4_0, 1, true, false, true> {};
 
 // whether type T on the path STAGED has a SEQ configuration (above)
 template <int T, bool STAGED>
 constexpr bool seq_ok = T == sbmm::W_Q6_K || T == sbmm::W_Q4_K || ((T == sbmm::W_Q4_0 || T == sbmm::W_Q8_0) && STAGED);
+
+// whether type T on the path STAGED has an MT4 configuration (above; taken where env().mt4_on(T))
+template <int T, bool STAGED>
+constexpr bool mt4_ok = T == sbmm::W_Q4_0 && STAGED;
 
 // whether type t at ncols columns runs the staged weight loads (which need 16-byte aligned weights and rows).
 // q4_K keeps the register path at 2..8 columns: in whole Qwen3-8B-shaped Q4_K decodes (H200, 2026-12-02,
@@ -215,9 +241,9 @@ struct sbmm_job {
 
 // the split of k over the grid that launch() makes: while the grid is short of FILL blocks per SM and each
 // warp keeps >= 2 chunks (1: not split)
-template <int T, int NT, bool STAGED, bool SEQ = false>
+template <int T, int NT, bool STAGED, bool SEQ = false, bool MT4 = false>
 int ksplit_of(int64_t gx, int k, int nsm) {
-    using C = sbmm_config<T, NT, STAGED, SEQ>;
+    using C = sbmm_config<T, NT, STAGED, SEQ, MT4>;
     const int nunits  = k / sbmm::wtraits<T>::unit_k;
     const int nchunks = (nunits + C::U - 1) / C::U;
     int ks = 1;
@@ -227,30 +253,32 @@ int ksplit_of(int64_t gx, int k, int nsm) {
     return ks;
 }
 
-template <int T, int NT, bool STAGED, bool SEQ = false>
+template <int T, int NT, bool STAGED, bool SEQ = false, bool MT4 = false>
 int64_t tiles_of(int64_t m) {
-    return (m + 16 * sbmm_config<T, NT, STAGED, SEQ>::MT - 1) / (16 * sbmm_config<T, NT, STAGED, SEQ>::MT);
+    using C = sbmm_config<T, NT, STAGED, SEQ, MT4>;
+    return (m + 16 * C::MT - 1) / (16 * C::MT);
 }
 
 // whether a configuration has the ~5 registers that a launch of several segments needs (MS): the q4_K staged
 // configurations and q8_0's register path use 245..255 and spill with it (ptxas, sm_90), so their siblings
 // run as one launch each, on the one conversion of their activations; so does q4_0's staged SEQ configuration
-// (8 bytes of spills with MS, none without)
-template <int T, int NT, bool STAGED, bool SEQ = false>
+// (8 bytes of spills with MS, none without), and q4_0's MT4 at NT = 2 (plain: 8 bytes of spills with MS; SEQ as
+// the former)
+template <int T, int NT, bool STAGED, bool SEQ = false, bool MT4 = false>
 constexpr bool multi_seg_ok = !(T == sbmm::W_Q4_K && STAGED) && !(T == sbmm::W_Q8_0 && !STAGED) &&
-                              !(SEQ && T == sbmm::W_Q4_0 && STAGED);
+                              !(SEQ && T == sbmm::W_Q4_0 && STAGED) && !(MT4 && NT == 2);
 
-template <int T, int NT, bool STAGED, bool SEQ = false>
+template <int T, int NT, bool STAGED, bool SEQ = false, bool MT4 = false>
 void launch(sbmm_job job, const void * Y, int64_t stride_col_y, int k, int ncols, int nsm, cudaStream_t stream) {
-    using C = sbmm_config<T, NT, STAGED, SEQ>;
-    if constexpr (!multi_seg_ok<T, NT, STAGED, SEQ>) {
+    using C = sbmm_config<T, NT, STAGED, SEQ, MT4>;
+    if constexpr (!multi_seg_ok<T, NT, STAGED, SEQ, MT4>) {
         if (job.n > 1) {
             for (int i = 0; i < job.n; ++i) {
                 sbmm_job one;
                 one.s[0] = job.s[i];
                 one.n = 1;
                 one.zeroed = job.zeroed;
-                launch<T, NT, STAGED, SEQ>(one, Y, stride_col_y, k, ncols, nsm, stream);
+                launch<T, NT, STAGED, SEQ, MT4>(one, Y, stride_col_y, k, ncols, nsm, stream);
             }
             return;
         }
@@ -258,10 +286,10 @@ void launch(sbmm_job job, const void * Y, int64_t stride_col_y, int k, int ncols
     const int nunits = k / sbmm::wtraits<T>::unit_k;
     int64_t gx = 0;
     for (int i = 0; i < job.n; ++i) {
-        job.s[i].tiles = (int) tiles_of<T, NT, STAGED, SEQ>(job.s[i].m);
+        job.s[i].tiles = (int) tiles_of<T, NT, STAGED, SEQ, MT4>(job.s[i].m);
         gx += job.s[i].tiles;
     }
-    const int ks = ksplit_of<T, NT, STAGED, SEQ>(gx, k, nsm);
+    const int ks = ksplit_of<T, NT, STAGED, SEQ, MT4>(gx, k, nsm);
     if (ks > 1 && !job.zeroed) { // the slices of k add into dst: zero it first (the fused-ADD callers check that add is not dst)
         for (int i = 0; i < job.n; ++i) {
             CUDA_CHECK(cudaMemsetAsync(job.s[i].dst, 0, sizeof(float) * (size_t) (ncols - 1) * job.s[i].stride_col_dst +
@@ -277,6 +305,8 @@ void launch(sbmm_job job, const void * Y, int64_t stride_col_y, int k, int ncols
     // the staged path keeps its buffers in dynamic shared memory; above 48 KB a kernel must opt in (once per
     // device and kernel)
     constexpr int smem = sbmm::sbmm_smem<T, NT, C::MT, C::NW, C::U, C::ST, C::SB>::dynamic;
+    // (the largest, q4_0's MT4 at NT = 2: 4 warps x 2 buffers x (64 rows x 144 B + 16 columns x 304 B) = 110 KB)
+    static_assert(smem <= 227 * 1024, "sbmm: more dynamic shared memory than a block may have (sm_90: 227 KB)");
     auto run = [&](auto kernel, bool * raised) {
         if constexpr (smem > 48 * 1024) {
             const int id = ggml_cuda_get_device();
@@ -290,26 +320,38 @@ void launch(sbmm_job job, const void * Y, int64_t stride_col_y, int k, int ncols
     if (job.n == 1) {
         static bool raised[GGML_CUDA_MAX_DEVICES] = {};
         run(sbmm::sbmm_kernel<T, NT, C::MT, C::NW, C::U, C::ST, C::SB, C::HB, false, SEQ>, raised);
-    } else if constexpr (multi_seg_ok<T, NT, STAGED, SEQ>) {
+    } else if constexpr (multi_seg_ok<T, NT, STAGED, SEQ, MT4>) {
         static bool raised[GGML_CUDA_MAX_DEVICES] = {};
         run(sbmm::sbmm_kernel<T, NT, C::MT, C::NW, C::U, C::ST, C::SB, C::HB, true, SEQ>, raised);
     }
     CUDA_CHECK(cudaGetLastError());
 }
 
-template <int T, bool STAGED = false>
-void launch_nt(const sbmm_job & job, const void * Y, int64_t stride_col_y, int k, int ncols, int nsm, cudaStream_t stream) {
+template <int T, bool STAGED, bool MT4>
+void launch_nt_cfg(const sbmm_job & job, const void * Y, int64_t stride_col_y, int k, int ncols, int nsm, cudaStream_t stream) {
     if (ncols <= 8) {
-        launch<T, 1, STAGED>(job, Y, stride_col_y, k, ncols, nsm, stream);
+        launch<T, 1, STAGED, false, MT4>(job, Y, stride_col_y, k, ncols, nsm, stream);
     } else {
         if constexpr (seq_ok<T, STAGED>) {
             if (env().seq_on(T)) {
-                launch<T, 2, STAGED, true>(job, Y, stride_col_y, k, ncols, nsm, stream);
+                launch<T, 2, STAGED, true, MT4>(job, Y, stride_col_y, k, ncols, nsm, stream);
                 return;
             }
         }
-        launch<T, 2, STAGED>(job, Y, stride_col_y, k, ncols, nsm, stream);
+        launch<T, 2, STAGED, false, MT4>(job, Y, stride_col_y, k, ncols, nsm, stream);
     }
+}
+
+// the configuration by column tiles (NT), SEQ (env().seq_on) and MT4 (env().mt4_on, q4_0 staged only)
+template <int T, bool STAGED = false>
+void launch_nt(const sbmm_job & job, const void * Y, int64_t stride_col_y, int k, int ncols, int nsm, cudaStream_t stream) {
+    if constexpr (mt4_ok<T, STAGED>) {
+        if (env().mt4_on(T)) {
+            launch_nt_cfg<T, STAGED, true>(job, Y, stride_col_y, k, ncols, nsm, stream);
+            return;
+        }
+    }
+    launch_nt_cfg<T, STAGED, false>(job, Y, stride_col_y, k, ncols, nsm, stream);
 }
 
 template <int T>
@@ -323,41 +365,48 @@ void launch_path(const sbmm_job & job, const void * Y, int64_t stride_col_y, int
 
 // The segments of job whose launch (as launch() makes it) splits k over the grid, as a bit mask: all or none for
 // one launch of several segments, each on its own where the configuration runs them one launch each
-template <int T, int NT, bool STAGED, bool SEQ = false>
+template <int T, int NT, bool STAGED, bool SEQ = false, bool MT4 = false>
 unsigned split_mask_cfg(const sbmm_job & job, int k, int nsm) {
-    if constexpr (!multi_seg_ok<T, NT, STAGED, SEQ>) {
+    if constexpr (!multi_seg_ok<T, NT, STAGED, SEQ, MT4>) {
         if (job.n > 1) {
             unsigned mask = 0;
             for (int i = 0; i < job.n; ++i) {
-                mask |= ksplit_of<T, NT, STAGED, SEQ>(tiles_of<T, NT, STAGED, SEQ>(job.s[i].m), k, nsm) > 1 ? 1u << i : 0u;
+                mask |= ksplit_of<T, NT, STAGED, SEQ, MT4>(tiles_of<T, NT, STAGED, SEQ, MT4>(job.s[i].m), k, nsm) > 1 ? 1u << i : 0u;
             }
             return mask;
         }
     }
     int64_t gx = 0;
     for (int i = 0; i < job.n; ++i) {
-        gx += tiles_of<T, NT, STAGED, SEQ>(job.s[i].m);
+        gx += tiles_of<T, NT, STAGED, SEQ, MT4>(job.s[i].m);
     }
-    return ksplit_of<T, NT, STAGED, SEQ>(gx, k, nsm) > 1 ? (1u << job.n) - 1 : 0u;
+    return ksplit_of<T, NT, STAGED, SEQ, MT4>(gx, k, nsm) > 1 ? (1u << job.n) - 1 : 0u;
 }
 
-// NT = 2 as launch_nt picks it (the SEQ configuration where env().seq_on(T) and the type has one)
-template <int T, bool STAGED>
+// NT = 2 as launch_nt_cfg picks it (the SEQ configuration where env().seq_on(T) and the type has one)
+template <int T, bool STAGED, bool MT4>
 unsigned split_mask_nt2(const sbmm_job & job, int k, int nsm) {
     if constexpr (seq_ok<T, STAGED>) {
         if (env().seq_on(T)) {
-            return split_mask_cfg<T, 2, STAGED, true>(job, k, nsm);
+            return split_mask_cfg<T, 2, STAGED, true, MT4>(job, k, nsm);
         }
     }
-    return split_mask_cfg<T, 2, STAGED>(job, k, nsm);
+    return split_mask_cfg<T, 2, STAGED, false, MT4>(job, k, nsm);
+}
+
+template <int T, bool STAGED>
+unsigned split_mask_path(const sbmm_job & job, int k, int ncols, int nsm) {
+    if constexpr (mt4_ok<T, STAGED>) { // (as launch_nt)
+        if (env().mt4_on(T)) {
+            return ncols <= 8 ? split_mask_cfg<T, 1, STAGED, false, true>(job, k, nsm) : split_mask_nt2<T, STAGED, true>(job, k, nsm);
+        }
+    }
+    return ncols <= 8 ? split_mask_cfg<T, 1, STAGED>(job, k, nsm) : split_mask_nt2<T, STAGED, false>(job, k, nsm);
 }
 
 template <int T>
 unsigned split_mask_t(const sbmm_job & job, int k, int ncols, bool staged, int nsm) {
-    if (staged) {
-        return ncols <= 8 ? split_mask_cfg<T, 1, true>(job, k, nsm) : split_mask_nt2<T, true>(job, k, nsm);
-    }
-    return ncols <= 8 ? split_mask_cfg<T, 1, false>(job, k, nsm) : split_mask_nt2<T, false>(job, k, nsm);
+    return staged ? split_mask_path<T, true>(job, k, ncols, nsm) : split_mask_path<T, false>(job, k, ncols, nsm);
 }
 
 // split_mask_cfg for weights of sbmm type t on the configuration launch_path / launch_nt picks (staged: as run_job
