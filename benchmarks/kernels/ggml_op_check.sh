@@ -43,6 +43,19 @@ evaluate() {
 perf() {
     timeout "$2" $TBO perf -b CUDA0 -o MUL_MAT -p "$P" 2>&1 | grep -E "MUL_MAT" > "$OUT/perf_$1.txt"
 }
+# the whole-graph fusions (SBMM_FUSION; FUSE=3, the default, and 2) against the CPU with the variables given:
+# fusion_evals LABEL "TEST-BACKEND-OPS FILTER ARGS" VAR=VALUE...  ->  $OUT/eval_LABEL_fuse{3,2}.txt
+fusion_evals() {
+    local label=$1 filter=$2 f rc; shift 2
+    for f in 3 2; do
+        # shellcheck disable=SC2086  # (the filter's words are separate arguments)
+        env "$@" GGML_CUDA_SBMM_FUSE=$f timeout 200 $TBO -o SBMM_FUSION -b CUDA0 $filter > "$OUT/eval_${label}_fuse$f.txt" 2>&1
+        rc=$?
+        echo "eval SBMM_FUSION ${filter:+$filter }($* GGML_CUDA_SBMM_FUSE=$f) rc=$rc: $(grep -cE '^ +SBMM_FUSION.*OK' "$OUT/eval_${label}_fuse$f.txt") OK, $(grep -cE 'FAIL' "$OUT/eval_${label}_fuse$f.txt") FAIL"
+        grep FAIL "$OUT/eval_${label}_fuse$f.txt" | head -10
+    done
+}
+
 case "${1:-}" in
 build)
     [ -f "$TARBALL" ] || { echo "carry .dev/kernels (benchmarks/kernels/pack_tree.sh makes it)"; exit 1; }
@@ -135,11 +148,7 @@ seq)
     # and every MUL_MAT case of those types against the CPU, also q4_K on the register path (GGML_CUDA_SBMM_STAGE=0:
     # its SEQ (2, 8, 1)); then the op benchmark at 8 columns (NT = 1, unchanged: the reference) and 9, 12, 16, with
     # it and without
-    for f in 3 2; do
-        GGML_CUDA_SBMM_SEQ=1 GGML_CUDA_SBMM_FUSE=$f timeout 200 $TBO -o SBMM_FUSION -b CUDA0 > "$OUT/eval_seq_fuse$f.txt" 2>&1
-        echo "eval SBMM_FUSION (GGML_CUDA_SBMM_SEQ=1 GGML_CUDA_SBMM_FUSE=$f) rc=$?: $(grep -cE '^ +SBMM_FUSION.*OK' "$OUT/eval_seq_fuse$f.txt") OK, $(grep -cE 'FAIL' "$OUT/eval_seq_fuse$f.txt") FAIL"
-        grep FAIL "$OUT/eval_seq_fuse$f.txt" | head -10
-    done
+    fusion_evals seq "" GGML_CUDA_SBMM_SEQ=1
     GGML_CUDA_SBMM_SEQ=1 evaluate seq 300 'q4_0|q8_0|q4_K|q6_K'
     GGML_CUDA_SBMM_SEQ=1 GGML_CUDA_SBMM_STAGE=0 evaluate seq_register 200 'q4_K'
     P='type_a=(q4_0|q4_K|q8_0|q6_K),type_b=f32,m=4096,n=(8|9|12|16),k=14336,'
@@ -154,11 +163,7 @@ mt4)
     # default, and 2) and every q4_0 MUL_MAT case against the CPU, with SEQ off (the default for q4_0) and on; then
     # the op benchmark of q4_0 at 2..16 columns, m = 4096 k = 14336 (ops/table.md) and the k = 4096 shapes (raw files;
     # op_perf_table.py --all), MT4 off (the default: MT = 2, KS = 2) / on / on with SEQ
-    for f in 3 2; do
-        GGML_CUDA_SBMM_Q4_0_MT4=1 GGML_CUDA_SBMM_FUSE=$f timeout 200 $TBO -o SBMM_FUSION -b CUDA0 -p "type=q4_0," > "$OUT/eval_mt4_fuse$f.txt" 2>&1
-        echo "eval SBMM_FUSION q4_0 (GGML_CUDA_SBMM_Q4_0_MT4=1 GGML_CUDA_SBMM_FUSE=$f) rc=$?: $(grep -cE '^ +SBMM_FUSION.*OK' "$OUT/eval_mt4_fuse$f.txt") OK, $(grep -cE 'FAIL' "$OUT/eval_mt4_fuse$f.txt") FAIL"
-        grep FAIL "$OUT/eval_mt4_fuse$f.txt" | head -10
-    done
+    fusion_evals mt4 "-p type=q4_0," GGML_CUDA_SBMM_Q4_0_MT4=1
     GGML_CUDA_SBMM_Q4_0_MT4=1 evaluate mt4 200 'q4_0'
     GGML_CUDA_SBMM_Q4_0_MT4=1 GGML_CUDA_SBMM_SEQ=1 evaluate mt4_seq 200 'q4_0'
     P='type_a=q4_0,type_b=f32,m=[0-9]+,n=(2|4|8|9|12|16),k=(14336|4096),'
