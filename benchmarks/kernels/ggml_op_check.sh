@@ -56,6 +56,13 @@ fusion_evals() {
     done
 }
 
+# show_perf LABEL TITLE [LABEL TITLE ...]: each perf() file under its title
+show_perf() {
+    while [ $# -ge 2 ]; do
+        echo "## $2"; cat "$OUT/perf_$1.txt"; shift 2
+    done
+}
+
 case "${1:-}" in
 build)
     [ -f "$TARBALL" ] || { echo "carry .dev/kernels (benchmarks/kernels/pack_tree.sh makes it)"; exit 1; }
@@ -153,8 +160,7 @@ seq)
     GGML_CUDA_SBMM_SEQ=1 GGML_CUDA_SBMM_STAGE=0 evaluate seq_register 200 'q4_K'
     P='type_a=(q4_0|q4_K|q8_0|q6_K),type_b=f32,m=4096,n=(8|9|12|16),k=14336,'
     GGML_CUDA_SBMM_SEQ=1 perf seq 100; GGML_CUDA_SBMM_SEQ=0 perf noseq 100
-    echo "## GGML_CUDA_SBMM_SEQ=1"; cat "$OUT/perf_seq.txt"
-    echo "## GGML_CUDA_SBMM_SEQ=0"; cat "$OUT/perf_noseq.txt"
+    show_perf seq "GGML_CUDA_SBMM_SEQ=1" noseq "GGML_CUDA_SBMM_SEQ=0"
     ;;
 mt4)
     tbo
@@ -168,9 +174,8 @@ mt4)
     GGML_CUDA_SBMM_Q4_0_MT4=1 GGML_CUDA_SBMM_SEQ=1 evaluate mt4_seq 200 'q4_0'
     P='type_a=q4_0,type_b=f32,m=[0-9]+,n=(2|4|8|9|12|16),k=(14336|4096),'
     perf mt2 100; GGML_CUDA_SBMM_Q4_0_MT4=1 perf mt4 100; GGML_CUDA_SBMM_Q4_0_MT4=1 GGML_CUDA_SBMM_SEQ=1 perf mt4_seq 100
-    echo "## q4_0, default (MT = 2)"; cat "$OUT/perf_mt2.txt"
-    echo "## q4_0, GGML_CUDA_SBMM_Q4_0_MT4=1"; cat "$OUT/perf_mt4.txt"
-    echo "## q4_0, GGML_CUDA_SBMM_Q4_0_MT4=1 GGML_CUDA_SBMM_SEQ=1"; cat "$OUT/perf_mt4_seq.txt"
+    show_perf mt2 "q4_0, default (MT = 2)" mt4 "q4_0, GGML_CUDA_SBMM_Q4_0_MT4=1" \
+        mt4_seq "q4_0, GGML_CUDA_SBMM_Q4_0_MT4=1 GGML_CUDA_SBMM_SEQ=1"
     ;;
 defaults)
     tbo
