@@ -717,8 +717,6 @@ class AutoState:
         return out
 
 
-
-
 #: the guess for the first position's acceptance before any draft was verified (:meth:`AutoDraftLength.
 #: measured_survival`: with no data p_i = PRIOR_P0^(i+1))
 PRIOR_P0 = 0.6
@@ -983,7 +981,6 @@ class AutoDraftLength:
 
         prior = self.prior
         out: list[float] = []
-        run = np.inf
         for ag, ap, tg, tp in zip(first(s.accepted_at, False), first(st.pos_accepted, True),
                                   first(s.drafted_at, False), first(st.pos_tried, True)):
             if not out:  # p_0: the acceptance measured at the first position, shrunk toward PRIOR_P0
@@ -996,8 +993,7 @@ class AutoDraftLength:
                 r = last / out[-2] if len(out) > 1 and out[-2] > 0 else last
                 acc, tried = ag + ap, tg + tp
                 x = last * r if tried == 0 else (min(acc, tried * last) + prior * last * r) / (tried + prior)
-            run = x if x < run else run  # (np.minimum.accumulate)
-            out.append(run)
+            out.append(min(x, out[-1]) if out else x)  # (c_i ≤ 1 and r ≤ 1: the clamp only absorbs rounding)
         return np.array(out, dtype=float)
 
     def best_length(self, p: np.ndarray, keep_rows: int | None = None) -> int:
