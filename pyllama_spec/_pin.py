@@ -30,6 +30,7 @@ PATCHES = (
     "0013-cuda-fattn-vec-rows-env",
     "0014-sched-async-inputs",
     "0015-cuda-graph-key-by-shape",
+    "0016-layer-taps-without-reserve",
 )
 
 

@@ -136,6 +136,33 @@ def test_layer_input_taps(ctx, tiny_model):
         ctx.enable_layer_inputs([4])
 
 
+def test_taps_switched_between_decodes_of_one_shape_are_read_at_once(ctx, tiny_model):
+    """A tap switched on (or off and on again) between one-token decodes — one graph shape, which llama.cpp would
+    reuse — is read at the very next decode (patch 0016 rebuilds that graph instead of reserving the scheduler;
+    n_max="auto" switches the taps so in a rest); the logits and the taps are those of decodes without a switch."""
+    toks = tiny_model.vocab.tokenize(PROMPT)[:10]
+    emb = tiny_model.token_embeddings()
+    ref, ref2 = [], []
+    ctx.set_layer_inputs([0, 2])
+    for i, t in enumerate(toks):  # the reference: the taps on throughout
+        ctx.decode([t], [i])
+        ref.append(ctx.logits()[0].copy())
+        ref2.append(ctx.layer_input(2).copy())
+    ctx.memory.clear()
+    on = {2, 3, 6, 7, 9}  # on, on, off, off, on, on, off, on: switches both ways between decodes of one shape
+    for i, t in enumerate(toks):
+        ctx.set_layer_inputs([0, 2] if i in on else [])
+        ctx.decode([t], [i])
+        close_logits(ctx.logits()[0], ref[i])
+        if i in on:
+            np.testing.assert_allclose(ctx.layer_input(0), emb[[t]], rtol=1e-6)  # this decode's row, not a stale one
+            np.testing.assert_allclose(ctx.layer_input(2), ref2[i], rtol=1e-5, atol=1e-5)
+        else:
+            with pytest.raises(ValueError, match="not tapped"):
+                ctx.layer_input(0)
+    ctx.set_layer_inputs([])
+
+
 def test_linked_dflash_context(tiny, tiny_model):
     tgt = ps.Context(tiny_model, n_ctx=256, n_batch=64)
     dm = ps.Model(tiny["dflash"])
