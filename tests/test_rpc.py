@@ -125,3 +125,51 @@ def test_target_layers_served_over_loopback(tiny, tiny_gen, tmp_path):
     assert_same_tokens(out["dflash"], ref.tokens)
     print(f"loopback RPC: verify {out['verify_ms_per_step']:.2f} ms/step (local: "
           f"{1e3 * ref.timings['verify']['seconds'] / ref.stats.n_steps:.2f})")
+
+
+TAPS_CHILD = r"""
+import json, sys
+import numpy as np
+import pyllama_spec as ps
+from pyllama_spec import rpc
+target, prompt = sys.argv[1:3]
+with rpc.local_server(threads=1, lifetime=240, devices=["CPU"]) as ep:
+    # the last two layers and the head on the server: the graph has splits, and the server's split reads copies of
+    # this machine's tensors (ggml_backend_sched_split_graph points the nodes' sources at those copies)
+    g = ps.Generator(target, rpc_servers=[ep], n_gpu_layers=2, devices=[], n_ctx=256, n_batch=64, n_ubatch=32)
+    ctx, emb = g.ctx, g.model.token_embeddings()
+    toks = g.model.vocab.tokenize(prompt)[:10]
+    ctx.set_layer_inputs([0, 3])
+    ref, ref3 = [], []
+    for i, t in enumerate(toks):
+        ctx.decode([t], [i])
+        ref.append(ctx.logits()[0].copy())
+        ref3.append(ctx.layer_input(3).copy())
+    ctx.memory.clear()
+    ctx.set_layer_inputs([])
+    dl, d0, d3 = [], [], []
+    for i, t in enumerate(toks):
+        ctx.set_layer_inputs([0, 3] if i in (2, 3, 6, 7, 9) else [])
+        ctx.decode([t], [i])
+        dl.append(float(np.abs(ctx.logits()[0] - ref[i]).max()))
+        if i in (2, 3, 6, 7, 9):
+            d0.append(float(np.abs(ctx.layer_input(0) - emb[[t]]).max()))
+            d3.append(float(np.abs(ctx.layer_input(3) - ref3[i]).max()))
+    g.close()
+print("RESULT " + json.dumps({"logits": dl, "tap0": d0, "tap3": d3}))
+"""
+
+
+def test_taps_switched_with_the_graph_split_over_two_backends(tiny, tmp_path):
+    """Patch 0016 plans a graph's allocation when a tap goes on; with a split graph (here: layers on an RPC server;
+    on a GPU: the host's inputs) planning and allocating one graph object faulted on CUDA. The taps and logits of
+    decodes with switches equal those of decodes without."""
+    _server_or_skip()
+    root = str(Path(ps.__file__).resolve().parents[1])
+    env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    r = subprocess.run([sys.executable, "-c", TAPS_CHILD, str(tiny["target"]), PROMPT], check=False,
+                       capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = json.loads(next(line for line in r.stdout.splitlines() if line.startswith("RESULT "))[7:])
+    assert len(out["tap0"]) == len(out["tap3"]) == 5 and len(out["logits"]) == 10
+    assert max(out["tap0"]) < 1e-6 and max(out["tap3"]) < 1e-5 and max(out["logits"]) < 1e-4, out
