@@ -163,6 +163,31 @@ def test_taps_switched_between_decodes_of_one_shape_are_read_at_once(ctx, tiny_m
     ctx.set_layer_inputs([])
 
 
+def test_a_tap_switched_on_after_a_plan_made_without_it_is_read(tiny_model):
+    """The allocator plans a larger graph anew by itself; with the taps off that plan reuses the tapped tensors'
+    memory. Switched on again before a graph of that same shape, the taps must be planned anew (patch 0016) — a
+    version that planned only a context's first switch read garbage here (a reviewer's case)."""
+    emb = tiny_model.token_embeddings()
+    toks = tiny_model.vocab.tokenize(PROMPT)[:17]
+    ref = ps.Context(tiny_model, n_ctx=512, n_batch=128, n_ubatch=32)
+    ctx = ps.Context(tiny_model, n_ctx=512, n_batch=128, n_ubatch=32)
+    try:
+        ref.set_layer_inputs([0, 2])  # the reference: taps on throughout, the same decodes
+        for c in (ref, ctx):
+            c.set_layer_inputs([0, 2])
+            c.decode(toks[:1], [0])  # planned with the taps (one row)
+            c.set_layer_inputs([0, 2] if c is ref else [])
+            c.decode(toks[1:9], list(range(1, 9)), logits="all")  # larger: planned again, here without the taps
+            c.set_layer_inputs([0, 2])
+            c.decode(toks[9:17], list(range(9, 17)), logits="all")  # the same shape, the taps on again
+        np.testing.assert_allclose(ctx.layer_input(0), emb[toks[9:17]], rtol=1e-6)
+        np.testing.assert_allclose(ctx.layer_input(2), ref.layer_input(2), rtol=1e-5, atol=1e-5)
+        close_logits(ctx.logits(), ref.logits())
+    finally:
+        ref.close()
+        ctx.close()
+
+
 def test_linked_dflash_context(tiny, tiny_model):
     tgt = ps.Context(tiny_model, n_ctx=256, n_batch=64)
     dm = ps.Model(tiny["dflash"])

@@ -155,6 +155,17 @@ with rpc.local_server(threads=1, lifetime=240, devices=["CPU"]) as ep:
         if i in (2, 3, 6, 7, 9):
             d0.append(float(np.abs(ctx.layer_input(0) - emb[[t]]).max()))
             d3.append(float(np.abs(ctx.layer_input(3) - ref3[i]).max()))
+    # a plan made without the taps for a larger graph, then the taps on for that shape (the reviewer's case)
+    ctx.memory.clear()
+    ctx.set_layer_inputs([0, 3])
+    ctx.decode(toks[:1], [0])
+    ctx.set_layer_inputs([])
+    ctx.decode(toks[1:5], [1, 2, 3, 4], logits="all")
+    ctx.set_layer_inputs([0, 3])
+    ctx.decode(toks[5:9], [5, 6, 7, 8], logits="all")
+    d0.append(float(np.abs(ctx.layer_input(0) - emb[toks[5:9]]).max()))
+    d3.append(float(np.abs(ctx.layer_input(3) - np.concatenate(ref3[5:9])).max()))
+    dl.append(float(np.abs(ctx.logits() - np.stack(ref[5:9])).max()))
     g.close()
 print("RESULT " + json.dumps({"logits": dl, "tap0": d0, "tap3": d3}))
 """
@@ -171,5 +182,5 @@ def test_taps_switched_with_the_graph_split_over_two_backends(tiny, tmp_path):
                        capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
     assert r.returncode == 0, r.stderr[-3000:]
     out = json.loads(next(line for line in r.stdout.splitlines() if line.startswith("RESULT "))[7:])
-    assert len(out["tap0"]) == len(out["tap3"]) == 5 and len(out["logits"]) == 10
+    assert len(out["tap0"]) == len(out["tap3"]) == 6 and len(out["logits"]) == 11
     assert max(out["tap0"]) < 1e-6 and max(out["tap3"]) < 1e-5 and max(out["logits"]) < 1e-4, out
