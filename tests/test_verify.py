@@ -86,6 +86,33 @@ def test_rejection_with_a_deterministic_drafter_follows_the_target():
     assert accepted / n == pytest.approx(p0[1], abs=0.01)
 
 
+@pytest.mark.parametrize("sp", [SamplingParams(temperature=0.7), SamplingParams(temperature=1.0, top_k=4, top_p=0.9)])
+def test_the_bonus_draw_follows_its_row(sp):
+    """The last row's draw — all of a step that drafted nothing (a rest of n_max="auto") and the token after a
+    fully taken draft — comes from the row's sparse form (sampling.sample_rows); it follows the reference
+    distribution of that row (sampling.probs), with and without top-k / top-p."""
+    from pyllama_spec.speculative.sampling import probs
+    rng = np.random.default_rng(5)
+    p0 = np.array([0.35, 0.25, 0.2, 0.1, 0.07, 0.03])
+    p1 = np.array([0.05, 0.1, 0.15, 0.3, 0.25, 0.15])
+    logits = np.log(np.stack([p0, p1])).astype(np.float32)
+    n = 20000
+    rest = np.bincount([verify_rejection(logits[:1], [], None, sp, rng)[1] for _ in range(n)], minlength=V)
+    want = probs(logits[0], sp)
+    keep = want > 0
+    assert rest[~keep].sum() == 0 and stats.chisquare(rest[keep], want[keep] * n).pvalue > 1e-3
+    q = probs(logits[0], sp)[None, :]  # q == p: the draft token is always taken, the bonus is row 1's draw
+    after = np.zeros(V)
+    for _ in range(n):
+        d = int(rng.choice(V, p=q[0]))
+        k, bonus = verify_rejection(logits, [d], q, sp, rng)
+        assert k == 1
+        after[bonus] += 1
+    want = probs(logits[1], sp)
+    keep = want > 0
+    assert after[~keep].sum() == 0 and stats.chisquare(after[keep], want[keep] * n).pvalue > 1e-3
+
+
 def test_accept_prefix():
     from pyllama_spec.speculative.verify import accept_prefix
 
