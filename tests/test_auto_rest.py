@@ -280,6 +280,38 @@ def test_costs_are_booked_against_the_verifies_this_run_measured():
     assert not pays and loss == pytest.approx(38.0 - 1.5 * 21.0, abs=0.3)
 
 
+def test_a_shapes_first_verify_and_new_shape_verifies_stay_out_of_v():
+    """A drafter whose lengths change from step to step (n-gram lookups): each row count's first verify built and
+    captured its graph (15 ms here, once), a verify after another shape rebuilt it (+4 ms), one after the same
+    shape costs the table's (10 ms). V(R) must be the same-shape cost — the decision adds S = shape_ms() for a
+    change of shape itself — and neither the one-off first reading nor the rebuilt ones may hold it up
+    (RESULTS.md 19.10: n-gram auto verified 3 of the 15 tokens a lookup proposed)."""
+    stats = SpecStats(n_max=7)
+    for i in range(200):
+        stats.record(7, i % 8)
+    clock, timer = FakeClock(), FakeTimer()
+    st = AutoState(rest=False)
+    pol = AutoDraftLength([10.0] * 8, stats, state=st, clock=clock, timer=timer)
+    seen: set = set()
+    prev = None
+    for n in [3, 3, 5, 7, 7, 3, 5, 5, 7, 3, 5, 7, 7, 3, 3, 5, 5, 7, 7] * 3:
+        pol.plan(7)  # (books the step before)
+        pol.trim(Draft(tokens=[5] * n))
+        pol._rows = n + 1  # (this step verifies n + 1 rows, whatever the cut)
+        ms = 15.0 if n + 1 not in seen else 10.0 if prev == n + 1 else 14.0
+        seen.add(n + 1)
+        prev = n + 1
+        timer.stages["verify"].seconds += ms / 1e3
+        clock.t += (ms + 1.0) / 1e3
+    for r in (4, 6, 8):
+        assert st.verify_tried[r - 1] >= 15
+        assert st.verify_seen[r - 1] == pytest.approx(10.0, abs=0.01)  # same-shape readings only
+        assert st.verify_same[r - 1] == pytest.approx(10.0, abs=0.01)
+        assert st.verify_new[r - 1] == pytest.approx(14.0, abs=0.01)  # the first, 15 ms, booked nowhere
+        assert pol._v(r) == pytest.approx(10.0, abs=0.01)
+    assert st.verify_scale == pytest.approx(1.0, abs=0.01) and st.shape_ms() == pytest.approx(4.0, abs=0.02)
+
+
 def test_an_unsynchronized_verify_reading_is_not_taken_for_the_verify():
     """With sync_stages off the timer's verify stage holds only the decode's launch (the GPU time lands in
     the read after it): booking it as the verify would make verifies look free. The table stands then."""

@@ -617,10 +617,18 @@ class AutoState:
             long rest the target's taps may be off (``Context.enabled_layer_inputs``); each generation sets those
             it needs at its start.
         verify_seen: per row count R (index R − 1), running mean of the verify ms the timer measured
-            in this drafter's steps of R rows (0 = none yet): the decision's V(R) where measured.
-        verify_scale: running mean of those readings ÷ the table's V at their row count (1 before the
-            first): the machine's speed now against when ``verify_ms`` was measured; the decision's
-            V(R) is the table's × verify_scale at row counts not measured yet.
+            in this drafter's steps of R rows that kept the shape of the decode before (0 = none yet):
+            the decision's V(R) where measured. A verify of a new shape is booked in ``verify_new`` only:
+            the decision adds its cost, :meth:`shape_ms`, to every length that changes the shape, and
+            booking it here too counted it twice (an n-gram drafter, whose lengths change from step to
+            step, saw each length at its rebuilt-graph cost plus S).
+        verify_scale: running mean of those same-shape readings ÷ the table's V at their row count (1
+            before the first): the machine's speed now against when ``verify_ms`` was measured; the
+            decision's V(R) is the table's × verify_scale at row counts not measured yet.
+        verify_tried: per row count R, the verifies of R rows timed so far. The first is booked nowhere:
+            it built that shape's graph and, on CUDA, captured it (patch 0015 keeps one per shape), a
+            one-off that as a first reading held V(R) up for the rest of the run — a length tried once
+            at ~5 ms was not tried again (RESULTS.md 19.10, suspicion (b)).
         verify_same, verify_new: per row count R, running means of the timed verify ms of R rows when the
             decode before had R rows too / another count (0 = none yet): llama.cpp reuses a decode's graph
             only for the shape of the last decode and rebuilds it otherwise — on CUDA it also captures a new
@@ -676,6 +684,7 @@ class AutoState:
     verify_scale: float = 1.0
     verify_same: np.ndarray = field(default_factory=lambda: np.zeros(0))
     verify_new: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    verify_tried: np.ndarray = field(default_factory=lambda: np.zeros(0))
     guard: bool = True
     trial_steps: int = 0
     trial_tokens: float = 0.0
@@ -1130,6 +1139,32 @@ class AutoDraftLength:
         return loss if loss > margin * st.trial_ms else None
 
     # -- the loop's calls ----------------------------------------------------------------------------
+    def _book_verify(self, rows: int, verify_ms: float, table: float) -> None:
+        """Book one timed verify of ``rows`` rows (``AutoState.verify_tried`` / ``verify_seen`` /
+        ``verify_scale`` / ``verify_same`` / ``verify_new`` say what goes where, and why)."""
+        st = self.state
+        if len(st.verify_tried) < rows:
+            st.verify_tried = np.pad(st.verify_tried, (0, rows - len(st.verify_tried)))
+        st.verify_tried[rows - 1] += 1
+        if st.verify_tried[rows - 1] == 1:  # this shape's first graph: built and (CUDA) captured, a one-off
+            return
+        if self._prev_rows == rows:
+            # the table's shape was noisy too (V(2)/V(1) 1.02 in one table, 1.32 in the run): what
+            # this run measured at a row count wins over the table there
+            r, old = verify_ms / table, st.verify_scale
+            st.verify_scale = 0.8 * old + 0.2 * min(max(r, 0.5 * old), 2.0 * old)  # (one outlier moves it ≤ 20 %)
+            if len(st.verify_seen) < rows:
+                st.verify_seen = np.pad(st.verify_seen, (0, rows - len(st.verify_seen)))
+            seen = st.verify_seen[rows - 1]
+            st.verify_seen[rows - 1] = verify_ms if seen <= 0 else _ema(seen, verify_ms)
+        if self._prev_rows is not None:  # the same shape as the decode before, or a new one
+            name = "verify_same" if self._prev_rows == rows else "verify_new"
+            arr = getattr(st, name)
+            if len(arr) < rows:
+                arr = np.pad(arr, (0, rows - len(arr)))
+            arr[rows - 1] = verify_ms if arr[rows - 1] <= 0 else _ema(arr[rows - 1], verify_ms)
+            setattr(st, name, arr)
+
     def _learn(self, now: float) -> None:
         """Book the previous step: its other costs (by kind of step) and its confidences' outcome."""
         st = self.state
@@ -1151,21 +1186,7 @@ class AutoDraftLength:
         v = verify_ms if timed else table * st.verify_scale
         other = max(0.0, 1e3 * (now - self._t) - v)
         if not self._first and timed and table > 0:
-            # the table's shape was noisy too (V(2)/V(1) 1.02 in one table, 1.32 in the run): what
-            # this run measured at a row count wins over the table there
-            r, old = verify_ms / table, st.verify_scale
-            st.verify_scale = 0.8 * old + 0.2 * min(max(r, 0.5 * old), 2.0 * old)  # (one outlier moves it ≤ 20 %)
-            if len(st.verify_seen) < rows:
-                st.verify_seen = np.pad(st.verify_seen, (0, rows - len(st.verify_seen)))
-            seen = st.verify_seen[rows - 1]
-            st.verify_seen[rows - 1] = verify_ms if seen <= 0 else _ema(seen, verify_ms)
-            if self._prev_rows is not None:  # the same shape as the decode before, or a new one
-                name = "verify_same" if self._prev_rows == rows else "verify_new"
-                arr = getattr(st, name)
-                if len(arr) < rows:
-                    arr = np.pad(arr, (0, rows - len(arr)))
-                arr[rows - 1] = verify_ms if arr[rows - 1] <= 0 else _ema(arr[rows - 1], verify_ms)
-                setattr(st, name, arr)
+            self._book_verify(rows, verify_ms, table)
         wall = 1e3 * (now - self._t)
         # the step's committed tokens, where the loop booked it (None where it did not: nothing to count)
         booked = self.stats.n_steps == self._n_steps + 1 and self.stats.acceptance_lengths
