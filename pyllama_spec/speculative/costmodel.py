@@ -606,14 +606,16 @@ class AutoState:
             last ``DORMANT_WINDOW`` steps, whose rows the probe drafts from, and every drafting step). Why: on an
             H100 (2026-12-06, SmolLM2 + DFlash) auto's resting steps cost 1.30 ms of verify against plain
             decoding's 1.19, the 3 taps' device-to-host copies (and the fusions a tapped tensor blocks) on every
-            decode. Each switch re-reserves llama.cpp's compute buffers at the next decode (twice a rest; none
+            decode. Each switch re-reserved llama.cpp's compute buffers at the next decode (twice a rest; none
             while a rest goes on into the next generation, whose start keeps them off): on 2 cores of an Intel Xeon
             (2026-12-06, SmolLM2 Q4_1, ``benchmarks/decode_overhead.py --taps -ngl 0``) a switch cost +3.3 ms of
             one 10.6 ms decode and the 3 taps nothing measurable (−0.02 ms a decode). On an H100 (2026-12-06,
             ``auto_overhead.py --drafter dflash --n-max 0 auto auto-taps``, one run) a switch cost ~9 ms (the
             steps that began and ended a rest: 10.9 / 10.5 ms against 3.9 / 3.7 with the taps left on) and the
             resting steps were no faster (1.286 vs 1.207 ms a step): auto-taps 714.0 tok/s against auto's 737.2
-            and plain's 805.4 (RESULTS.md 19.9). So False, the default. After a generation that ended inside a
+            and plain's 805.4 (RESULTS.md 19.9). Patch 0016 (2026-12-06) cut a switch to 1–3 ms on an H200 and
+            auto-taps to auto's speed there (755.7 / 788.0 against 763.9 / 766.9 tok/s), but the resting steps were
+            still no faster with the taps off (RESULTS.md 19.11). So False, the default. After a generation that ended inside a
             long rest the target's taps may be off (``Context.enabled_layer_inputs``); each generation sets those
             it needs at its start.
         verify_seen: per row count R (index R − 1), running mean of the verify ms the timer measured

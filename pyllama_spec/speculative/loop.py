@@ -222,7 +222,7 @@ def _run(target, drafter, prompt, vocab, mem, chain, *, max_tokens, n_max, sp, d
         if toggle_taps and taps_on == dormant:
             # the taps off for a decode whose rows observe_dormant skips, on for every other (a rest's last
             # DORMANT_WINDOW steps, whose rows the probe drafts from; a drafting step): the switch costs a
-            # re-reserve of llama.cpp's compute buffers at the decode below
+            # rebuilt graph at the decode below (patch 0016; a whole scheduler reserve before it)
             taps_on = not dormant
             target.set_layer_inputs(drafter.target_layer_ids if taps_on else [])
 
