@@ -616,8 +616,8 @@ class AutoState:
             and plain's 805.4 (RESULTS.md 19.9). Patch 0016 (2026-12-06) cut a switch to 1–3 ms on an H200 and
             auto-taps to auto's speed there (755.7 / 788.0 against 763.9 / 766.9 tok/s), but the resting steps were
             still no faster with the taps off (RESULTS.md 19.11). So False, the default. After a generation that
-            ended inside a long rest the target's taps may be off (``Context.enabled_layer_inputs``); each generation sets those
-            it needs at its start.
+            ended inside a long rest the target's taps may be off (``Context.enabled_layer_inputs``); each
+            generation sets those it needs at its start.
         verify_seen: per row count R (index R − 1), running mean of the verify ms the timer measured
             in this drafter's steps of R rows that kept the shape of the decode before (0 = none yet):
             the decision's V(R) where measured. A verify of a new shape is booked in ``verify_new`` only:
