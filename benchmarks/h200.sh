@@ -237,8 +237,7 @@ kind)
 retest)
   # carry .dev/smol.part08 after install + model0..model7: this checkout's Python files and shipped data go over
   # the installed wheel (its native part is unchanged), then tests, τ on held-out prompts and the demo
-  smol_cat "$GGUF" || exit 2
-  (cd pyllama_spec && tar -cf - $(find . -name "*.py" -o -path "./data/*" -type f)) | tar -xf - -C "$W/pkg/pyllama_spec"
+  smol_checkout  # (device_smol.sh: SmolLM2 from its parts, this checkout's Python and data over the wheel)
   log "pytest"
   tests_against_the_wheel
   [ "${RETEST_TESTS_ONLY:-0}" = 1 ] && exit 0  # (the suite alone, where device time is short)
@@ -417,8 +416,7 @@ graph-keys)
   # llama-speculative-simple (compare_native, GK_PROMPTS prompts × 128 tokens, tokens compared; GK_NATIVE=0 skips
   # it); one archive $OUT/graph-keys.tar.gz (carry .dev/smol.part08; ~5 min). GK_REPS ("1"; e.g. "1 2 3"),
   # GK_DRAFTERS ("dflash draft ngram-map-k"), GK_PASSES (auto_overhead's --n-max, "0 2 7 auto"; e.g. add auto-taps)
-  smol_cat "$GGUF" || exit 2
-  (cd pyllama_spec && tar -cf - $(find . -name "*.py" -o -path "./data/*" -type f)) | tar -xf - -C "$W/pkg/pyllama_spec"
+  smol_checkout  # (device_smol.sh: SmolLM2 from its parts, this checkout's Python and data over the wheel)
   G=$W/graph-keys && rm -rf "$G" && mkdir -p "$G"
   HELD=benchmarks/data/issue20-h200-torch/heldout-greedy.jsonl.gz
   for rep in ${GK_REPS:-1}; do
@@ -444,14 +442,12 @@ graph-keys)
 py)
   # any script of this checkout with SmolLM2 in the cache and this checkout's Python over the wheel (carry
   # .dev/smol.part08): bash benchmarks/h200.sh py benchmarks/draft_sampling_ab.py --n-prompts 8; LIMIT (s, 500)
-  smol_cat "$GGUF" || exit 2
-  (cd pyllama_spec && tar -cf - $(find . -name "*.py" -o -path "./data/*" -type f)) | tar -xf - -C "$W/pkg/pyllama_spec"
+  smol_checkout  # (device_smol.sh: SmolLM2 from its parts, this checkout's Python and data over the wheel)
   S=${2:?py SCRIPT [ARGS...]}; shift 2
   (cd /tmp && timeout "${LIMIT:-500}" python3 "$REPO/$S" "$@") 2>&1 | grep -v "^llama_\|^load" | tail -"${TAIL:-60}"
   ;;
 step-smol)
-  smol_cat "$GGUF" || exit 2; sha256sum "$GGUF"
-  (cd pyllama_spec && tar -cf - $(find . -name "*.py" -o -path "./data/*" -type f)) | tar -xf - -C "$W/pkg/pyllama_spec"
+  smol_checkout; sha256sum "$GGUF"
   log "SmolLM2 + shipped drafter: step cost (kernels profiled)"
   (cd /tmp && timeout 200 python3 "$REPO/benchmarks/step_cost.py" --label smollm2-shipped --profile \
       --json "$OUT/step_smol.json") 2>&1 | grep -v "^ \{2,\}[0-9.]* µs"
@@ -472,8 +468,7 @@ step-smol)
 bakeoff)
   # the wheel must hold this checkout's native part (the bake-off's sampler declarations); the device has
   # no matplotlib: --no-plots, then `pyllama-spec bakeoff --from-json` on the CPU machine draws the PNGs
-  smol_cat "$GGUF" || exit 2
-  (cd pyllama_spec && tar -cf - $(find . -name "*.py" -o -path "./data/*" -type f)) | tar -xf - -C "$W/pkg/pyllama_spec"
+  smol_checkout  # (device_smol.sh: SmolLM2 from its parts, this checkout's Python and data over the wheel)
   DFL=$(cd /tmp && python3 -c "from pyllama_spec.assets import smollm2_dflash_path as p; print(p())")
   log "bake-off: coding chat, 4 turns, n_max sweep + auto, with llama.cpp's programs"
   (cd /tmp && timeout 330 python3 -m pyllama_spec.cli bakeoff "$GGUF" -d dflash="$DFL" -d ngram \
