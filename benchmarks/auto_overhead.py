@@ -48,6 +48,11 @@ class GCClock:
             self.full += info.get("generation") == 2
 
 
+def _ms16(a) -> str:
+    """The first 16 values of a per-row-count array, '-' where none was measured."""
+    return " ".join(f"{v:.2f}" if v > 0 else "-" for v in list(a)[:16])
+
+
 def trace_runs(trace: list) -> str:
     """``AutoState.trace`` in runs: consecutive steps of one kind, reason and row count as
     ``kind/why:rows x n (ms, ms, ...)`` — rests' times summarised as their mean."""
@@ -145,13 +150,10 @@ def main() -> None:
                   f"steps of {st.trial_tokens:.2f} tokens in {st.trial_ms:.3f} ms, guard gap {st.guard_gap}, "
                   f"other {st.other_ms}, rest other {st.rest_ms}, drafter {st.drafter_ms}, verify scale "
                   f"{st.verify_scale:.3f}, probe loss {st.probe_loss_ms}")
-            # V(R) as auto decides with it (this run's readings where it has them, RESULTS.md 19.10: a row count's
-            # first reading may be its graph's first build) beside the table and the readings after a decode of the
-            # same / another row count
-            def ms(a) -> str:
-                return " ".join(f"{v:.2f}" if v > 0 else "-" for v in list(a)[:16])
-            print(f"  V(1..16) seen {ms(st.verify_seen)} | table {ms(vt)} | same {ms(st.verify_same)} | "
-                  f"new {ms(st.verify_new)}")
+            # the verify readings auto decides with (AutoState.verify_seen: same-shape verifies, a row count's first
+            # one left out) beside the table and the readings after a decode of the same / another row count
+            print(f"  V(1..16) seen {_ms16(st.verify_seen)} | table {_ms16(vt)} | same {_ms16(st.verify_same)} | "
+                  f"new {_ms16(st.verify_new)} | tried {_ms16(st.verify_tried)}")
             if st.trace and not profiled:
                 print("  trace (kind/why: rows x steps, wall ms each; !: a generation's first step): "
                       + trace_runs(st.trace))

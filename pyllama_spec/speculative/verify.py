@@ -68,7 +68,8 @@ def verify_rejection(target_logits: np.ndarray, draft: Sequence[int], draft_prob
     k+1.. untouched), one uniform is drawn per row reached, then one draw for the last token. The
     bonus row (all there is to a step that drafted nothing, e.g. a rest of ``n_max="auto"``) is drawn
     from its sparse / unnormalised form by :func:`sampling.sample_rows`, never made dense: 139 → 63 µs
-    (no filter) and 152 → 9 µs (top-k 40, top-p 0.95) for a 49 152-token row on our CPU.
+    (no filter) and 152 → 9 µs (top-k 40, top-p 0.95) for a 49 152-token row on 2 cores of our Intel
+    Xeon (a whole resting step's draw 239 → 165 / 307 → 135 µs, RESULTS.md 19.11).
     """
     n = len(draft)
     V = target_logits.shape[1]
