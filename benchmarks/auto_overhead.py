@@ -9,13 +9,15 @@ reused (llama.cpp rebuilds it, and on CUDA re-captures its CUDA graph, whenever 
 shape differs from the last one: "auto" varies the verify batch from step to step).
 
     python benchmarks/auto_overhead.py [--drafter dflash|draft|ngram-map-k|...] [--n-max 0 2 auto-old auto auto-taps]
-        [-ngl 99]
+        [-ngl 99] [--temperature 0.8 [--verify rejection]]
 
 (n_max 0 is plain decoding, the baseline auto must not fall below. Each "auto" pass starts from a fresh
 ``AutoState`` — a first use —; ``auto-old`` is auto with ``AutoState(learn_costs=False)``, the rest sizes and
 the guard before 2026-12-06's second change, side by side with today's; ``auto-taps`` is auto with
 ``AutoState(taps_off_when_dormant=True)``: the target's layer-input taps off for the dormant steps of a long rest
-(DFlash; on an H100 a resting step's verify cost 1.30 ms against plain decoding's 1.19 with the 3 taps on). The
+(DFlash; on an H100 a resting step's verify cost 1.30 ms against plain decoding's 1.19 with the 3 taps on);
+``auto-host`` is auto with ``AutoState(draw_in_graph_when_dormant=False)`` (with ``--verify rejection
+--temperature 0.8``: every resting step reads its logits row and draws on the host, as before 2026-12-06). The
 profiled pass goes on from the state the ``auto`` pass left: auto used again.)
 """
 from __future__ import annotations
@@ -87,6 +89,8 @@ def main() -> None:
     ap.add_argument("-n", "--max-tokens", type=int, default=128)
     ap.add_argument("-ngl", "--n-gpu-layers", type=int, default=99)
     ap.add_argument("--top", type=int, default=30, help="profile rows to print")
+    ap.add_argument("--temperature", type=float, default=0.0, help="T (> 0: seeded per turn)")
+    ap.add_argument("--verify", choices=["match", "rejection"], default="match")
     a = ap.parse_args()
     spec = {"dflash": smollm2_dflash_path, "draft": smollm2_draft_path}.get(a.drafter, lambda: a.drafter)()
     gen = ps.Generator(smollm2_path(), drafters={"d": spec}, n_ctx=4096, n_gpu_layers=a.n_gpu_layers)
@@ -100,11 +104,12 @@ def main() -> None:
     runs = [(n, False) for n in a.n_max] + [(n, True) for n in a.n_max if n == "auto"]
     warm = None  # the state the timed "auto" pass left (the profiled pass goes on from it)
     for n_max, profiled in runs:
-        auto = n_max in ("auto", "auto-old", "auto-taps")
+        auto = n_max in ("auto", "auto-old", "auto-taps", "auto-host")
         nm = "auto" if auto else int(n_max)
         if auto and not profiled:  # a first use: a fresh state, its steps traced
             st = gen.reset_auto_state("d", AutoState(learn_costs=n_max != "auto-old",
-                                                     taps_off_when_dormant=n_max == "auto-taps", trace=[]))
+                                                     taps_off_when_dormant=n_max == "auto-taps",
+                                                     draw_in_graph_when_dormant=n_max != "auto-host", trace=[]))
             if n_max == "auto":
                 warm = st
         elif auto and warm is not None:
@@ -120,11 +125,13 @@ def main() -> None:
         gcc = GCClock()
         for conv in convs:
             answers: list[str] = []
-            for _ in range(min(a.turns, len(conv.turns))):
+            for turn in range(min(a.turns, len(conv.turns))):
                 if prof is not None:
                     prof.enable()
                 t = time.perf_counter()
-                r = gen.generate(messages=conv.messages(answers), drafter="d", n_max=nm, max_tokens=a.max_tokens)
+                r = gen.generate(messages=conv.messages(answers), drafter="d", n_max=nm, max_tokens=a.max_tokens,
+                                 verify=a.verify, temperature=a.temperature,
+                                 seed=1000 + turn if a.temperature > 0 else None)
                 secs += time.perf_counter() - t
                 if prof is not None:
                     prof.disable()

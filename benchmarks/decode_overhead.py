@@ -18,6 +18,12 @@ above ``bare+tok`` is everything our loop adds to a plain step.
 
     python benchmarks/decode_overhead.py --taps [--tap-layers 2,15,28] [-ngl 0]
 
+    python benchmarks/decode_overhead.py --sampler [-ngl 0]
+
+``--sampler`` (issue 25) times the first decode after a sampler chain is attached / detached
+(``Context.set_sampler``, what ``AutoState.draw_in_graph_when_dormant`` pays twice a rest; patch 0017, and
+``LLAMA_SAMPLER_RESERVE=1`` in its own process for upstream's reserve).
+
 ``--taps`` (issue 25) times instead what the target's layer-input taps cost: ``bare`` decodes with the taps of
 ``--tap-layers`` on (default: the shipped SmolLM2 DFlash drafter's 3 layers) against none, in interleaved rounds,
 and the first decode after switching them (``Context.set_layer_inputs``: llama.cpp re-reserves its compute buffers
@@ -209,6 +215,58 @@ def measure_taps(path: str, a: argparse.Namespace, out: dict) -> None:
     model.close()
 
 
+def measure_sampler(path: str, a: argparse.Namespace, out: dict) -> None:
+    """One model: the first bare one-token decode after attaching a sampler chain (a new one each time: a chain
+    attaches once) and after detaching it, each less the median of the two decodes before and the two after —
+    what ``AutoState.draw_in_graph_when_dormant`` pays twice a rest (patch 0017; ``LLAMA_SAMPLER_RESERVE=1`` for
+    upstream's scheduler reserve, in its own process). Wall and this thread's CPU µs."""
+    model = ps.Model(path, n_gpu_layers=a.n_gpu_layers)
+    ctx = ps.Context(model, n_ctx=1024, n_batch=64, n_ubatch=64, n_outputs_max=1, n_outputs_max_per_seq=1)
+    prompt = [1, 2, 3, 4, 5, 6, 7, 8]
+    n0 = len(prompt)
+    batch = lib.llama_batch_init(1, 0, 1)
+    batch.n_tokens = 1
+    batch.n_seq_id[0] = 1
+    batch.seq_id[0][0] = 0
+    batch.logits[0] = 1
+    state = {"i": 0}
+
+    def one() -> tuple[float, float]:
+        i = state["i"]
+        state["i"] += 1
+        if i % WINDOW == 0:
+            ctx.memory.seq_rm(0, n0)
+        batch.token[0] = 28
+        batch.pos[0] = n0 + i % WINDOW
+        t, c = time.perf_counter(), time.thread_time()
+        if lib.llama_decode(ctx.ptr, batch) != 0:
+            raise RuntimeError("llama_decode failed")
+        lib.llama_synchronize(ctx.ptr)
+        return 1e6 * (time.perf_counter() - t), 1e6 * (time.thread_time() - c)
+
+    ctx.decode(prompt, np.arange(n0, dtype=np.int32), logits="none")
+    extra: dict[str, list[tuple[float, float]]] = {"attach": [], "detach": []}
+    for r in range(a.toggles + 1):  # (the first round warms both graphs up and is not kept)
+        for name in ("attach", "detach"):
+            before = [one(), one()]
+            ctx.set_sampler(SamplerChain(temperature=0.8, seed=r) if name == "attach" else None)
+            sw = one()
+            near = before + [one(), one()]
+            if r:
+                extra[name].append((sw[0] - statistics.median(w for w, _ in near),
+                                    sw[1] - statistics.median(c for _, c in near)))
+    lib.llama_batch_free(batch)
+    sw = {m: [statistics.median(x[j] for x in v) for j in (0, 1)] for m, v in extra.items()}
+    name = model.path.name
+    out["models"][name] = {"us_switch_extra": sw, "all_switch": extra, "columns": ["wall us", "thread cpu us"]}
+    print(f"{name}: a sampler chain (T 0.8) attached / detached: the first bare decode after it less the median of the"
+          f" 2 decodes before and 2 after (µs, median of {a.toggles}); wall / this thread's CPU time")
+    for m in ("attach", "detach"):
+        print(f"  {m:<11} {sw[m][0]:+9.1f} {sw[m][1]:+9.1f}")
+    ctx.close()
+    model.close()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", action="append",
@@ -223,12 +281,15 @@ def main() -> None:
     ap.add_argument("--tap-layers", default="2,15,28",
                     help="the layers --taps turns on (default: the shipped SmolLM2 DFlash drafter's)")
     ap.add_argument("--toggles", type=int, default=50, help="switches timed each way (--taps)")
+    ap.add_argument("--sampler", action="store_true",
+                    help="time a sampler chain's attach / detach instead (patch 0017; LLAMA_SAMPLER_RESERVE=1: "
+                         "upstream's reserve)")
     ap.add_argument("--json", help="write the numbers here")
     a = ap.parse_args()
     out = {"system": ps.system_info(), "n": a.n, "rounds": a.rounds, "models": {}}
-    if a.taps:
+    if a.taps or a.sampler:
         for path in a.model or [str(smollm2_path())]:
-            measure_taps(path, a, out)
+            (measure_taps if a.taps else measure_sampler)(path, a, out)
     else:
         for path in a.model or [str(smollm2_path()), str(smollm2_draft_path())]:
             measure(path, a, out)

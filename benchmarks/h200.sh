@@ -42,6 +42,8 @@
 #   bash benchmarks/h200.sh py SCRIPT ARGS # carry .dev/smol.part08 after model0..model7: any script of this checkout
 #   bash benchmarks/h200.sh auto-overhead # carry .dev/smol.part08 after model0..model7: issue 25, auto's per-step cost
 #                                    # (auto-taps: auto with the target's taps off in long rests, AutoState.taps_off_when_dormant)
+#   bash benchmarks/h200.sh rest-t08 # carry .dev/smol.part08 after install + model0..model7: issue 25, auto's resting
+#                                    # steps at T = 0.8 (match / rejection rule) vs plain, patch 0017's sampler switch
 #   bash benchmarks/h200.sh graph-keys # carry .dev/smol.part08 after install + model0..model7: patch 0015 (CUDA graphs
 #                                    # per shape) against the upstream key, auto_overhead + draft model vs native
 #   bash benchmarks/h200.sh step-smol # carry .dev/smol.part08 after model0..model7: SmolLM2 step cost, T>0, held-out
@@ -64,7 +66,7 @@
 # KIND, CONFIGS_KIND, DATA, SEED, TRAIN_SECONDS (kind); RETEST_TESTS_ONLY=1 (retest: pytest only); SBMM_DTYPES (sbmm); NMAX, NTOK, RUNS, NGL, DRAFTERS, MIXED_TURNS, SWEEP_GGUF,
 # DRY=1 (sweep: this checkout's source tree, for a check on the CPU machine).
 set -uo pipefail
-PHASE=${1:?phase: wheel0 … wheel4 | install | model0 … model7 | data | train | bench | retest | step-big | sbmm | ops | auto-overhead | graph-keys | py | step-smol | bakeoff | sweep | render | kind}
+PHASE=${1:?phase: wheel0 … wheel4 | install | model0 … model7 | data | train | bench | retest | step-big | sbmm | ops | auto-overhead | rest-t08 | graph-keys | py | step-smol | bakeoff | sweep | render | kind}
 REPO=$(pwd)
 W=/tmp/w
 OUT=${OUT:-$W/out}
@@ -408,6 +410,28 @@ auto-overhead)
     (cd /tmp && timeout 200 python3 "$REPO/benchmarks/auto_overhead.py" --drafter $d --n-max 0 2 7 auto-old auto auto-taps) 2>&1 \
       | tee "$OUT/auto_overhead_$d.txt" | head -80  # (≈ 70 lines with auto-taps: a head that closes early cuts tee's file)
   done
+  ;;
+rest-t08)
+  # issue 25: n_max="auto"'s resting steps at T = 0.8 against plain decoding (carry .dev/smol.part08 after install +
+  # model0..model7; ~3 min): a sampler chain's attach / detach with patch 0017 and with upstream's reserve
+  # (decode_overhead.py --sampler, each in its own process), then DFlash auto_overhead at T = 0.8 with the match rule
+  # (the default: one chain the whole generation; plain, auto, auto-taps) and the rejection rule (plain, auto with
+  # AutoState.draw_in_graph_when_dormant, auto-host without). One archive $OUT/rest-t08.tar.gz
+  smol_checkout
+  R=$W/rest-t08 && rm -rf "$R" && mkdir -p "$R"
+  for res in 0 1 0 1; do
+    log "sampler switch, LLAMA_SAMPLER_RESERVE=$res"
+    (cd /tmp && LLAMA_SAMPLER_RESERVE=$res timeout 60 python3 "$REPO/benchmarks/decode_overhead.py" --sampler) 2>&1 \
+      | tail -3 | tee -a "$R/sampler_switch_$res.txt"
+  done
+  for v in match rejection; do
+    passes="0 auto auto-taps 0 auto auto-taps"; [ $v = rejection ] && passes="0 auto-host auto 0 auto-host auto"
+    log "auto overhead, DFlash, T 0.8, verify $v: $passes"
+    (cd /tmp && timeout "${RT_LIMIT:-150}" python3 "$REPO/benchmarks/auto_overhead.py" --drafter dflash --temperature 0.8 \
+        --verify $v --turns 4 --n-max $passes --top 12) > "$R/auto_t08_$v.txt" 2>&1
+    grep "tok/s\|steps by kind" "$R/auto_t08_$v.txt" | cut -c1-400
+  done
+  tar -czf "$OUT/rest-t08.tar.gz" -C "$R" .
   ;;
 graph-keys)
   # patch 0015 (CUDA graphs cached per shape) against upstream's first-node key (GGML_CUDA_GRAPH_KEY=first-node),

@@ -31,6 +31,7 @@ PATCHES = (
     "0014-sched-async-inputs",
     "0015-cuda-graph-key-by-shape",
     "0016-layer-taps-without-reserve",
+    "0017-sampler-switch-without-reserve",
 )
 
 

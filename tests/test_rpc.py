@@ -184,3 +184,63 @@ def test_taps_switched_with_the_graph_split_over_two_backends(tiny, tmp_path):
     out = json.loads(next(line for line in r.stdout.splitlines() if line.startswith("RESULT "))[7:])
     assert len(out["tap0"]) == len(out["tap3"]) == 6 and len(out["logits"]) == 11
     assert max(out["tap0"]) < 1e-6 and max(out["tap3"]) < 1e-5 and max(out["logits"]) < 1e-4, out
+
+
+SAMPLER_CHILD = r"""
+import json, sys
+import numpy as np
+import pyllama_spec as ps
+from pyllama_spec import rpc
+from pyllama_spec.sampler import SamplerChain
+target, prompt = sys.argv[1:3]
+with rpc.local_server(threads=1, lifetime=240, devices=["CPU"]) as ep:
+    g = ps.Generator(target, rpc_servers=[ep], n_gpu_layers=2, devices=[], n_ctx=256, n_batch=64, n_ubatch=32)
+    ctx = g.ctx
+    toks = g.model.vocab.tokenize(prompt)[:13]
+    ref = []
+    for i, t in enumerate(toks[:9]):
+        ctx.decode([t], [i])
+        ref.append(ctx.logits()[0].copy())
+    ctx.decode(toks[9:13], [9, 10, 11, 12], logits="all")
+    ref4 = ctx.logits().copy()
+    ctx.memory.clear()
+    dl, drawn, want = [], [], []
+    on = (1, 2, 5, 6, 8)
+    for i, t in enumerate(toks[:9]):
+        if (i in on) != bool(ctx._samplers) or i == 6:
+            ctx.set_sampler(SamplerChain() if i in on else None)
+        ctx.decode([t], [i])
+        if i in on:
+            drawn += ctx.sampled_tokens(1)
+            want.append(int(np.argmax(ref[i])))
+        else:
+            dl.append(float(np.abs(ctx.logits()[0] - ref[i]).max()))
+    for _ in range(2):  # a plan made without the chain for a larger graph, then the chain on for that shape
+        ctx.memory.seq_rm(0, 9)
+        ctx.set_sampler(None)
+        ctx.decode(toks[9:13], [9, 10, 11, 12], logits="all")
+        dl.append(float(np.abs(ctx.logits() - ref4).max()))
+        ctx.memory.seq_rm(0, 9)
+        ctx.set_sampler(SamplerChain())
+        ctx.decode(toks[9:13], [9, 10, 11, 12], logits="all")
+        drawn += ctx.sampled_tokens(4)
+        want += np.argmax(ref4, axis=1).tolist()
+    ctx.set_sampler(None)
+    g.close()
+print("RESULT " + json.dumps({"logits": dl, "drawn": drawn, "want": want}))
+"""
+
+
+def test_a_sampler_switched_with_the_graph_split_over_two_backends(tiny, tmp_path):
+    """Patch 0017 drops the graph on a sampler switch and lets the allocator plan the new one; with a split graph (the
+    last layers on an RPC server) the draws of a greedy chain and the logits without one equal those of decodes
+    without switches."""
+    _server_or_skip()
+    root = str(Path(ps.__file__).resolve().parents[1])
+    env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    r = subprocess.run([sys.executable, "-c", SAMPLER_CHILD, str(tiny["target"]), PROMPT], check=False,
+                       capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = json.loads(next(line for line in r.stdout.splitlines() if line.startswith("RESULT "))[7:])
+    assert len(out["logits"]) == 6 and len(out["drawn"]) == 5 + 8
+    assert out["drawn"] == out["want"] and max(out["logits"]) < 1e-4, out

@@ -132,3 +132,46 @@ def test_dense_rows_two_level_draw_chi2():
     keep = p > 0
     assert counts[~keep].sum() == 0
     assert stats.chisquare(counts[keep], p[keep] / p[keep].sum() * counts.sum()).pvalue > 1e-3
+
+
+def test_a_chain_switched_between_decodes_draws_and_leaves_logits_as_without_switches(tiny_model):
+    """A sampler chain attached or detached between decodes of one shape, and after the allocator planned a larger
+    graph without it (vendor/patches/0017 rebuilds the graph and plans it anew instead of reserving the scheduler;
+    n_max="auto" switches a chain so around a long rest, AutoState.draw_in_graph_when_dormant): each decode with a
+    chain draws the argmax of a switch-free context's logits (a greedy chain), each without one returns those
+    logits."""
+    from .conftest import close_logits
+
+    toks = tiny_model.vocab.tokenize("The quick brown fox jumps over the lazy dog")[:13]
+    ref = ps.Context(tiny_model, n_ctx=256, n_batch=32, n_ubatch=32)
+    ctx = ps.Context(tiny_model, n_ctx=256, n_batch=32, n_ubatch=32, n_outputs_max_per_seq=8)
+    try:
+        want = []
+        for i, t in enumerate(toks[:9]):
+            ref.decode([t], [i])
+            want.append(ref.logits()[0].copy())
+        ref.decode(toks[9:13], [9, 10, 11, 12], logits="all")
+        want4 = ref.logits().copy()
+        on = {1, 2, 5, 6, 8}  # off, on, on, off, off, on, on (another chain), off, on
+        for i, t in enumerate(toks[:9]):
+            if (i in on) != bool(ctx._samplers) or i == 6:
+                ctx.set_sampler(SamplerChain() if i in on else None)
+            ctx.decode([t], [i])
+            if i in on:
+                assert ctx.sampled_tokens(1) == [int(np.argmax(want[i]))]
+            else:
+                close_logits(ctx.logits()[0], want[i])
+        # a plan made without the chain for a larger graph, then the chain on for that shape, then off again
+        for lo in (9, 9):  # (twice: the second plan is made after a plan with the chain)
+            ctx.memory.seq_rm(0, lo)
+            ctx.set_sampler(None)
+            ctx.decode(toks[lo:lo + 4], list(range(lo, lo + 4)), logits="all")
+            close_logits(ctx.logits(), want4)
+            ctx.memory.seq_rm(0, lo)
+            ctx.set_sampler(SamplerChain())
+            ctx.decode(toks[lo:lo + 4], list(range(lo, lo + 4)), logits="all")
+            assert ctx.sampled_tokens(4) == np.argmax(want4, axis=1).tolist()
+        ctx.set_sampler(None)
+    finally:
+        ref.close()
+        ctx.close()

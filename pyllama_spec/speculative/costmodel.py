@@ -618,6 +618,16 @@ class AutoState:
             still no faster with the taps off (RESULTS.md 19.11). So False, the default. After a generation that
             ended inside a long rest the target's taps may be off (``Context.enabled_layer_inputs``); each
             generation sets those it needs at its start.
+        draw_in_graph_when_dormant: at temperature > 0 with the rejection rule (``verify="rejection"``), whose
+            verify reads the target's logits and draws on the host, the dormant steps of a long rest draw in the
+            target's graph as plain decoding does, through a sampler chain attached for the rest (seeded from the
+            generation's random generator) and detached before its first step that is not dormant — where at
+            least ``IN_GRAPH_MIN_STEPS`` dormant steps lie ahead (:meth:`AutoDraftLength.draw_in_graph`). Why: a
+            resting step otherwise reads a whole logits row and draws on the host (135–165 µs a 49 152-token row
+            on 2 Xeon cores, RESULTS.md 19.12) where plain decoding draws in the graph. Each switch costs a
+            rebuilt graph (vendor/patches/0017: 0.3–0.7 ms on 2 CPU cores; a scheduler reserve of ~3 ms without
+            it). Needs backend sampling (``backend_sampling`` not False); lossless either way. (The match rule,
+            the default, keeps one chain attached for the whole generation at T > 0: nothing to switch.)
         verify_seen: per row count R (index R − 1), running mean of the verify ms the timer measured
             in this drafter's steps of R rows that kept the shape of the decode before (0 = none yet):
             the decision's V(R) where measured. A verify of a new shape is booked in ``verify_new`` only:
@@ -682,6 +692,7 @@ class AutoState:
     max_rest: int = 512
     dormant: bool = True
     taps_off_when_dormant: bool = False
+    draw_in_graph_when_dormant: bool = True
     verify_seen: np.ndarray = field(default_factory=lambda: np.zeros(0))
     verify_scale: float = 1.0
     verify_same: np.ndarray = field(default_factory=lambda: np.zeros(0))
@@ -759,6 +770,12 @@ def adaedl_lower_bound(entropy: Any, gamma: float = 0.5) -> np.ndarray:
 #: earlier steps of a longer rest hand it ``observe_dormant`` (DFlash: no features): the probe's draft then
 #: sees the last 64 rows and whatever preceded the rest (DFlash stages 64 deferred rows per injection anyway)
 DORMANT_WINDOW = 64
+
+#: dormant steps that must lie ahead before a rest attaches a sampler chain to draw in the target's graph
+#: (``AutoState.draw_in_graph_when_dormant``): the chain's two switches rebuild the graph twice (0.3–0.7 ms each
+#: on 2 CPU cores with patch 0017; a rebuilt graph cost 1–3 ms on an H200, RESULTS.md 19.11), a step drawn in the
+#: graph saves the host's draw (0.14–0.17 ms on those cores)
+IN_GRAPH_MIN_STEPS = 32
 
 #: a drafter whose call costs at most this fraction of a 1-row verify is *free* (the n-gram kinds: ~0.014 ms
 #: against 1.12 ms on the H100, 2026-12-06): ``plan`` asks it for the ceiling at once — nothing to save by
@@ -1342,6 +1359,14 @@ class AutoDraftLength:
         ``DORMANT_WINDOW`` resting steps follow it before the probe, so the drafter need not see its rows."""
         st = self.state
         return st.dormant and self._prev == "rest" and st.rest_left >= DORMANT_WINDOW
+
+    def draw_in_graph(self, attached: bool) -> bool:
+        """Whether this dormant step (:meth:`dormant`, or the loop's dormant last step) draws its token in the
+        target's graph (``AutoState.draw_in_graph_when_dormant``): once a rest attached its chain
+        (``attached``) for the rest of its dormant steps, before that where ``IN_GRAPH_MIN_STEPS`` dormant
+        steps lie ahead (the switches' cost)."""
+        st = self.state
+        return st.draw_in_graph_when_dormant and (attached or st.rest_left - DORMANT_WINDOW >= IN_GRAPH_MIN_STEPS)
 
     def dormant_prefill(self) -> bool:
         """Whether the prompt's rows may skip the drafter too: the last generation's rest goes on for at

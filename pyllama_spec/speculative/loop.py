@@ -28,12 +28,14 @@ How verify rows become tokens (``backend_sampling``): for the greedy and match r
 chain attached to the target (:meth:`Context.set_sampler`) draws one token per row inside the
 decode graph — on a GPU no logits cross to the host, as llama.cpp's own speculative drivers do
 with backend sampling; rejection sampling needs p and q, so its target logits come back and
-numpy (``verify.py``) works on all rows at once.
+numpy (``verify.py``) works on all rows at once — except in the dormant steps of n_max="auto"'s long
+rests, which verify no draft: there a chain attached for the rest draws in the graph as plain decoding
+does (``AutoState.draw_in_graph_when_dormant``).
 """
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -141,6 +143,10 @@ def speculative_generate(target: Context, drafter: Drafter | None, prompt: list,
     chain = (SamplerChain.from_params(sp) if use_backend and fits and not host_rule and not tree_budget
              else None)
     target.set_sampler(chain)
+    # the rejection rule reads logits only where a draft is verified: a long rest's dormant steps may draw in the
+    # graph (AutoState.draw_in_graph_when_dormant), through a chain attached for the rest (_rest_sampler)
+    rest_in_graph = (host_rule and use_backend and not tree_budget and draft_length is not None
+                     and draft_length.state.draw_in_graph_when_dormant)
     if drafter is not None:
         drafter.want_confidence = draft_length is not None
         with timer("prefill", getattr(drafter, "ctx", None)):
@@ -158,7 +164,7 @@ def speculative_generate(target: Context, drafter: Drafter | None, prompt: list,
         yield from _run(target, drafter, prompt, vocab, mem, chain, max_tokens=max_tokens, n_max=n_max, sp=sp,
                         dsp=dsp, verify=verify, stats=stats, timer=timer, rng=rng, n_keep=n_keep,
                         draft_length=draft_length, tree_budget=tree_budget, branches=branches,
-                        toggle_taps=toggle_taps, taps_on=taps_on)
+                        toggle_taps=toggle_taps, taps_on=taps_on, rest_in_graph=rest_in_graph)
     finally:
         target.set_sampler(None)  # the user's own decodes get logits again
         if branches is not None:
@@ -166,7 +172,7 @@ def speculative_generate(target: Context, drafter: Drafter | None, prompt: list,
 
 
 def _run(target, drafter, prompt, vocab, mem, chain, *, max_tokens, n_max, sp, dsp, verify, stats, timer, rng,
-         n_keep, draft_length, tree_budget, branches, toggle_taps, taps_on):
+         n_keep, draft_length, tree_budget, branches, toggle_taps, taps_on, rest_in_graph):
     # prefill: everything but the last prompt token (and the kept prefix), chunked by n_batch
     timer.mark("prefill_start")
     n_prefill = len(prompt) - 1
@@ -225,6 +231,12 @@ def _run(target, drafter, prompt, vocab, mem, chain, *, max_tokens, n_max, sp, d
             # rebuilt graph at the decode below (patch 0016; a whole scheduler reserve before it)
             taps_on = not dormant
             target.set_layer_inputs(drafter.target_layer_ids if taps_on else [])
+        in_graph = rest_in_graph and dormant and draft_length.draw_in_graph(chain is not None)
+        if rest_in_graph and (chain is not None) != in_graph:
+            # a dormant step verifies no draft: it draws its token in the graph as plain decoding does, no logits
+            # row read and drawn on the host; the first step that is not dormant detaches the chain (each switch
+            # costs a rebuilt graph at the decode below: patch 0017)
+            chain = _rest_sampler(target, chain, sp, rng) if in_graph else _rest_sampler(target, chain)
 
         if step is None:
             batch, pos, k, bonus = _verify_chain(target, drafter, chain, draft, last, n_past, sp, verify, rng, timer)
@@ -299,6 +311,23 @@ def _toggles_taps(drafter: Drafter | None, draft_length: AutoDraftLength | None)
     ``observe_dormant`` reads none (``Drafter.dormant_reads_taps`` False)."""
     return (drafter is not None and draft_length is not None and draft_length.state.taps_off_when_dormant
             and not drafter.dormant_reads_taps and bool(drafter.target_layer_ids))
+
+
+def _rest_sampler(target: Context, chain: SamplerChain | None, sp: SamplingParams | None = None,
+                  rng: np.random.Generator | None = None) -> SamplerChain | None:
+    """Attach a new chain for a long rest's dormant steps (``sp`` given) or detach and free the rest's
+    ``chain`` (``sp`` None) → the chain now attached. A chain attaches to a context once, so each rest makes
+    its own, seeded from the loop's ``rng``: its draws are independent of the last rest's and a seeded
+    generation repeats."""
+    if sp is None:
+        target.set_sampler(None)
+        if chain is not None:
+            chain.close()
+        return None
+    assert rng is not None
+    chain = SamplerChain.from_params(replace(sp, seed=int(rng.integers(2**31 - 1))))
+    target.set_sampler(chain)
+    return chain
 
 
 def _verify_chain(target, drafter, chain, draft, last, n_past, sp, verify, rng, timer):
