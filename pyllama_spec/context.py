@@ -265,8 +265,9 @@ class Context:
         self._causal = True
         self.ctx_type = ctx_type
         self._samplers: dict[int, Any] = {}  # seq_id -> SamplerChain run on the backend
-        # a sampler change makes llama.cpp re-reserve its graphs at the next decode (sched_reserve),
-        # which cannot build a fused DFlash graph: no injection may be staged for that decode
+        # a sampler change may make llama.cpp re-reserve its graphs at the next decode (sched_reserve: patch 0017
+        # does so where the chain needs more graph nodes than the last reserve planned for, and
+        # LLAMA_SAMPLER_RESERVE=1 always), which cannot build a fused DFlash graph: no injection may be staged then
         self._reserve_pending = False
         # numpy views into the output buffer (_OutputView owners), and its generation: how often
         # llama.cpp replaced it by a larger one (replaced buffers are kept while views use them)
@@ -382,7 +383,8 @@ class Context:
         With a chain attached, a decode copies back one sampled token per output row
         (:meth:`sampled_tokens`) instead of the ``(n_outputs, n_vocab)`` logits: on a GPU the
         argmax / draw runs there and no logits cross to the host. Changing it rebuilds the graph
-        once (llama.cpp re-reserves); keep one chain for a whole generation.
+        once (patch 0017; a scheduler reserve where the chain needs more graph nodes than the context planned
+        for); keep one chain for a whole generation where you can.
 
         Args:
             chain: a :class:`~pyllama_spec.sampler.SamplerChain` (kept alive by this context), or None.
@@ -809,13 +811,13 @@ class Context:
         Raises:
             InvalidBatchError: wrong shape.
             InvalidArgumentError: a sampler was attached or detached (:meth:`set_sampler`) since the
-                last decode: llama.cpp re-reserves its graphs at the next decode and aborts the process
+                last decode: llama.cpp may re-reserve its graphs at the next decode and then aborts the process
                 when an injection is staged then; decode once without one first (e.g. :meth:`decode_embd`).
             UnsupportedError: not a plain DFlash drafter context (DFlash2 / DSpark, other models).
         """
         if self._reserve_pending and self.model.arch == "dflash":
             raise InvalidArgumentError("set_sampler() changed this context's samplers since its last decode: "
-                                       "llama.cpp re-reserves its graphs at the next decode and cannot do that "
+                                       "llama.cpp may re-reserve its graphs at the next decode and cannot do that "
                                        "with an injection staged; decode once without one first "
                                        "(decode_embd() for the rows, then a plain draft decode)")
         rows = np.ascontiguousarray(rows, dtype=np.float32)

@@ -16,7 +16,7 @@ from pyllama_spec.speculative.costmodel import DORMANT_WINDOW, IN_GRAPH_MIN_STEP
 from .conftest import assert_same_tokens
 
 PROMPT = "The quick brown fox"  # (the tiny target goes on past 400 tokens here greedily, and with top-k 1)
-STORY = "Once upon a time"  # (at T = 0.8, top-k 2 and seed 4: 300 tokens and more in the run below)
+STORY = "Once upon a time"  # (at T = 0.8, top-k 2 and seed 4: 160 tokens in the run below on the CPU)
 N_TOK = 160
 
 
@@ -85,7 +85,8 @@ def test_the_dormant_steps_draw_plain_decodings_tokens_with_the_rests_chain(gen,
     decoding draws with a chain of that seed after the same prefix — the logits after the switch are right and
     the draw is llama.cpp's in-graph one."""
     toks, r, spy = _run(gen, monkeypatch, max_rest=512, prompt=STORY, top_k=2, seed=4)
-    assert len(r.tokens) == N_TOK
+    # (on the CPU 160 tokens; CUDA draws otherwise from the same seed and ended at an EOS after 65 on an H100)
+    assert len(r.tokens) >= 32
     steps = spy.steps(len(toks))
     on = [i for i, (_, _, c) in enumerate(steps) if c]
     assert len(spy.seeds) == 1 and on, "one rest, one chain"
@@ -107,8 +108,8 @@ def test_the_chain_is_on_for_dormant_steps_only_and_never_for_a_drafting_verify(
     toks, r, spy = _run(gen, monkeypatch, max_rest=rest, n=2 * rest + 24)
     steps = spy.steps(len(toks))
     assert all(not c for _, rows, c in steps if rows > 1)  # drafting steps read logits
-    # runs of chain-on steps: one per rest (the third cut by the generation's end), a whole rest's the steps before
-    # its window of DORMANT_WINDOW
+    # runs of chain-on steps: one per whole rest, its steps before its window of DORMANT_WINDOW; the third rest, cut
+    # by the generation's end after fewer than IN_GRAPH_MIN_STEPS steps, attaches nothing
     runs, cur = [], 0
     for _, _, c in steps + [(0, 1, False)]:
         if c:
@@ -116,8 +117,9 @@ def test_the_chain_is_on_for_dormant_steps_only_and_never_for_a_drafting_verify(
         elif cur:
             runs.append(cur)
             cur = 0
-    assert len(runs) == len(spy.seeds) == 3 and len(set(spy.seeds)) == 3, (runs, spy.seeds)
-    assert runs[:2] == [rest - DORMANT_WINDOW] * 2 and 0 < runs[2] <= rest - DORMANT_WINDOW, runs
+    assert len(runs) == len(spy.seeds) == 2 and len(set(spy.seeds)) == 2, (runs, spy.seeds)
+    assert runs == [rest - DORMANT_WINDOW] * 2, runs
+    assert len(steps) > 2 * rest + 2  # (a third rest began)
     assert sum(rows > 1 for _, rows, _ in steps) >= 2  # a probe drafted after each whole rest
     assert not gen.ctx._samplers
 
@@ -153,3 +155,46 @@ def test_plain_and_fixed_lengths_run_as_before_after_a_rest_in_the_graph(gen, mo
     s1 = gen.generate(PROMPT, drafter="dflash", n_max=3, max_tokens=24, verify="rejection", temperature=0.8, seed=3)
     s2 = gen.generate(PROMPT, drafter="dflash", n_max=3, max_tokens=24, verify="rejection", temperature=0.8, seed=3)
     assert s1.tokens == s2.tokens and np.all(np.asarray(s1.tokens) >= 0)
+
+
+def test_a_short_generation_inside_a_long_rest_attaches_nothing(gen, monkeypatch):
+    """The rest goes on into a generation of 8 tokens: fewer steps than IN_GRAPH_MIN_STEPS, so its two graph
+    rebuilds would cost more than they save — the host draws (a reviewer's case)."""
+    toks = gen.tokenize_prompt(PROMPT)
+    st = _resting(gen, 512)
+    try:
+        gen.generate(prompt_tokens=toks, drafter="dflash", n_max="auto", max_tokens=24, reuse_prefix=False,
+                     verify="rejection", temperature=0.8, top_k=1, seed=1)
+        assert st.rest_left - DORMANT_WINDOW >= IN_GRAPH_MIN_STEPS  # (the rest goes on, deep)
+        spy = Spy(gen, monkeypatch)
+        r = gen.generate(prompt_tokens=toks, drafter="dflash", n_max="auto", max_tokens=8, reuse_prefix=False,
+                         verify="rejection", temperature=0.8, top_k=1, seed=2)
+    finally:
+        monkeypatch.undo()
+        gen._auto_state.pop("dflash", None)
+    assert len(r.tokens) == 8 and not spy.seeds
+
+
+def test_a_backend_that_refuses_the_chain_leaves_the_draws_to_the_host(gen, monkeypatch):
+    """Context.set_sampler raises UnsupportedError where llama.cpp cannot run a chain on the backend: the rest then
+    draws on the host, as before the change, and asks no more (one try a generation)."""
+    tries = []
+    real = gen.ctx.set_sampler
+
+    def refuse(chain, seq_id=0):
+        if chain is not None:
+            tries.append(chain)
+            raise ps.UnsupportedError("llama.cpp cannot run the sampler chain on this context's backend")
+        return real(chain, seq_id)
+
+    toks = gen.tokenize_prompt(PROMPT)
+    _resting(gen, 512)
+    try:
+        monkeypatch.setattr(gen.ctx, "set_sampler", refuse)
+        r = gen.generate(prompt_tokens=toks, drafter="dflash", n_max="auto", max_tokens=96, reuse_prefix=False,
+                         verify="rejection", temperature=0.8, top_k=1, seed=3)
+    finally:
+        monkeypatch.undo()
+        gen._auto_state.pop("dflash", None)
+    ref = gen.generate(prompt_tokens=toks, max_tokens=96, reuse_prefix=False)  # top-k 1: greedy's tokens
+    assert len(tries) == 1 and r.tokens == ref.tokens

@@ -175,3 +175,44 @@ def test_a_chain_switched_between_decodes_draws_and_leaves_logits_as_without_swi
     finally:
         ref.close()
         ctx.close()
+
+
+NODE_BUDGET_CHILD = r"""
+import json, sys
+import numpy as np
+import pyllama_spec as ps
+from pyllama_spec.sampler import SamplerChain
+ctx = ps.Context(ps.Model(sys.argv[1]), n_ctx=512, n_batch=64, n_outputs_max_per_seq=32, n_threads=1)
+toks = list(range(10, 42))
+ctx.decode(toks, list(range(32)), logits="all")
+want = np.argmax(ctx.logits(), axis=1).tolist()
+ctx.memory.clear()
+ctx.set_sampler(SamplerChain(temperature=0.8, top_p=0.9, seed=1))  # more graph nodes than the context planned for
+ctx.decode(toks, list(range(32)), logits="all")
+n_drawn = len(ctx.sampled_tokens(32))
+ctx.memory.clear()
+ctx.set_sampler(SamplerChain())  # a greedy chain: fits the budget the last attach reserved
+ctx.decode(toks, list(range(32)), logits="all")
+print("RESULT " + json.dumps({"n_drawn": n_drawn, "greedy": ctx.sampled_tokens(32), "want": want}))
+"""
+
+
+def test_a_chain_needing_more_graph_nodes_than_planned_is_reserved_for(tiny, tmp_path):
+    """graph_max_nodes() counts an attached chain's nodes once per row it may sample; only a scheduler reserve sizes
+    the graph for that. A top-p chain over 32 rows needs more nodes than the tiny context planned for: patch 0017
+    reserves then (without that, ggml's context ran out of objects and llama.cpp aborted the process — a
+    reviewer's case, also reached by generate_batch over 32 sequences at T > 0 with top-p). In a child process, so
+    that an abort fails this test instead of ending the run."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = str(Path(ps.__file__).resolve().parents[1])
+    env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    r = subprocess.run([sys.executable, "-c", NODE_BUDGET_CHILD, str(tiny["target"])], check=False,
+                       capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = json.loads(next(line for line in r.stdout.splitlines() if line.startswith("RESULT "))[7:])
+    assert out["n_drawn"] == 32 and out["greedy"] == out["want"]

@@ -624,10 +624,13 @@ class AutoState:
             generation's random generator) and detached before its first step that is not dormant — where at
             least ``IN_GRAPH_MIN_STEPS`` dormant steps lie ahead (:meth:`AutoDraftLength.draw_in_graph`). Why: a
             resting step otherwise reads a whole logits row and draws on the host (135–165 µs a 49 152-token row
-            on 2 Xeon cores, RESULTS.md 19.12) where plain decoding draws in the graph. Each switch costs a
-            rebuilt graph (vendor/patches/0017: 0.3–0.7 ms on 2 CPU cores; a scheduler reserve of ~3 ms without
-            it). Needs backend sampling (``backend_sampling`` not False); lossless either way. (The match rule,
-            the default, keeps one chain attached for the whole generation at T > 0: nothing to switch.)
+            on 2 Xeon cores) where plain decoding draws in the graph: on an H100 (2026-12-06, SmolLM2 + DFlash,
+            T = 0.8, coding chat) resting steps cost 1.57–1.78 ms that way and 1.30–1.36 in the graph, auto
+            +10 / +37 % tok/s (RESULTS.md 19.12; on 2 CPU cores no difference). Each switch costs a rebuilt graph
+            (vendor/patches/0017: 0.3–0.7 ms on 2 CPU cores, 0.8–1.2 ms on an H100; a scheduler reserve of 3 /
+            8 ms without it). Needs backend sampling (``backend_sampling`` not False); lossless either way. (The
+            match rule, the default, keeps one chain attached for the whole generation at T > 0: nothing to
+            switch.)
         verify_seen: per row count R (index R − 1), running mean of the verify ms the timer measured
             in this drafter's steps of R rows that kept the shape of the decode before (0 = none yet):
             the decision's V(R) where measured. A verify of a new shape is booked in ``verify_new`` only:
@@ -773,8 +776,8 @@ DORMANT_WINDOW = 64
 
 #: dormant steps that must lie ahead before a rest attaches a sampler chain to draw in the target's graph
 #: (``AutoState.draw_in_graph_when_dormant``): the chain's two switches rebuild the graph twice (0.3–0.7 ms each
-#: on 2 CPU cores with patch 0017; a rebuilt graph cost 1–3 ms on an H200, RESULTS.md 19.11), a step drawn in the
-#: graph saves the host's draw (0.14–0.17 ms on those cores)
+#: on 2 CPU cores, 0.8–1.2 ms on an H100 with patch 0017), a step drawn in the graph saves the host's draw (0.2–0.5
+#: ms a resting step on that H100, RESULTS.md 19.12)
 IN_GRAPH_MIN_STEPS = 32
 
 #: a drafter whose call costs at most this fraction of a 1-row verify is *free* (the n-gram kinds: ~0.014 ms
@@ -1360,13 +1363,14 @@ class AutoDraftLength:
         st = self.state
         return st.dormant and self._prev == "rest" and st.rest_left >= DORMANT_WINDOW
 
-    def draw_in_graph(self, attached: bool) -> bool:
+    def draw_in_graph(self, attached: bool, room: int) -> bool:
         """Whether this dormant step (:meth:`dormant`, or the loop's dormant last step) draws its token in the
         target's graph (``AutoState.draw_in_graph_when_dormant``): once a rest attached its chain
         (``attached``) for the rest of its dormant steps, before that where ``IN_GRAPH_MIN_STEPS`` dormant
-        steps lie ahead (the switches' cost)."""
+        steps lie ahead in this generation (``room``: the steps it may still take at most) — the switches' cost."""
         st = self.state
-        return st.draw_in_graph_when_dormant and (attached or st.rest_left - DORMANT_WINDOW >= IN_GRAPH_MIN_STEPS)
+        ahead = min(st.rest_left - DORMANT_WINDOW, room)
+        return st.draw_in_graph_when_dormant and (attached or ahead >= IN_GRAPH_MIN_STEPS)
 
     def dormant_prefill(self) -> bool:
         """Whether the prompt's rows may skip the drafter too: the last generation's rest goes on for at

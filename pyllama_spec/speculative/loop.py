@@ -231,12 +231,15 @@ def _run(target, drafter, prompt, vocab, mem, chain, *, max_tokens, n_max, sp, d
             # rebuilt graph at the decode below (patch 0016; a whole scheduler reserve before it)
             taps_on = not dormant
             target.set_layer_inputs(drafter.target_layer_ids if taps_on else [])
-        in_graph = rest_in_graph and dormant and draft_length.draw_in_graph(chain is not None)
+        in_graph = rest_in_graph and dormant and draft_length.draw_in_graph(chain is not None, room)
         if rest_in_graph and (chain is not None) != in_graph:
             # a dormant step verifies no draft: it draws its token in the graph as plain decoding does, no logits
             # row read and drawn on the host; the first step that is not dormant detaches the chain (each switch
             # costs a rebuilt graph at the decode below: patch 0017)
-            chain = _rest_sampler(target, chain, sp, rng) if in_graph else _rest_sampler(target, chain)
+            try:
+                chain = _rest_sampler(target, chain, sp, rng) if in_graph else _rest_sampler(target, chain)
+            except UnsupportedError:  # this backend cannot run the chain: the host draws, as before
+                rest_in_graph, chain = False, None
 
         if step is None:
             batch, pos, k, bonus = _verify_chain(target, drafter, chain, draft, last, n_past, sp, verify, rng, timer)

@@ -452,7 +452,7 @@ class DFlashDrafter(ModelDrafter):
             for seq in list(self.ctx.samplers):  # (a batched draft may have left chains on other sequences)
                 self.ctx.set_sampler(None, seq)
         if self.ctx._reserve_pending:
-            # a sampler change: llama.cpp re-reserves its graphs at the next decode, which it cannot do
+            # a sampler change: llama.cpp may re-reserve its graphs at the next decode, which it cannot do
             # for a fused one (GGML_ASSERT in src/models/dflash.cpp): the staged rows go in separately
             self.flush(timer)
         if self._pending is not None and (not self.fused_inject or len(self._pending[1]) > self.block_size):

@@ -130,7 +130,7 @@ class DraftModelDrafter(ModelDrafter):
 
     def _draw_in_graph(self, on: bool) -> bool:
         """Attach a greedy backend sampler to the draft context, or take it off (a sampled or p_min draft reads
-        the logits). Each change makes llama.cpp re-reserve the graph once; a generation keeps one setting.
+        the logits). Each change rebuilds the graph once (patch 0017); a generation keeps one setting.
         Returns whether drafts are drawn in the graph (False where the backend refused the chain: then
         ``backend_sampling`` is turned off, with a warning, and the host draws, as llama.cpp's drafters fall
         back to the CPU sampler)."""
