@@ -146,38 +146,51 @@ def measure(path: str, a: argparse.Namespace, out: dict) -> None:
     model.close()
 
 
+class BareDecoder:
+    """Bare one-token decodes of a fresh one-row context after a short prompt (the next position each; the cache cut
+    back every WINDOW tokens, untimed): ``one()`` → wall and this thread's CPU µs (``time.thread_time``: llama.cpp
+    builds and reserves its graphs in that thread; a number that other processes on a shared machine barely move).
+    ``close()`` frees the batch, the context and the model."""
+
+    def __init__(self, path: str, n_gpu_layers: int) -> None:
+        self.model = ps.Model(path, n_gpu_layers=n_gpu_layers)
+        self.ctx = ps.Context(self.model, n_ctx=1024, n_batch=64, n_ubatch=64, n_outputs_max=1,
+                              n_outputs_max_per_seq=1)
+        prompt = [1, 2, 3, 4, 5, 6, 7, 8]
+        self.n0 = len(prompt)
+        self.batch = lib.llama_batch_init(1, 0, 1)
+        self.batch.n_tokens = 1
+        self.batch.n_seq_id[0] = 1
+        self.batch.seq_id[0][0] = 0
+        self.batch.logits[0] = 1
+        self.i = 0
+        self.ctx.decode(prompt, np.arange(self.n0, dtype=np.int32), logits="none")
+
+    def one(self) -> tuple[float, float]:
+        i, self.i = self.i, self.i + 1
+        if i % WINDOW == 0:
+            self.ctx.memory.seq_rm(0, self.n0)
+        self.batch.token[0] = 28
+        self.batch.pos[0] = self.n0 + i % WINDOW
+        t, c = time.perf_counter(), time.thread_time()
+        if lib.llama_decode(self.ctx.ptr, self.batch) != 0:
+            raise RuntimeError("llama_decode failed")
+        lib.llama_synchronize(self.ctx.ptr)
+        return 1e6 * (time.perf_counter() - t), 1e6 * (time.thread_time() - c)
+
+    def close(self) -> None:
+        lib.llama_batch_free(self.batch)
+        self.ctx.close()
+        self.model.close()
+
+
 def measure_taps(path: str, a: argparse.Namespace, out: dict) -> None:
     """One model: bare one-token decodes with the taps on / off, and the first decode after a switch. Each is
     timed as wall µs and as the calling thread's CPU µs (``time.thread_time``: llama.cpp builds and reserves its
     graphs in that thread; a number that other processes on a shared machine barely move)."""
     layers = [int(x) for x in a.tap_layers.split(",")]
-    model = ps.Model(path, n_gpu_layers=a.n_gpu_layers)
-    ctx = ps.Context(model, n_ctx=1024, n_batch=64, n_ubatch=64, n_outputs_max=1, n_outputs_max_per_seq=1)
-    prompt = [1, 2, 3, 4, 5, 6, 7, 8]
-    n0 = len(prompt)
-    batch = lib.llama_batch_init(1, 0, 1)
-    batch.n_tokens = 1
-    batch.n_seq_id[0] = 1
-    batch.seq_id[0][0] = 0
-    batch.logits[0] = 1
-    state = {"i": 0}
-
-    def one() -> tuple[float, float]:
-        """One bare decode (the next position; the cache cut back every WINDOW tokens, untimed): wall and
-        this thread's CPU µs."""
-        i = state["i"]
-        state["i"] += 1
-        if i % WINDOW == 0:
-            ctx.memory.seq_rm(0, n0)
-        batch.token[0] = 28
-        batch.pos[0] = n0 + i % WINDOW
-        t, c = time.perf_counter(), time.thread_time()
-        if lib.llama_decode(ctx.ptr, batch) != 0:
-            raise RuntimeError("llama_decode failed")
-        lib.llama_synchronize(ctx.ptr)
-        return 1e6 * (time.perf_counter() - t), 1e6 * (time.thread_time() - c)
-
-    ctx.decode(prompt, np.arange(n0, dtype=np.int32), logits="none")
+    bd = BareDecoder(path, a.n_gpu_layers)
+    ctx, one = bd.ctx, bd.one
     res: dict[str, list[tuple[float, float]]] = {"taps off": [], "taps on": []}
     # the first decode after a switch less the median of the two decodes before it and the two after
     extra: dict[str, list[tuple[float, float]]] = {"switch on": [], "switch off": []}
@@ -196,10 +209,9 @@ def measure_taps(path: str, a: argparse.Namespace, out: dict) -> None:
             near = before + [one(), one()]
             extra[name].append((sw[0] - statistics.median(w for w, _ in near),
                                 sw[1] - statistics.median(c for _, c in near)))
-    lib.llama_batch_free(batch)
     med = {m: [statistics.median(x[j] for x in v) for j in (0, 1)] for m, v in res.items()}
     sw = {m: [statistics.median(x[j] for x in v) for j in (0, 1)] for m, v in extra.items()}
-    name = model.path.name
+    name = bd.model.path.name
     out["models"][name] = {"taps": layers, "us_per_decode": med, "us_switch_extra": sw, "all": res,
                            "all_switch": extra, "columns": ["wall us", "thread cpu us"]}
     print(f"{name}: bare one-token decodes, taps {layers} on vs off (µs, median of {a.rounds} rounds' medians of "
@@ -211,8 +223,7 @@ def measure_taps(path: str, a: argparse.Namespace, out: dict) -> None:
           "   (a decode)")
     for m in ("switch on", "switch off"):
         print(f"  {m:<11} {sw[m][0]:+9.1f} {sw[m][1]:+9.1f}   (extra of the first decode after it)")
-    ctx.close()
-    model.close()
+    bd.close()
 
 
 def measure_sampler(path: str, a: argparse.Namespace, out: dict) -> None:
@@ -220,31 +231,8 @@ def measure_sampler(path: str, a: argparse.Namespace, out: dict) -> None:
     attaches once) and after detaching it, each less the median of the two decodes before and the two after —
     what ``AutoState.draw_in_graph_when_dormant`` pays twice a rest (patch 0017; ``LLAMA_SAMPLER_RESERVE=1`` for
     upstream's scheduler reserve, in its own process). Wall and this thread's CPU µs."""
-    model = ps.Model(path, n_gpu_layers=a.n_gpu_layers)
-    ctx = ps.Context(model, n_ctx=1024, n_batch=64, n_ubatch=64, n_outputs_max=1, n_outputs_max_per_seq=1)
-    prompt = [1, 2, 3, 4, 5, 6, 7, 8]
-    n0 = len(prompt)
-    batch = lib.llama_batch_init(1, 0, 1)
-    batch.n_tokens = 1
-    batch.n_seq_id[0] = 1
-    batch.seq_id[0][0] = 0
-    batch.logits[0] = 1
-    state = {"i": 0}
-
-    def one() -> tuple[float, float]:
-        i = state["i"]
-        state["i"] += 1
-        if i % WINDOW == 0:
-            ctx.memory.seq_rm(0, n0)
-        batch.token[0] = 28
-        batch.pos[0] = n0 + i % WINDOW
-        t, c = time.perf_counter(), time.thread_time()
-        if lib.llama_decode(ctx.ptr, batch) != 0:
-            raise RuntimeError("llama_decode failed")
-        lib.llama_synchronize(ctx.ptr)
-        return 1e6 * (time.perf_counter() - t), 1e6 * (time.thread_time() - c)
-
-    ctx.decode(prompt, np.arange(n0, dtype=np.int32), logits="none")
+    bd = BareDecoder(path, a.n_gpu_layers)
+    ctx, one = bd.ctx, bd.one
     extra: dict[str, list[tuple[float, float]]] = {"attach": [], "detach": []}
     for r in range(a.toggles + 1):  # (the first round warms both graphs up and is not kept)
         for name in ("attach", "detach"):
@@ -255,16 +243,14 @@ def measure_sampler(path: str, a: argparse.Namespace, out: dict) -> None:
             if r:
                 extra[name].append((sw[0] - statistics.median(w for w, _ in near),
                                     sw[1] - statistics.median(c for _, c in near)))
-    lib.llama_batch_free(batch)
     sw = {m: [statistics.median(x[j] for x in v) for j in (0, 1)] for m, v in extra.items()}
-    name = model.path.name
+    name = bd.model.path.name
     out["models"][name] = {"us_switch_extra": sw, "all_switch": extra, "columns": ["wall us", "thread cpu us"]}
     print(f"{name}: a sampler chain (T 0.8) attached / detached: the first bare decode after it less the median of the"
           f" 2 decodes before and 2 after (µs, median of {a.toggles}); wall / this thread's CPU time")
     for m in ("attach", "detach"):
         print(f"  {m:<11} {sw[m][0]:+9.1f} {sw[m][1]:+9.1f}")
-    ctx.close()
-    model.close()
+    bd.close()
 
 
 def main() -> None:

@@ -171,17 +171,23 @@ print("RESULT " + json.dumps({"logits": dl, "tap0": d0, "tap3": d3}))
 """
 
 
+def _child_result(script: str, tiny, tmp_path) -> dict:
+    """Run ``script`` (a local RPC server and a Generator split over it, printing ``RESULT <json>``) in a child
+    process with the tiny target and PROMPT: an abort there fails the test instead of ending the run."""
+    _server_or_skip()
+    root = str(Path(ps.__file__).resolve().parents[1])
+    env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    r = subprocess.run([sys.executable, "-c", script, str(tiny["target"]), PROMPT], check=False,
+                       capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return json.loads(next(line for line in r.stdout.splitlines() if line.startswith("RESULT "))[7:])
+
+
 def test_taps_switched_with_the_graph_split_over_two_backends(tiny, tmp_path):
     """Patch 0016 plans a graph's allocation when a tap goes on; with a split graph (here: layers on an RPC server;
     on a GPU: the host's inputs) planning and allocating one graph object faulted on CUDA. The taps and logits of
     decodes with switches equal those of decodes without."""
-    _server_or_skip()
-    root = str(Path(ps.__file__).resolve().parents[1])
-    env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    r = subprocess.run([sys.executable, "-c", TAPS_CHILD, str(tiny["target"]), PROMPT], check=False,
-                       capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
-    assert r.returncode == 0, r.stderr[-3000:]
-    out = json.loads(next(line for line in r.stdout.splitlines() if line.startswith("RESULT "))[7:])
+    out = _child_result(TAPS_CHILD, tiny, tmp_path)
     assert len(out["tap0"]) == len(out["tap3"]) == 6 and len(out["logits"]) == 11
     assert max(out["tap0"]) < 1e-6 and max(out["tap3"]) < 1e-5 and max(out["logits"]) < 1e-4, out
 
@@ -235,12 +241,6 @@ def test_a_sampler_switched_with_the_graph_split_over_two_backends(tiny, tmp_pat
     """Patch 0017 drops the graph on a sampler switch and lets the allocator plan the new one; with a split graph (the
     last layers on an RPC server) the draws of a greedy chain and the logits without one equal those of decodes
     without switches."""
-    _server_or_skip()
-    root = str(Path(ps.__file__).resolve().parents[1])
-    env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    r = subprocess.run([sys.executable, "-c", SAMPLER_CHILD, str(tiny["target"]), PROMPT], check=False,
-                       capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
-    assert r.returncode == 0, r.stderr[-3000:]
-    out = json.loads(next(line for line in r.stdout.splitlines() if line.startswith("RESULT "))[7:])
+    out = _child_result(SAMPLER_CHILD, tiny, tmp_path)
     assert len(out["logits"]) == 6 and len(out["drawn"]) == 5 + 8
     assert out["drawn"] == out["want"] and max(out["logits"]) < 1e-4, out
