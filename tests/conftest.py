@@ -145,3 +145,21 @@ def native_or_skip(name: str):
         return find_program(name)
     except ps.UnsupportedError as exc:
         pytest.skip(str(exc))
+
+
+def child_result(script: str, *args, cwd, timeout: int = 300) -> dict:
+    """Run ``script`` (``python -c``, with ``args``) in a child process that imports this checkout's package and
+    prints ``RESULT <json>``; the parsed JSON. An abort in llama.cpp there fails the test instead of ending the
+    run. ``cwd`` must not be the checkout: ``-c`` puts the working directory first on ``sys.path``."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = str(Path(ps.__file__).resolve().parents[1])
+    env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    r = subprocess.run([sys.executable, "-c", script, *map(str, args)], check=False, capture_output=True, text=True,
+                       timeout=timeout, env=env, cwd=cwd)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return json.loads(next(line for line in r.stdout.splitlines() if line.startswith("RESULT "))[7:])

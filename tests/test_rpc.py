@@ -4,21 +4,16 @@ minutes whatever happens), with the same tokens as the local run.
 
 The runs that use the servers happen in a child process: ggml-rpc aborts the process that loses
 its server, and RPC devices stay registered for the life of a process."""
-import json
-import os
 import socket
-import subprocess
-import sys
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
 import pyllama_spec as ps
 from pyllama_spec import rpc
 
-from .conftest import assert_same_tokens
+from .conftest import assert_same_tokens, child_result
 
 PROMPT = "the layers of this model live in another process"
 
@@ -109,13 +104,7 @@ def test_target_layers_served_over_loopback(tiny, tiny_gen, tmp_path):
     _server_or_skip()
     ref_plain = tiny_gen.generate(PROMPT, max_tokens=24, reuse_prefix=False)
     ref = tiny_gen.generate(PROMPT, drafter="dflash", n_max=5, max_tokens=24, reuse_prefix=False)
-    root = str(Path(ps.__file__).resolve().parents[1])
-    env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    r = subprocess.run([sys.executable, "-c", CHILD, str(tiny["target"]), str(tiny["dflash"]), PROMPT],
-                       check=False, capture_output=True, text=True, timeout=300, env=env,
-                       cwd=tmp_path)  # (not the checkout: `-c` puts the working directory first on sys.path)
-    assert r.returncode == 0, r.stderr[-3000:]
-    out = json.loads(next(line for line in r.stdout.splitlines() if line.startswith("RESULT "))[7:])
+    out = child_result(CHILD, tiny["target"], tiny["dflash"], PROMPT, cwd=tmp_path)
     assert out["devices"] == ["RPC0"] and out["listed"] == ["RPC0"] and out["head"] == "RPC0"
     assert out["drafter_devices"] == []  # its layers on the CPU (the head's device is still in its list)
     assert out["split_devices"] == ["RPC0", "RPC1"] and out["split_head"] == "RPC1"
@@ -171,23 +160,12 @@ print("RESULT " + json.dumps({"logits": dl, "tap0": d0, "tap3": d3}))
 """
 
 
-def _child_result(script: str, tiny, tmp_path) -> dict:
-    """Run ``script`` (a local RPC server and a Generator split over it, printing ``RESULT <json>``) in a child
-    process with the tiny target and PROMPT: an abort there fails the test instead of ending the run."""
-    _server_or_skip()
-    root = str(Path(ps.__file__).resolve().parents[1])
-    env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    r = subprocess.run([sys.executable, "-c", script, str(tiny["target"]), PROMPT], check=False,
-                       capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
-    assert r.returncode == 0, r.stderr[-3000:]
-    return json.loads(next(line for line in r.stdout.splitlines() if line.startswith("RESULT "))[7:])
-
-
 def test_taps_switched_with_the_graph_split_over_two_backends(tiny, tmp_path):
     """Patch 0016 plans a graph's allocation when a tap goes on; with a split graph (here: layers on an RPC server;
     on a GPU: the host's inputs) planning and allocating one graph object faulted on CUDA. The taps and logits of
     decodes with switches equal those of decodes without."""
-    out = _child_result(TAPS_CHILD, tiny, tmp_path)
+    _server_or_skip()
+    out = child_result(TAPS_CHILD, tiny["target"], PROMPT, cwd=tmp_path)
     assert len(out["tap0"]) == len(out["tap3"]) == 6 and len(out["logits"]) == 11
     assert max(out["tap0"]) < 1e-6 and max(out["tap3"]) < 1e-5 and max(out["logits"]) < 1e-4, out
 
@@ -241,6 +219,7 @@ def test_a_sampler_switched_with_the_graph_split_over_two_backends(tiny, tmp_pat
     """Patch 0017 drops the graph on a sampler switch and lets the allocator plan the new one; with a split graph (the
     last layers on an RPC server) the draws of a greedy chain and the logits without one equal those of decodes
     without switches."""
-    out = _child_result(SAMPLER_CHILD, tiny, tmp_path)
+    _server_or_skip()
+    out = child_result(SAMPLER_CHILD, tiny["target"], PROMPT, cwd=tmp_path)
     assert len(out["logits"]) == 6 and len(out["drawn"]) == 5 + 8
     assert out["drawn"] == out["want"] and max(out["logits"]) < 1e-4, out

@@ -203,16 +203,7 @@ def test_a_chain_needing_more_graph_nodes_than_planned_is_reserved_for(tiny, tmp
     reserves then (without that, ggml's context ran out of objects and llama.cpp aborted the process — a
     reviewer's case, also reached by generate_batch over 32 sequences at T > 0 with top-p). In a child process, so
     that an abort fails this test instead of ending the run."""
-    import json
-    import os
-    import subprocess
-    import sys
-    from pathlib import Path
+    from .conftest import child_result
 
-    root = str(Path(ps.__file__).resolve().parents[1])
-    env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    r = subprocess.run([sys.executable, "-c", NODE_BUDGET_CHILD, str(tiny["target"])], check=False,
-                       capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path)
-    assert r.returncode == 0, r.stderr[-3000:]
-    out = json.loads(next(line for line in r.stdout.splitlines() if line.startswith("RESULT "))[7:])
+    out = child_result(NODE_BUDGET_CHILD, tiny["target"], cwd=tmp_path, timeout=120)
     assert out["n_drawn"] == 32 and out["greedy"] == out["want"]

@@ -144,7 +144,7 @@ def speculative_generate(target: Context, drafter: Drafter | None, prompt: list,
              else None)
     target.set_sampler(chain)
     # the rejection rule reads logits only where a draft is verified: a long rest's dormant steps may draw in the
-    # graph (AutoState.draw_in_graph_when_dormant), through a chain attached for the rest (_rest_sampler)
+    # graph (AutoState.draw_in_graph_when_dormant), through a chain attached for the rest (_rest_chain)
     rest_in_graph = (host_rule and use_backend and not tree_budget and draft_length is not None
                      and draft_length.state.draw_in_graph_when_dormant)
     if drafter is not None:
@@ -236,10 +236,15 @@ def _run(target, drafter, prompt, vocab, mem, chain, *, max_tokens, n_max, sp, d
             # a dormant step verifies no draft: it draws its token in the graph as plain decoding does, no logits
             # row read and drawn on the host; the first step that is not dormant detaches the chain (each switch
             # costs a rebuilt graph at the decode below: patch 0017)
-            try:
-                chain = _rest_sampler(target, chain, sp, rng) if in_graph else _rest_sampler(target, chain)
-            except UnsupportedError:  # this backend cannot run the chain: the host draws, as before
-                rest_in_graph, chain = False, None
+            if in_graph:
+                try:
+                    chain = _rest_chain(target, sp, rng)
+                except UnsupportedError:  # this backend cannot run the chain: the host draws, as before
+                    rest_in_graph = False
+            else:
+                target.set_sampler(None)
+                chain.close()
+                chain = None
 
         if step is None:
             batch, pos, k, bonus = _verify_chain(target, drafter, chain, draft, last, n_past, sp, verify, rng, timer)
@@ -316,18 +321,14 @@ def _toggles_taps(drafter: Drafter | None, draft_length: AutoDraftLength | None)
             and not drafter.dormant_reads_taps and bool(drafter.target_layer_ids))
 
 
-def _rest_sampler(target: Context, chain: SamplerChain | None, sp: SamplingParams | None = None,
-                  rng: np.random.Generator | None = None) -> SamplerChain | None:
-    """Attach a new chain for a long rest's dormant steps (``sp`` given) or detach and free the rest's
-    ``chain`` (``sp`` None) → the chain now attached. A chain attaches to a context once, so each rest makes
-    its own, seeded from the loop's ``rng``: its draws are independent of the last rest's and a seeded
-    generation repeats."""
-    if sp is None:
-        target.set_sampler(None)
-        if chain is not None:
-            chain.close()
-        return None
-    assert rng is not None
+def _rest_chain(target: Context, sp: SamplingParams, rng: np.random.Generator) -> SamplerChain:
+    """Attach a new chain for a long rest's dormant steps → that chain. A chain attaches to a context once, so
+    each rest makes its own, seeded from the loop's ``rng``: its draws are independent of the last rest's and a
+    seeded generation repeats.
+
+    Raises:
+        UnsupportedError: llama.cpp cannot run the chain on the target's backend (nothing is attached).
+    """
     chain = SamplerChain.from_params(replace(sp, seed=int(rng.integers(2**31 - 1))))
     target.set_sampler(chain)
     return chain
