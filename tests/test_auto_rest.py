@@ -6,8 +6,10 @@ import pytest
 
 import pyllama_spec as ps
 from pyllama_spec.speculative.costmodel import (
+    DORMANT_WINDOW,
     GUARD_MIN_STEPS,
     GUARD_STEPS,
+    REST_BOOK_EVERY,
     AutoDraftLength,
     AutoState,
     adaedl_lower_bound,
@@ -664,13 +666,53 @@ def test_the_step_table_sums_each_kind_of_step():
     t = pol.state.step_table()
     assert set(t) == {"rest", "probe", "draft"}
     n_rest, n_drafting = sum(a == 0 for a in asks), sum(a > 0 for a in asks)
-    # (the first step is a drafting step and not booked; the last step's wall is not known yet)
-    assert t["rest"]["steps"] + (asks[-1] == 0) == n_rest
+    # (the first step is a drafting step and not booked; the last step's wall is not known yet, nor — deep in a rest,
+    # booked once every REST_BOOK_EVERY steps — those since the last booked: pol._span of them)
+    assert 1 <= pol._span <= REST_BOOK_EVERY
+    assert t["rest"]["steps"] + pol._span * (asks[-1] == 0) == n_rest
     assert t["probe"]["steps"] + t["draft"]["steps"] + 1 + (asks[-1] > 0) == n_drafting
     assert t["probe"]["steps"] == len(_rests(asks)) - (asks[-1] == 0)
     assert t["rest"]["ms_per_step"] == pytest.approx(1.0) and t["rest"]["tokens_per_ms"] == pytest.approx(1.0)
     assert t["draft"]["ms_per_step"] == pytest.approx(2.5) and t["draft"]["tokens"] == 2 * t["draft"]["steps"]
     assert t["probe"]["tokens_per_ms"] == pytest.approx(2 / 2.5)
+
+
+def test_deep_in_a_rest_the_costs_are_booked_once_every_few_steps_as_their_mean(monkeypatch):
+    """Deep in a long rest (more than DORMANT_WINDOW resting steps ahead) ``plan`` books the steps' costs once every
+    REST_BOOK_EVERY steps, as their mean: resting steps that alternate 1.0 and 3.0 ms book a plain step of 2.0 ms,
+    the step table counts every step, and the asks are those of a policy that books each step (``AutoState.trace``
+    on, which lists every step)."""
+    def run(trace):
+        stats, clock, timer = SpecStats(n_max=7), FakeClock(), FakeTimer(sync=False)
+        st = AutoState(trace=[] if trace else None)
+        st.other_ms, st.rest_ms, st.max_rest = 1e6, 0.0, 512  # (the model: a drafting step costs 1000 s)
+        pol = AutoDraftLength([1.0] * 8, stats, state=st, clock=clock, timer=timer)
+        learnt, asks = [0], []
+        learn = pol._learn
+
+        def counting(now):
+            learnt[0] += 1
+            return learn(now)
+
+        monkeypatch.setattr(pol, "_learn", counting)
+        for i in range(300):
+            ask = pol.plan(7)
+            asks.append(ask)
+            stats.record(min(ask, 1), 0)
+            if ask:  # (a probe after a rest: a draft that fails)
+                pol.trim(Draft(tokens=[1], confidence=[0.1]))
+            clock.t += (1.0 if i % 2 else 3.0) / 1e3
+        return pol, asks, learnt[0]
+
+    light, asks, n_learnt = run(trace=False)
+    every, asks_every, n_every = run(trace=True)
+    assert asks == asks_every and asks.count(0) >= 290
+    assert n_every == 300 and n_learnt < 300 / REST_BOOK_EVERY + DORMANT_WINDOW + 8
+    assert light.state.plain_step_ms == pytest.approx(2.0) and light.state.rest_ms == pytest.approx(1.0, rel=0.01)
+    t = light.state.step_table()["rest"]
+    # (the generation's first step is not booked, nor the last light._span)
+    assert t["steps"] + 1 + light._span == asks.count(0) and t["ms_per_step"] == pytest.approx(2.0, rel=0.01)
+    assert t["tokens_per_ms"] == pytest.approx(0.5, rel=0.01)
 
 
 def test_the_step_table_books_each_steps_own_tokens_across_generations():

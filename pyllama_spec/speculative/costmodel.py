@@ -774,6 +774,11 @@ def adaedl_lower_bound(entropy: Any, gamma: float = 0.5) -> np.ndarray:
 #: sees the last 64 rows and whatever preceded the rest (DFlash stages 64 deferred rows per injection anyway)
 DORMANT_WINDOW = 64
 
+#: deep in a long rest (more than ``DORMANT_WINDOW`` resting steps ahead) :meth:`AutoDraftLength.plan` books the
+#: steps' costs once every this many steps, as their mean (a resting step's ``plan`` did all of ``_learn``'s
+#: bookkeeping: 12–15 µs on 2 Xeon cores, 0.04–0.05 ms of an H100 host's 1.3–1.5 ms step, RESULTS.md 19.12 / 19.13)
+REST_BOOK_EVERY = 8
+
 #: dormant steps that must lie ahead before a rest attaches a sampler chain to draw in the target's graph
 #: (``AutoState.draw_in_graph_when_dormant``): the chain's two switches rebuild the graph twice (0.3–0.7 ms each
 #: on 2 CPU cores, 0.8–1.2 ms on an H100 with patch 0017), a step drawn in the graph saves the host's draw (0.2–0.5
@@ -913,6 +918,7 @@ class AutoDraftLength:
         self.n_probes = 0
         self.n_guard_rests = 0  # rests the guard began (this generation)
         self._n_steps = 0  # stats.n_steps when the step being timed began
+        self._span = 1  # steps since the last one booked (>1 only deep in a rest: REST_BOOK_EVERY)
         self._why = "trim"  # why plan() chose the step being timed (AutoState.trace)
 
     # -- the pieces ---------------------------------------------------------------------------------
@@ -1206,7 +1212,9 @@ class AutoDraftLength:
         """Book the previous step: its other costs (by kind of step) and its confidences' outcome."""
         st = self.state
         secs = self._drafter_seconds()
-        drafter_ms, inject_ms, verify_ms = (1e3 * (a - b) for a, b in zip(secs, self._drafter_s))
+        # (m > 1: the resting steps since the last booked, REST_BOOK_EVERY — every figure below is their mean)
+        m, self._span = self._span, 1
+        drafter_ms, inject_ms, verify_ms = (1e3 * (a - b) / m for a, b in zip(secs, self._drafter_s))
         self._drafter_s = secs
         if self._t is None:
             return
@@ -1221,18 +1229,19 @@ class AutoDraftLength:
         # the read after it (timing.py): that reading is no verify time, so the table stands there
         timed = self.timer is not None and getattr(self.timer, "sync", True) and verify_ms > 0
         v = verify_ms if timed else table * st.verify_scale
-        other = max(0.0, 1e3 * (now - self._t) - v)
+        wall = 1e3 * (now - self._t) / m
+        other = max(0.0, wall - v)
         if not self._first and timed and table > 0:
             self._book_verify(rows, verify_ms, table)
-        wall = 1e3 * (now - self._t)
-        # the step's committed tokens, where the loop booked it (None where it did not: nothing to count)
-        booked = self.stats.n_steps == self._n_steps + 1 and self.stats.acceptance_lengths
+        # the step's committed tokens, where the loop booked it (None where it did not: nothing to count; a resting
+        # step commits one)
+        booked = self.stats.n_steps == self._n_steps + m and self.stats.acceptance_lengths
         committed = 1.0 + float(self.stats.acceptance_lengths[-1]) if booked else None
         if st.trace is not None and self._prev in ("rest", "probe", "draft"):
             st.trace.append((self._prev, self._why, rows, round(wall, 4), committed, self._first))
         if not self._first and self._prev in ("rest", "probe", "draft"):
             rec = st.step_kinds.setdefault(self._prev, [0, 0.0, 0.0])
-            rec[0], rec[1], rec[2] = rec[0] + 1, rec[1] + wall, rec[2] + (committed or 1.0)
+            rec[0], rec[1], rec[2] = rec[0] + m, rec[1] + m * wall, rec[2] + m * (committed or 1.0)
             if self._prev == "probe" and committed is not None:
                 # what the probe really lost, its rebuilt graphs and injection included (AutoState.probe_loss_ms)
                 st.probe_loss_ms = _ema(st.probe_loss_ms, max(0.0, wall - committed * self.plain_step()))
@@ -1275,10 +1284,21 @@ class AutoDraftLength:
     def plan(self, ceiling: int) -> int:
         """How many tokens to ask the drafter for this step (≤ ``ceiling``): 0 = rest (no drafter
         call; the loop verifies ``[last]`` alone), else :meth:`budget`. Called once per step, before
-        drafting."""
+        drafting. Deep in a long rest it books the steps' costs once every ``REST_BOOK_EVERY`` steps, as
+        their mean, and otherwise only counts the step down."""
+        st = self.state
+        if (self._prev == "rest" and st.rest and st.rest_left > DORMANT_WINDOW and self._span < REST_BOOK_EVERY
+                and ceiling > 0 and st.trace is None and not self._first):
+            # deep in a long rest (its next step dormant too): nothing to decide, and the costs are booked once every
+            # REST_BOOK_EVERY steps, as their mean (AutoState.trace, which lists every step, books each; the
+            # generation's first step, which pays one-time costs and is left out, is booked alone)
+            st.rest_left -= 1
+            self._span += 1
+            self.n_rest += 1
+            self._planned = True
+            return 0
         now = self.clock()
         self._learn(now)
-        st = self.state
         ask = 0
         guard = None  # (the guard's verdict against drafting: None = none; asked only where a step may draft)
         if ceiling > 0 and st.rest and st.rest_left <= 0:
@@ -1416,4 +1436,4 @@ __all__ = ["VerifyCost", "StepCosts", "Acceptance", "Measured", "CostModel", "fi
            "tree_calibration", "tree_tau_from_mass", "expected_tree_tau", "fit_tree_row_ms",
            "AutoDraftLength", "AutoState", "AUTO_RULES", "DRAFT_STAGES", "DRAFTER_STAGES", "VERIFY_STAGES",
            "adaedl_lower_bound", "rest_length", "DORMANT_WINDOW", "GUARD_STEPS", "GUARD_MARGIN", "GUARD_WINDOW",
-           "GUARD_REFRESH", "GUARD_MEASURE", "GUARD_MIN_STEPS"]
+           "GUARD_REFRESH", "GUARD_MEASURE", "GUARD_MIN_STEPS", "REST_BOOK_EVERY"]
