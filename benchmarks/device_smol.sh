@@ -26,8 +26,15 @@ smol_cat() {
       "and carry the last part with this call (bash benchmarks/prepare_device.sh makes them)"; return 2; }
 }
 
+# checkout_over_wheel: this checkout's Python files and pyllama_spec/data (the shipped drafters: prepare_device.sh
+# leaves their GGUFs out of the wheel's parts, 32 MB that the checkout carries anyway) over the installed wheel in
+# $W/pkg (its native part is unchanged)
+checkout_over_wheel() {
+  [ -d "$W/pkg/pyllama_spec" ] || { echo "no wheel in $W/pkg: run \`bash benchmarks/h200.sh install\` first"; exit 2; }
+  (cd pyllama_spec && tar -cf - $(find . -name "*.py" -o -path "./data/*" -type f)) | tar -xf - -C "$W/pkg/pyllama_spec"
+}
 smol_checkout() {
   [ -d "$W/pkg/pyllama_spec" ] || { echo "no wheel in $W/pkg: run \`bash benchmarks/h200.sh install\` first"; exit 2; }
   [ -s "$GGUF" ] || smol_cat "$GGUF" || exit 2
-  (cd pyllama_spec && tar -cf - $(find . -name "*.py" -o -path "./data/*" -type f)) | tar -xf - -C "$W/pkg/pyllama_spec"
+  checkout_over_wheel
 }

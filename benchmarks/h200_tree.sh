@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
 # Issue 22 (token trees) on the H200, in the layout of benchmarks/h200.sh: run its `install` phase (a CUDA
-# wheel of this code) and `model0` … `model7` first in the same lease, then one call per phase:
+# wheel of this code) and `model0` … (prepare_device.sh prints the set-up calls) first in the same lease, then one call per phase:
 #
-#   bash benchmarks/h200_tree.sh tau       # carry .dev/smol.part08: τ and tok/s of budgets 4, 8, 16, 32 vs the
+#   bash benchmarks/h200_tree.sh tau       # carry the last SmolLM2 part: τ and tok/s of budgets 4, 8, 16, 32 vs the
 #                                          # chain, n_max 7, 60 held-out prompts × 256 tokens (tree_tau.py)
-#   bash benchmarks/h200_tree.sh stages    # carry .dev/smol.part08: budgets 4, 16, 32 vs the chain with every stage
+#   bash benchmarks/h200_tree.sh stages    # carry the last SmolLM2 part: budgets 4, 16, 32 vs the chain with every stage
 #                                          # synchronised (--sync-stages): where a tree step's time goes
 #   bash benchmarks/h200_tree.sh natural   # the same on 40 of issue 20's natural prompts (benchmarks/data/issue20-h200)
 #   bash benchmarks/h200_tree.sh softmax   # tree 16 ranked in the graph (patch 0011) vs on the host, 40 natural prompts
 #   bash benchmarks/h200_tree.sh budgets   # budgets 4, 8, 16, 32 vs the chain on the same 40 natural prompts, stages
 #                                          # not synchronised (the tok/s a user sees; the CPU run of RESULTS 20.4)
-#   bash benchmarks/h200_tree.sh bakeoff   # carry .dev/smol.part08: the bake-off with --tree 4,8,16,32 at
+#   bash benchmarks/h200_tree.sh bakeoff   # carry the last SmolLM2 part: the bake-off with --tree 4,8,16,32 at
 #                                          # n_max 3,7 (builtin:mixed, 1 turn, 2 runs); REPORT.md's "Token trees"
 #                                          # and the log name the budget the cost model picks
 #

