@@ -458,7 +458,7 @@ graph-keys)
   for key in $([ "${GK_NATIVE:-1}" = 1 ] && echo first-node shape); do
     log "graph key $key: draft model, ours vs native, n_max 3 7"
     (cd /tmp && GGML_CUDA_GRAPH_KEY=$key timeout 200 python3 "$REPO/benchmarks/compare_native.py" --target "$GGUF" \
-        --drafter "$REPO/pyllama_spec/data/smollm2-135m-instruct-draft-q8_0.gguf" --n-max 3 7 --max-tokens 128 --runs 1 \
+        --drafter "$(python3 -c 'from pyllama_spec.assets import smollm2_draft_path as p; print(p())')" --n-max 3 7 --max-tokens 128 --runs 1 \
         -ngl 99 --prompts "$REPO/$HELD" --n-prompts ${GK_PROMPTS:-16} --json "$G/native_draft_$key.json") \
         > "$G/native_draft_$key.txt" 2>&1
     grep -v "^llama_\|^load" "$G/native_draft_$key.txt" | tail -8
@@ -506,13 +506,14 @@ bakeoff)
       --no-plots --no-progress --out "$OUT/bakeoff/h200-mixed") 2>&1 | tail -12
   ;;
 sweep)
-  # Issue 25: SmolLM2 with every drafter kind that has a real drafter for it (the shipped DFlash drafter, the shipped
-  # draft model and the six n-gram kinds; no EAGLE-3 head ships yet), n_max 1,2,3,4,7,15,auto, the coding chat (4 turns)
+  # Issue 25: SmolLM2 with every drafter kind that has a real drafter for it (the shipped DFlash drafter, draft model
+  # and EAGLE-3 head, and the six n-gram kinds), n_max 1,2,3,4,7,15,auto, the coding chat (4 turns)
   # and the held-out mix, T = 0 and 0.8, llama.cpp's programs beside the greedy points. One call per PART (each
   # about 3-5 min on the H200, estimated from the 2026-11-30 bake-off: 240 generations + ~200 native runs in ~3 min):
   #   coding-t0a  coding chat, T 0, --native, dflash ngram ngram-simple   (22 points x 8 answers + 152 native runs)
   #   coding-t0b  coding chat, T 0, --native, the other four n-gram kinds (29 points x 8 answers + 200 native runs)
-  #   coding-t0c  coding chat, T 0, --native, the shipped draft model     (8 points x 8 answers + ~50 native runs)
+  #   coding-t0c  coding chat, T 0, --native, the shipped draft model and EAGLE-3 head (16 points x 8 answers + ~100
+  #               native runs)
   #   coding-t08  coding chat, T 0.8, every drafter                       (57 points x 8 answers)
   #   mixed       builtin:mixed, first turns, T 0 and 0.8, every drafter  (114 points x 8 answers: 2.2 min on 2026-12-04
   #               without the draft model's 14, so ≈ 2.5 min)
@@ -531,14 +532,17 @@ sweep)
   # the shipped draft model (draft-simple) too, where this checkout ships one (2026-12-06 on)
   DRM=$(cd /tmp && python3 -c "from pyllama_spec.assets import smollm2_draft_path as p; print(p())" 2>/dev/null)
   DRM=${DRM:+,draft=$DRM}
+  # and the shipped EAGLE-3 head (draft-eagle3; 2026-12-07 on)
+  E3=$(cd /tmp && python3 -c "from pyllama_spec.assets import smollm2_eagle3_path as p; print(p())" 2>/dev/null)
+  E3=${E3:+,eagle3=$E3}
   DR=()
   case "$PART" in
     coding-t0a) ALL=dflash=$DFL,ngram,ngram-simple ;;
     coding-t0b) ALL=ngram-map-k,ngram-map-k4v,ngram-mod,ngram-cache ;;
-    coding-t0c) ALL=${DRM#,} ;;
-    *) ALL=dflash=$DFL$DRM,ngram,ngram-simple,ngram-map-k,ngram-map-k4v,ngram-mod,ngram-cache ;;
+    coding-t0c) ALL=$DRM$E3; ALL=${ALL#,} ;;
+    *) ALL=dflash=$DFL$DRM$E3,ngram,ngram-simple,ngram-map-k,ngram-map-k4v,ngram-mod,ngram-cache ;;
   esac
-  [ -n "$ALL" ] || { echo "no drafter for part $PART (coding-t0c needs the shipped draft model)"; exit 1; }
+  [ -n "$ALL" ] || { echo "no drafter for part $PART (coding-t0c needs the shipped draft model or EAGLE-3 head)"; exit 1; }
   IFS=, read -ra names <<< "${DRAFTERS:-$ALL}"
   for d in "${names[@]}"; do DR+=(-d "$d"); done
   S=$OUT/sweep; rm -rf "$S"; mkdir -p "$S"

@@ -45,7 +45,7 @@
 # MAX_TOKENS (512), BATCH (1024), CONFIGS (B8-L3,B8-L5,B16-L3,B16-L5: block size, drafter layers),
 # LAYERS (target taps, 2,15,28), TRAIN_SECONDS (400), TRAIN_SERIAL (0), CONTINUE (0: 1 = warm restart from the
 # last train call's drafter.pt of each configuration, same machine), INIT (a drafter to start from: a GGUF of any
-# kind, f16 or q8_0 — e.g. pyllama_spec/data/smollm2-135m-instruct-dflash-q8_0.gguf, the shipped drafter trained
+# kind, f16 or q8_0 — e.g. the shipped DFlash drafter (assets.smollm2_dflash_path(), unpacked in the cache) trained
 # further, or the drafter_<run>-f16.gguf an earlier session's train-wait brought back in parts — or a drafter.pt;
 # absolute, checkout-relative, or a bare name whose parts NAME.part00 … `stash` calls left in $W (carry each part by
 # its own stash call: the 49.5 MiB checkout + a 12 MiB part; the train call carries the last SmolLM2 part); INIT_SHA256 checks
@@ -214,8 +214,8 @@ answers_check() {
 }
 
 drafter_file() {  # DRAFTER (absolute or checkout-relative; default the shipped drafter) as an absolute path
-  local d=${DRAFTER:-pyllama_spec/data/smollm2-135m-instruct-dflash-q8_0.gguf}
-  case $d in /*) echo "$d" ;; *) echo "$REPO/$d" ;; esac
+  [ -n "${DRAFTER:-}" ] || { (cd /tmp && python3 -c "from pyllama_spec.assets import smollm2_dflash_path as p; print(p())"); return; }
+  case $DRAFTER in /*) echo "$DRAFTER" ;; *) echo "$REPO/$DRAFTER" ;; esac
 }
 
 regen() {  # one shard of answers (HF generate at large batch, bf16), then its files to $OUT

@@ -45,7 +45,7 @@ case "$PHASE" in
       --target "$GGUF" --budgets 4,8,16,32 --n-prompts 40 --max-tokens 128 -ngl 99 \
       --json "$OUT/tree_budgets_h200.json" 2>&1 | tee "$OUT/tree_budgets_h200.log" ;;
   bakeoff)  # (from /tmp: `python -m` in the checkout would import its source tree, which has no extension)
-    cd /tmp && timeout 560 python -m pyllama_spec.cli bakeoff "$GGUF" -d "dflash=$W/pkg/pyllama_spec/data/smollm2-135m-instruct-dflash-q8_0.gguf" \
+    cd /tmp && timeout 560 python -m pyllama_spec.cli bakeoff "$GGUF" -d "dflash=$(python3 -c 'from pyllama_spec.assets import smollm2_dflash_path as p; print(p())')" \
       --n-max 3,7 --tree 4,8,16,32 --prompts builtin:mixed --turns 1 --runs 2 -n 128 -ngl 99 --no-progress \
       --out "$OUT/bakeoff-tree" 2>&1 | tee "$OUT/bakeoff_tree.log" ;;
   *) echo "unknown phase $PHASE"; exit 2 ;;

@@ -22,7 +22,9 @@ Use :func:`model_path` (``model_path("qwen2.5-coder-0.5b")``); :func:`smollm2_pa
 from __future__ import annotations
 
 import hashlib
+import lzma
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -299,11 +301,35 @@ _verified: set = set()  # paths whose sha256 was checked in this process
 
 
 def _shipped_file(filename: str, sha256: str, verify: bool) -> Path:
-    """``pyllama_spec/data/<filename>``, its sha256 checked once per process when ``verify``."""
-    path = Path(__file__).parent / "data" / filename
-    if not path.exists():
-        raise ModelNotFoundError(f"{path} is missing: this installation of pyllama_spec lacks its data files; "
-                                 "reinstall it with `pip install .` from a complete checkout")
+    """A drafter shipped in ``pyllama_spec/data/``: the file itself where the package holds it as it is, else
+    ``<filename>.xz`` unpacked once into ``cache_dir()/shipped/<sha256[:16]>/<filename>`` (the shipped GGUFs travel
+    xz-compressed: 39.5 → 30.7 MB for the three of SmolLM2 — a device call carries the checkout within 64 MiB —, and
+    unpacking one takes ~1 s); its sha256 checked once per process when ``verify`` (an unpacked copy that fails the
+    check is unpacked again)."""
+    data = Path(__file__).parent / "data"
+    if (data / filename).exists():
+        path = data / filename
+    else:
+        packed = data / (filename + ".xz")
+        if not packed.exists():
+            raise ModelNotFoundError(f"{data / filename} is missing: this installation of pyllama_spec lacks its data "
+                                     "files; reinstall it with `pip install .` from a complete checkout")
+        try:
+            path = cache_dir() / "shipped" / sha256[:16] / filename
+            if path in _verified:
+                return path
+            if path.exists() and (not verify or _sha256(path) == sha256):
+                if verify:
+                    _verified.add(path)
+                return path
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(f".{filename}.{os.getpid()}.tmp")  # (another process may unpack it at once)
+            with lzma.open(packed) as src, open(tmp, "wb") as dst:
+                shutil.copyfileobj(src, dst, 1 << 20)
+            os.replace(tmp, path)
+        except (OSError, lzma.LZMAError) as e:
+            raise ModelLoadError(f"could not unpack {packed.name} into the cache ({e}): set PYLLAMA_SPEC_CACHE to a "
+                                 "writable folder, or reinstall pyllama_spec if the file is damaged") from e
     if verify and path not in _verified:
         if _sha256(path) != sha256:
             raise ModelLoadError(f"{path} does not have the sha256 of the shipped drafter; reinstall pyllama_spec")
@@ -312,8 +338,9 @@ def _shipped_file(filename: str, sha256: str, verify: bool) -> Path:
 
 
 def smollm2_dflash_path(verify: bool = True) -> Path:
-    """Path of the DFlash drafter for SmolLM2-135M-Instruct shipped with the package (q8_0,
-    block size and target layers in :data:`SMOLLM2_DFLASH`; model card: ``MODEL_CARD.md`` beside it).
+    """Path of the DFlash drafter for SmolLM2-135M-Instruct shipped with the package (q8_0, block size and target
+    layers in :data:`SMOLLM2_DFLASH`; model card: ``pyllama_spec/data/MODEL_CARD.md``; the file is unpacked into
+    the cache on first use).
 
     Args:
         verify: check the file's sha256 (once per process).
@@ -326,7 +353,7 @@ def smollm2_dflash_path(verify: bool = True) -> Path:
 
 
 # The draft model for SmolLM2 (a 4-layer, 256-wide llama of SmolLM2's vocabulary, distilled online from the
-# target's answers: issue 20; llama.cpp's ``draft-simple``); model card: MODEL_CARD-draft.md beside it.
+# target's answers: issue 20; llama.cpp's ``draft-simple``); model card: pyllama_spec/data/MODEL_CARD-draft.md.
 SMOLLM2_DRAFT_FILE = "smollm2-135m-instruct-draft-q8_0.gguf"
 SMOLLM2_DRAFT_SHA256 = "e9524ac9592bde022099de4c9affc29da6900075b437d392d9f06ee0c779681e"
 SMOLLM2_DRAFT = {"n_layer": 4, "n_embd": 256, "arch": "llama"}
@@ -335,7 +362,7 @@ SMOLLM2_DRAFT = {"n_layer": 4, "n_embd": 256, "arch": "llama"}
 def smollm2_draft_path(verify: bool = True) -> Path:
     """Path of the draft model for SmolLM2-135M-Instruct shipped with the package (llama.cpp
     ``--spec-type draft-simple``; its shape in :data:`SMOLLM2_DRAFT`; model card:
-    ``MODEL_CARD-draft.md`` beside it).
+    ``pyllama_spec/data/MODEL_CARD-draft.md``; the file is unpacked into the cache on first use).
 
     Args:
         verify: check the file's sha256 (once per process).
@@ -347,8 +374,32 @@ def smollm2_draft_path(verify: bool = True) -> Path:
     return _shipped_file(SMOLLM2_DRAFT_FILE, SMOLLM2_DRAFT_SHA256, verify)
 
 
+# The EAGLE-3 head for SmolLM2 (one decoder layer over three of the target's layers, 2 / 15 / 27, drafting with the
+# target's own output head: issue 20; llama.cpp's ``draft-eagle3``); model card: pyllama_spec/data/MODEL_CARD-eagle3.md.
+SMOLLM2_EAGLE3_FILE = "smollm2-135m-instruct-eagle3-q8_0.gguf"
+SMOLLM2_EAGLE3_SHA256 = "af208264d2f6edb93875d69bbbdca52cfecb021e829d37dcf09409f248411dbf"
+SMOLLM2_EAGLE3 = {"n_layer": 1, "target_layer_ids": [2, 15, 27], "n_embd": 576}
+
+
+def smollm2_eagle3_path(verify: bool = True) -> Path:
+    """Path of the EAGLE-3 head for SmolLM2-135M-Instruct shipped with the package (llama.cpp
+    ``--spec-type draft-eagle3``; Li et al. 2025, "EAGLE-3: Scaling up Inference Acceleration of Large Language
+    Models via Training-Time Test", arXiv 2503.01840; its shape in :data:`SMOLLM2_EAGLE3`; model card:
+    ``pyllama_spec/data/MODEL_CARD-eagle3.md``; the file is unpacked into the cache on first use).
+
+    Args:
+        verify: check the file's sha256 (once per process).
+
+    Raises:
+        ModelNotFoundError: the file is missing from this installation.
+        ModelLoadError: the file was altered (sha256).
+    """
+    return _shipped_file(SMOLLM2_EAGLE3_FILE, SMOLLM2_EAGLE3_SHA256, verify)
+
+
 #: drafters shipped inside the package, per model name: {drafter kind: function returning its path}
-SHIPPED_DRAFTERS: dict = {"smollm2": {"draft-dflash": smollm2_dflash_path, "draft-simple": smollm2_draft_path}}
+SHIPPED_DRAFTERS: dict = {"smollm2": {"draft-dflash": smollm2_dflash_path, "draft-simple": smollm2_draft_path,
+                                      "draft-eagle3": smollm2_eagle3_path}}
 
 #: the drafter kinds that read a model file (``-d dflash`` with no file asks for a shipped one);
 #: the other kinds (n-gram, the target's own MTP layers) need none
@@ -418,7 +469,8 @@ def shipped_drafter(target: str | os.PathLike, kind: str = "draft-dflash") -> Pa
 def model_table() -> list[dict]:
     """The named models: ``[{"name", "description", "size", "cached", "path", "license", "chat",
     "drafters"}]`` (``size`` in bytes; ``cached``: the file is in :func:`cache_dir`, so no download is
-    needed; ``drafters``: ``{kind: path}`` shipped with the package). Reads no file's hash."""
+    needed; ``drafters``: ``{kind: path}`` shipped with the package, unpacked into the cache on first use). Reads
+    no model file's hash (the shipped drafters' are checked once per process)."""
     rows = []
     for m in MODELS.values():
         path = cache_dir() / m.filename
@@ -472,6 +524,6 @@ def humaneval_problems(n: int | None = None) -> list[dict]:
 
 __all__ = ["humaneval_problems", "model_path", "asset", "MODELS", "ModelAsset", "WheelPart", "smollm2_path",
            "smollm2_f16_path", "random_dflash_for_smollm2", "smollm2_dflash_path", "shipped_dflash_path", "cache_dir",
-           "SMOLLM2_DFLASH", "smollm2_draft_path", "SMOLLM2_DRAFT",
+           "SMOLLM2_DFLASH", "smollm2_draft_path", "SMOLLM2_DRAFT", "smollm2_eagle3_path", "SMOLLM2_EAGLE3",
            "resolve_model", "model_name_of", "shipped_drafter", "shipped_drafters",
            "model_table", "SHIPPED_DRAFTERS", "FILE_KINDS"]

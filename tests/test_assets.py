@@ -107,12 +107,14 @@ def test_resolve_model_and_shipped_drafters(tmp_path):
     assert assets.shipped_drafters("gemma3-270m") == {}
     with pytest.raises(ModelNotFoundError, match=r"no draft-dflash drafter ships for m.gguf \(not one of the named"):
         assets.shipped_drafter(f, "draft-dflash")
-    with pytest.raises(ModelNotFoundError, match="shipped drafters: smollm2: draft-dflash, draft-simple"):
+    with pytest.raises(ModelNotFoundError, match="shipped drafters: smollm2: draft-dflash, draft-simple, draft-eagle3"):
         with_shipped_drafters("qwen2.5-coder-0.5b", {"dflash": "dflash", "ngram": "ngram"})
     specs = with_shipped_drafters("smollm2", {"dflash": "dflash", "d2": "draft-dflash", "ngram": "ngram",
-                                              "x": ("ngram-mod", {}), "draft": "draft", "d3": "draft-simple"})
+                                              "x": ("ngram-mod", {}), "draft": "draft", "d3": "draft-simple",
+                                              "eagle3": "eagle3"})
     path, draft = str(assets.smollm2_dflash_path()), str(assets.smollm2_draft_path())
-    assert specs == {"dflash": path, "d2": path, "ngram": "ngram", "x": ("ngram-mod", {}), "draft": draft, "d3": draft}
+    assert specs == {"dflash": path, "d2": path, "ngram": "ngram", "x": ("ngram-mod", {}), "draft": draft, "d3": draft,
+                     "eagle3": str(assets.smollm2_eagle3_path())}
 
 
 def test_one_shipped_drafter_does_not_depend_on_another(monkeypatch):

@@ -100,12 +100,12 @@ def test_named_models_resolve_everywhere(named_tiny, tiny, capsys, tmp_path):
     rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)}
     assert rows["tiny"]["cached"] is True and rows["tiny"]["size"] == named_tiny.stat().st_size
     assert rows["tiny"]["drafters"] == {"draft-dflash": str(tiny["dflash"])}
-    assert rows["smollm2"]["drafters"].keys() == {"draft-dflash", "draft-simple"}
+    assert rows["smollm2"]["drafters"].keys() == {"draft-dflash", "draft-simple", "draft-eagle3"}
     assert rows["smollm2"]["size"] == 98_362_432
     assert cli.main(["models"]) == 0
     table = capsys.readouterr().out
     assert table.splitlines()[0].split() == ["name", "size", "cached", "drafters", "shipped", "model"]
-    assert any(ln.split()[:3] == ["smollm2", "98", "MB"] and ln.split()[4:6] == ["dflash,", "draft"]
+    assert any(ln.split()[:3] == ["smollm2", "98", "MB"] and ln.split()[4:7] == ["dflash,", "draft,", "eagle3"]
                for ln in table.splitlines())
     # what is not there is named, with what is
     assert cli.main(["generate", "tiny", "-d", "eagle3", "-n", "2"]) == 2
