@@ -35,7 +35,8 @@ POINT_KEYS = {"drafter", "kind", "n_max", "tree", "temperature", "thinking", "n_
               "n_steps", "tokens_per_s", "prompt_tokens_per_s", "tau", "acceptance", "accepted_per_position",
               "survival", "mean_draft_length", "ms_per_step", "stages_ms_per_step", "tokens_per_s_runs",
               "tokens_per_s_sd", "draft_length_counts", "by_turn", "native", "speedup"}
-PREDICTED_KEYS = {"predicted_tok_s", "predicted_tau", "break_even_tau", "predicted_heldout_tok_s"}
+PREDICTED_KEYS = {"predicted_tok_s", "predicted_tau", "break_even_tau", "predicted_heldout_tok_s",
+                  "predicted_tok_s_at_tau"}
 MODEL_KEYS = {"drafter", "temperature", "thinking", "costs", "acceptance", "plain_ms_per_token", "predicted",
               "best_n_max", "measured", "best_n_max_measured"}
 MACHINE_KEYS = {"date", "host", "platform", "python", "cpu", "n_cpus", "load_avg", "memory_gib", "devices", "gpu",
@@ -149,6 +150,16 @@ def test_sweep_values_hang_together(sweep):
         assert p["n_runs"] == 2 and len(p["tokens_per_s_runs"]) == 2 and [b["turn"] for b in p["by_turn"]] == [1, 2]
         if p["drafter"] is None:
             assert p["speedup"] == pytest.approx(1.0)
+    # the step costs alone at a point's measured τ and drafted/step: T = V(1 + d) + D0 + D1·d + W0 + W1·τ
+    for p in res["points"]:
+        if p.get("predicted_tok_s_at_tau") is None:
+            continue
+        cm = next(c for c in res["cost_models"] if (c["drafter"], c["temperature"], c["thinking"])
+                  == (p["drafter"], p["temperature"], p["thinking"]))
+        c, d, tau = cm["costs"], p["mean_draft_length"], p["tau"]
+        v = VerifyCost(c["verify"]["rows"], c["verify"]["ms"])(1.0 + d)
+        ms = v + c["draft_call_ms"] + c["draft_token_ms"] * d + c["other_step_ms"] + c["other_token_ms"] * tau
+        assert p["predicted_tok_s_at_tau"] == pytest.approx(1e3 * tau / ms)
 
 
 def test_greedy_points_are_lossless_across_drafters(think_target, tiny):

@@ -331,6 +331,11 @@ class CostModel:
         """Predicted tokens/s at n_max = n (n ≤ ``acceptance.n_max``)."""
         return 1e3 * self.acceptance.tau(n) / self.ms_per_step(n)
 
+    def tok_s_at(self, tau: float, d: float) -> float:
+        """Predicted tokens/s of a drafting step that commits ``tau`` tokens (mean) and verifies ``d`` draft tokens
+        (mean): the step costs alone, at a measured τ — what :meth:`tok_s` predicts less the acceptance fit's error."""
+        return 1e3 * tau / self.costs.step_ms(d, tau)
+
     def break_even_tau(self, n: int) -> float | None:
         """τ*(n) = T(n) / T₁: the τ above which n_max = n beats plain decoding (None without T₁)."""
         return self.ms_per_step(n) / self.plain_ms_per_token if self.plain_ms_per_token else None

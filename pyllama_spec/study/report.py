@@ -162,22 +162,27 @@ def write_report(results: dict, path: Any) -> None:
 
     L += ["## Speed and τ per drafter × n_max", "",
           "Predicted = the cost model fitted on all of this drafter's runs; held-out = fitted without "
-          "this n_max's runs (a real prediction). Break-even τ = the τ this n_max needs to match plain decoding.", ""]
+          "this n_max's runs (a real prediction); at its τ = the step costs alone, at the point's measured τ and "
+          "drafted/step (where it is close and the prediction is not, the acceptance fit is off, not the costs). "
+          "Break-even τ = the τ this n_max needs to match plain decoding.", ""]
     rows = []
     for p in pts:
         nat = p.get("native") or {}
         err = (p.get("predicted_tok_s") / p["tokens_per_s"] - 1) * 100 if p.get("predicted_tok_s") else None
+        at = p.get("predicted_tok_s_at_tau")
+        err_at = (at / p["tokens_per_s"] - 1) * 100 if at and p["tokens_per_s"] else None
         rows.append([_setting(p), _name(p), p["n_max"] if p["drafter"] else "–",
                      _f(p["tokens_per_s"], "{:.1f}") + (f" ± {_f(p['tokens_per_s_sd'], '{:.1f}')}"
                                                          if p["n_runs"] > 1 else ""),
                      _f(p.get("speedup")), _f(p["tau"]), _f(p["acceptance"], "{:.1%}"),
                      _f(p["mean_draft_length"]), _f(p.get("predicted_tok_s"), "{:.1f}"), _f(err, "{:+.0f}%"),
-                     _f(p.get("predicted_heldout_tok_s"), "{:.1f}"), _f(p.get("break_even_tau")),
+                     _f(err_at, "{:+.0f}%"), _f(p.get("predicted_heldout_tok_s"), "{:.1f}"),
+                     _f(p.get("break_even_tau")),
                      _f(nat.get("tokens_per_s"), "{:.1f}"), _f(nat.get("acceptance"), "{:.1%}"),
                      _f(nat.get("same_tokens"), "{:.0%}")])
     L += _table(["setting", "drafter", "n_max", "tok/s", "× plain", "τ", "acceptance", "drafted/step",
-                 "predicted tok/s", "pred. error", "held-out pred.", "break-even τ", "llama.cpp tok/s",
-                 "llama.cpp acc.", "same tokens"], rows)
+                 "predicted tok/s", "pred. error", "error at its τ", "held-out pred.", "break-even τ",
+                 "llama.cpp tok/s", "llama.cpp acc.", "same tokens"], rows)
 
     cms = results.get("cost_models", [])
     if cms:

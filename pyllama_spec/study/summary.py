@@ -135,7 +135,8 @@ def summarize_points(runs: list[dict]) -> list[dict]:
 
 def cost_models(runs: list[dict], points: list[dict], verify_ms: dict | None = None) -> list[dict]:
     """Fit a :class:`CostModel` per (drafter, temperature, thinking) from its fixed-n_max chain runs; add
-    ``predicted_tok_s`` (all runs), ``predicted_heldout_tok_s`` (that n_max's runs left out of the
+    ``predicted_tok_s`` (all runs), ``predicted_tok_s_at_tau`` (the step costs at the point's measured τ and
+    drafted/step: the acceptance fit's error left out), ``predicted_heldout_tok_s`` (that n_max's runs left out of the
     fit) and ``break_even_tau`` to the points; return the models as dicts.
 
     Tree points (``tree`` > 0) are not in the fit of τ, D and W; the model predicts them
@@ -187,6 +188,9 @@ def cost_models(runs: list[dict], points: list[dict], verify_ms: dict | None = N
                 continue
             n = p["n_max"]
             p["predicted_tok_s"] = model.tok_s(n)
+            # (the step costs alone, at this point's measured τ and drafted/step: which half of the model is off)
+            p["predicted_tok_s_at_tau"] = (model.tok_s_at(p["tau"], p["mean_draft_length"])
+                                           if p.get("tau") and p.get("mean_draft_length") is not None else None)
             p["predicted_tau"] = model.acceptance.tau(n)
             p["break_even_tau"] = model.break_even_tau(n)
             others = [m for k, m in meas.items() if k != n]
