@@ -1,9 +1,10 @@
 # Sourced by the device scripts (h200_issue14.sh, h200_issue20.sh, h200_tree.sh) after they set W and GGUF:
-# smol_checkout gathers SmolLM2 from its parts (h200.sh model0 … model7 left all but the last in $W, the call
-# carries the last, .dev/smol.part08) and lays this checkout's Python over the installed wheel in $W/pkg.
+# smol_checkout gathers SmolLM2 from its parts (h200.sh model0 … left all but the last in $W, the call carries the
+# last) and lays this checkout's Python and data over the installed wheel in $W/pkg (checkout_over_wheel).
 # smol_cat OUT: SmolLM2 from its parts, those earlier calls left in $W and the last one, which this call carries;
-# refuses an incomplete set (the file's size is known). prepare_device.sh makes SMOL_PARTS parts (9 of 10.9 MB:
-# each travels with the 54 MB checkout under 64 MiB); smol_cat takes any number.
+# refuses an incomplete set (the file's size is known). prepare_device.sh sizes the parts to what the checkout
+# leaves of a 64 MiB call and prints the calls (2026-12-07, a 51.2 MB checkout: 7 parts, model0 … model5 and the
+# last, .dev/smol.part06, with each phase); smol_cat takes any number.
 SMOL_BYTES=98362432
 QWEN_BYTES=491400064  # Qwen2.5-Coder-0.5B-Instruct Q4_K_M (pyllama_spec.assets), 45 parts of 11 MB (QWEN_PARTS=1)
 # parts_cat NAME OUT BYTES: the parts NAME.partNN earlier calls left in $W and those this call carries (.dev/), in
@@ -22,8 +23,9 @@ parts_cat() {
   mv "$out.tmp" "$out"
 }
 smol_cat() {
-  parts_cat smol "$1" $SMOL_BYTES || { echo "run \`h200.sh model0\` … model7 (carry .dev/smol.part00 … 07)" \
-      "and carry the last part with this call (bash benchmarks/prepare_device.sh makes them)"; return 2; }
+  parts_cat smol "$1" $SMOL_BYTES || { echo "run \`h200.sh model0\` … (carry .dev/smol.part00 …, one each but the" \
+      "last) and carry the last part with this call (bash benchmarks/prepare_device.sh makes them and prints the" \
+      "calls)"; return 2; }
 }
 
 # checkout_over_wheel: this checkout's Python files and pyllama_spec/data (the shipped drafters: prepare_device.sh
@@ -31,6 +33,9 @@ smol_cat() {
 # $W/pkg (its native part is unchanged)
 checkout_over_wheel() {
   [ -d "$W/pkg/pyllama_spec" ] || { echo "no wheel in $W/pkg: run \`bash benchmarks/h200.sh install\` first"; exit 2; }
+  # (a plain GGUF there — h200.sh bench drops a trained drafter so — would shadow the checkout's .gguf.xz, whose sha256
+  # the checkout's assets.py pins)
+  rm -f "$W/pkg/pyllama_spec/data/"*.gguf
   (cd pyllama_spec && tar -cf - $(find . -name "*.py" -o -path "./data/*" -type f)) | tar -xf - -C "$W/pkg/pyllama_spec"
 }
 smol_checkout() {

@@ -146,8 +146,8 @@ install)
     split -b 15000000 -d "$W"/wheels/pyllama_spec-*.whl "$OUT/wheel.part" && ls "$W"/wheels/ > "$OUT/wheel.name"
   fi
   ;;
-model[0-9]|model[0-9][0-9])  # (prepare_device.sh makes SMOL_PARTS parts, 9 by default: model0..7 here, the last
-  # carried by the phase)
+model[0-9]|model[0-9][0-9])  # (prepare_device.sh sizes SmolLM2's parts to the checkout and prints the calls: all
+  # but the last here, the last carried by each phase)
   cp .dev/smol.part$(printf %02d $((10#${PHASE#model}))) "$W/" && ls -la "$W"/smol.part*
   ;;
 data)

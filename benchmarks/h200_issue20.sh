@@ -9,8 +9,8 @@
 #
 # With a CUDA wheel built here (benchmarks/build_cuda_wheel.sh, then prepare_device.sh WHEEL, which prints the
 # set-up calls: the parts are sized to what the checkout leaves of a 64 MiB call) the set-up is short calls back to
-# back (2026-12-07, 52.8 MB checkout: wheel0 … wheel2, install, model0 … model6; a phase carries the last SmolLM2
-# part, .dev/smol.part07 then):
+# back (2026-12-07, 51.2 MB checkout: wheel0 … wheel2, install, model0 … model5; a phase carries the last SmolLM2
+# part, .dev/smol.part06 then):
 #   bash benchmarks/h200.sh wheelN   carry .dev/wheel.partNN (one each)
 #   bash benchmarks/h200.sh install  carry the last wheel part (.dev/gpu/wheel.partNN) .dev/gpu/wheel.name
 #                                    .dev/gpu/wheel.parts .dev/gpu/whl   (without our wheel: carry .dev/gpu, it builds, ~6 min)

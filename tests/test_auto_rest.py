@@ -715,6 +715,35 @@ def test_deep_in_a_rest_the_costs_are_booked_once_every_few_steps_as_their_mean(
     assert t["tokens_per_ms"] == pytest.approx(0.5, rel=0.01)
 
 
+def test_the_rests_booked_in_batches_learn_the_verify_shapes_as_booking_each_step_does():
+    """With a synced timer each verify is booked (AutoState.verify_same / verify_new): a 1-row verify costs 1.0 ms,
+    2.0 ms more right after a verify of another shape (a rest's first step, after a drafting step's). A rest's first
+    step is booked alone: in a mean with 7 steps of the same shape its extra would read as 0.25 ms instead of 2.0, and
+    shape_ms — and with it later trims and rests — would differ from a policy that books each step (a review found
+    asks differing at 19–40 of 2 000 steps so)."""
+    out = []
+    for trace in (None, []):
+        st = AutoState(trace=trace, max_rest=512)
+        st.other_ms = 1e3  # (drafting never pays: probe, rest, probe, rest …, the rests growing to 512 steps)
+        stats, clock, timer = SpecStats(n_max=7), FakeClock(), FakeTimer(sync=True)
+        pol = AutoDraftLength([1.0, 1.3, 1.6, 1.9, 2.2, 2.5, 2.8, 3.1], stats, state=st, clock=clock, timer=timer)
+        asks, prev = [], None
+        for _ in range(2000):
+            ask = pol.plan(7)
+            asks.append(ask)
+            nd = len(pol.trim(Draft(tokens=[1] * ask, confidence=[0.05] * ask)).tokens) if ask else 0
+            v = 1.0 + 0.3 * nd + (2.0 if nd + 1 != prev else 0.0)
+            prev = nd + 1
+            timer.stages["verify"].seconds += v / 1e3
+            timer.stages["draft"].seconds += (0.5 if ask else 0.0) / 1e3  # (a drafter call that costs: not free)
+            stats.record(nd, 0)
+            clock.t += (v + 0.2 + (0.5 if ask else 0.0)) / 1e3
+        out.append((asks, st.verify_same[0], st.verify_new[0], st.shape_ms()))
+    (light, *lv), (every, *ev) = out
+    assert light == every and max(_rests(light)) > DORMANT_WINDOW + 2 * REST_BOOK_EVERY  # (a rest booked in batches)
+    assert lv == pytest.approx(ev) and lv == pytest.approx([1.0, 3.0, 2.0])
+
+
 def test_the_step_table_books_each_steps_own_tokens_across_generations():
     """Random acceptance over three generations (three policies) sharing one AutoState: the tokens booked equal
     the tokens each booked step committed — a drafting step its own 1 + accepted, a rest 1 — summed over all

@@ -80,8 +80,56 @@ def test_a_packed_drafter_is_unpacked_once_into_the_cache_and_checked(tmp_path, 
     with pytest.raises(ps.ModelLoadError, match="sha256 of the shipped drafter"):
         assets._shipped_file("d.gguf", "0" * 64, True)
     (fake / "data" / "e.gguf.xz").write_bytes(b"not xz")
-    with pytest.raises(ps.ModelLoadError, match="could not unpack e.gguf.xz"):
+    with pytest.raises(ps.ModelLoadError, match="e.gguf.xz is damaged"):
         assets._shipped_file("e.gguf", sha, True)
+    (fake / "data" / "t.gguf.xz").write_bytes(lzma.compress(body)[:-40])  # (truncated: EOFError inside lzma)
+    with pytest.raises(ps.ModelLoadError, match="t.gguf.xz is damaged"):
+        assets._shipped_file("t.gguf", sha, True)
+    assert not list(path.parent.parent.rglob(".*tmp"))  # (no half-written file left behind)
+
+
+def test_a_packed_drafter_unpacks_elsewhere_when_the_cache_is_read_only_and_once_for_many_threads(tmp_path,
+                                                                                                  monkeypatch):
+    """A read-only model cache (PYLLAMA_SPEC_CACHE) still gives the shipped drafters: they unpack into a per-user
+    temporary folder. Eight threads asking at once all get the one correct file."""
+    import threading
+
+    import pyllama_spec.assets as assets
+
+    fake = tmp_path / "pkg"
+    (fake / "data").mkdir(parents=True)
+    body = b"GGUF" + bytes(range(256)) * 4096
+    (fake / "data" / "d.gguf.xz").write_bytes(lzma.compress(body))
+    sha = assets.hashlib.sha256(body).hexdigest()
+    monkeypatch.setattr(assets, "__file__", str(fake / "assets.py"))
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    monkeypatch.setenv("PYLLAMA_SPEC_CACHE", str(ro))
+    monkeypatch.setattr(assets.tempfile, "tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    real_cache_dir = assets.cache_dir
+
+    def read_only():
+        raise PermissionError(13, "Permission denied", str(real_cache_dir()))
+
+    monkeypatch.setattr(assets, "cache_dir", read_only)
+    got, errors = [], []
+
+    def ask():
+        try:
+            got.append(assets._shipped_file("d.gguf", sha, True))
+        except Exception as e:  # noqa: BLE001 (collected and asserted below)
+            errors.append(e)
+
+    threads = [threading.Thread(target=ask) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors and len(set(got)) == 1
+    (path,) = set(got)
+    assert path.is_relative_to(tmp_path / "tmp") and path.read_bytes() == body
+    assert not list(path.parent.glob(".*tmp"))
 
 
 @pytest.fixture(scope="module")

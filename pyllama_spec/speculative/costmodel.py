@@ -665,7 +665,8 @@ class AutoState:
         plain_age: drafting steps booked since a resting step last measured ``plain_step_ms``.
         step_kinds: per kind of step (``"rest"``, ``"probe"``: the first drafting step after a rest,
             ``"draft"``), ``[steps, wall ms, committed tokens]`` summed over every generation (a generation's
-            first step and its last one or two — whose wall is not known when the generation ends — left out): where
+            first step and its last one or two — whose wall is not known when the generation ends; up to
+            ``REST_BOOK_EVERY`` deep in a rest, booked in batches — left out): where
             auto's time went against plain decoding's, e.g. a first use on a GPU that verified drafts at 36 of
             470 steps and lost 15 % (RESULTS.md 19.6). :meth:`step_table` reads it.
         probe_loss_ms: running mean of what a probe really lost against plain decoding — its wall ms less its
@@ -1292,11 +1293,13 @@ class AutoDraftLength:
         drafting. Deep in a long rest it books the steps' costs once every ``REST_BOOK_EVERY`` steps, as
         their mean, and otherwise only counts the step down."""
         st = self.state
-        if (self._prev == "rest" and st.rest and st.rest_left > DORMANT_WINDOW and self._span < REST_BOOK_EVERY
-                and ceiling > 0 and st.trace is None and not self._first):
+        if (self._prev == "rest" and self._why == "resting" and st.rest and st.rest_left > DORMANT_WINDOW
+                and self._span < REST_BOOK_EVERY and ceiling > 0 and st.trace is None and not self._first):
             # deep in a long rest (its next step dormant too): nothing to decide, and the costs are booked once every
             # REST_BOOK_EVERY steps, as their mean (AutoState.trace, which lists every step, books each; the
-            # generation's first step, which pays one-time costs and is left out, is booked alone)
+            # generation's first step, which pays one-time costs and is left out, is booked alone; so is a rest's
+            # first step — its verify is a new shape after a draft's, booked as AutoState.verify_new, which a mean
+            # with 7 steps of the same shape would dilute and so change later decisions)
             st.rest_left -= 1
             self._span += 1
             self.n_rest += 1

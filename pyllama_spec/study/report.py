@@ -162,8 +162,9 @@ def write_report(results: dict, path: Any) -> None:
 
     L += ["## Speed and τ per drafter × n_max", "",
           "Predicted = the cost model fitted on all of this drafter's runs; held-out = fitted without "
-          "this n_max's runs (a real prediction); at its τ = the step costs alone, at the point's measured τ and "
-          "drafted/step (where it is close and the prediction is not, the acceptance fit is off, not the costs). "
+          "this n_max's runs (a real prediction); error at its τ = the step costs alone, fitted on all runs (this "
+          "one included: in-sample), at the point's measured τ and drafted/step — the part of the prediction's "
+          "error that the acceptance curve does not explain. "
           "Break-even τ = the τ this n_max needs to match plain decoding.", ""]
     rows = []
     for p in pts:
