@@ -130,3 +130,7 @@ def test_one_shipped_drafter_does_not_depend_on_another(monkeypatch):
     assert assets.shipped_drafter("smollm2", "draft-dflash") == assets.smollm2_dflash_path()
     with pytest.raises(ModelLoadError, match="damaged"):
         assets.shipped_drafter("smollm2", "draft-simple")
+    # the models table reports the damage apart from the drafter kinds (none listed, the reason beside)
+    row = next(r for r in assets.model_table() if r["name"] == "smollm2")
+    assert row["drafters"] == {} and "damaged" in row["drafters_error"]
+    assert all(r["drafters_error"] is None for r in assets.model_table() if r["name"] != "smollm2")

@@ -1303,7 +1303,6 @@ class AutoDraftLength:
             st.rest_left -= 1
             self._span += 1
             self.n_rest += 1
-            self._planned = True
             return 0
         now = self.clock()
         self._learn(now)
