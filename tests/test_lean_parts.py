@@ -1,6 +1,6 @@
 """benchmarks/lean_parts.py: the set-up's files cut into device calls of at most N bytes, in order, a file split
 where a call fills up — and joined back they are the files, byte for byte."""
-import importlib.util
+import runpy
 import subprocess
 import sys
 from pathlib import Path
@@ -10,15 +10,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _lean_parts():
-    spec = importlib.util.spec_from_file_location("lean_parts", ROOT / "benchmarks" / "lean_parts.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def test_the_plan_fills_each_call_and_cuts_files_at_its_end():
-    plan = _lean_parts().plan
+    plan = runpy.run_path(str(ROOT / "benchmarks" / "lean_parts.py"))["plan"]
     # (the shapes of 2026-12-07: a 31.5 MB wheel head, SmolLM2's 98.4 MB, calls of 66.1 MB, here in MB)
     assert plan([("wheel", 31), ("smol", 98)], 66) == [[("wheel", 0, 31), ("smol", 0, 35)], [("smol", 35, 63)]]
     assert plan([("a", 0), ("b", 66), ("c", 1)], 66) == [[("b", 0, 66)], [("c", 0, 1)]]
