@@ -4,21 +4,26 @@
 # for the parts instead of the ~15 MB a 51 MB checkout leaves), and put it back.
 #
 #   bash benchmarks/lean_tree.sh on    # refuses while a tracked file has uncommitted changes (commit first)
-#   bash benchmarks/lean_tree.sh off   # git checkout -- . : every tracked file back as committed
+#   bash benchmarks/lean_tree.sh off   # the deleted tracked files back as committed (edits made meanwhile are kept)
 #
 # The .gitignore files stay: without them git would count .dev/ (the parts, the CUDA build: GBs) as untracked files,
-# which the device tool carries with the tree.
+# which the device tool carries with the tree. This script stays too, so that `off` can run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 case "${1:?on | off}" in
 on)
   [ -z "$(git status --porcelain --untracked-files=no)" ] || { echo "tracked files have uncommitted changes: commit first"; exit 1; }
-  git ls-files -z | grep -zv '\(^\|/\)\.gitignore$' | xargs -0 rm -f
+  # (untracked files git does not ignore travel with every call: the parts are sized for ≤ 1 MB of them)
+  extra=$(git ls-files -o --exclude-standard -z | xargs -0r stat -c %s | awk '{s+=$1} END {print s+0}')
+  [ "$extra" -le 500000 ] || { echo "untracked files git does not ignore: $extra bytes (the lean parts leave room for 0.5 MB):" \
+      "commit, ignore or move them first"; git ls-files -o --exclude-standard | head; exit 1; }
+  git ls-files -z | grep -zv -e '\(^\|/\)\.gitignore$' -e '^benchmarks/lean_tree\.sh$' | xargs -0 rm -f
   echo "tree emptied; a call carries $(git ls-files -co --exclude-standard -z | xargs -0 stat -c %s 2>/dev/null \
-      | awk '{s+=$1} END {print s+0}') bytes of it (\`bash benchmarks/lean_tree.sh off\` — or git checkout -- . — restores)"
+      | awk '{s+=$1} END {print s+0}') bytes of it (\`bash benchmarks/lean_tree.sh off\` — or git checkout -- :/ — restores)"
   ;;
 off)
-  git checkout -- . && echo "tree restored: $(git ls-files | wc -l) tracked files"
+  # only the deleted files: an edit made while the tree was lean stays
+  git ls-files -dz | xargs -0r git checkout -- && echo "tree restored: $(git ls-files | wc -l) tracked files"
   ;;
 *) echo "on | off"; exit 2 ;;
 esac

