@@ -151,15 +151,18 @@ def test_sweep_values_hang_together(sweep):
         if p["drafter"] is None:
             assert p["speedup"] == pytest.approx(1.0)
     # the step costs alone at a point's measured τ and drafted/step: T = V(1 + d) + D0 + D1·d + W0 + W1·τ
+    checked = 0
     for p in res["points"]:
         if p.get("predicted_tok_s_at_tau") is None:
             continue
+        checked += 1
         cm = next(c for c in res["cost_models"] if (c["drafter"], c["temperature"], c["thinking"])
                   == (p["drafter"], p["temperature"], p["thinking"]))
         c, d, tau = cm["costs"], p["mean_draft_length"], p["tau"]
         v = VerifyCost(c["verify"]["rows"], c["verify"]["ms"])(1.0 + d)
         ms = v + c["draft_call_ms"] + c["draft_token_ms"] * d + c["other_step_ms"] + c["other_token_ms"] * tau
         assert p["predicted_tok_s_at_tau"] == pytest.approx(1e3 * tau / ms)
+    assert checked > 0  # (every drafting point of a fitted drafter has one)
 
 
 def test_greedy_points_are_lossless_across_drafters(think_target, tiny):
