@@ -93,11 +93,11 @@ def _auto(gen, taps_off, prompt=PROMPT, max_tokens=N_TOK):
     return r, spy
 
 
-def test_only_dflash_kinds_skip_the_taps_in_observe_dormant():
-    """The capability: DFlash's observe_dormant reads no feature (DFlash2 and DSpark inherit it); EAGLE-3's
-    reads its features (the default observe_dormant defers them); MTP and draft-simple tap no layer."""
-    assert not any(c.dormant_reads_taps for c in (DFlashDrafter, DFlash2Drafter, DSparkDrafter))
-    assert all(c.dormant_reads_taps for c in (Eagle3Drafter, MTPDrafter, DraftModelDrafter))
+def test_only_the_feature_kinds_skip_the_taps_in_observe_dormant():
+    """The capability: DFlash's and EAGLE-3's observe_dormant read no feature (DFlash2 and DSpark inherit
+    DFlash's; EAGLE-3's since 2026-12-07); MTP and draft-simple keep the default (observe_deferred)."""
+    assert not any(c.dormant_reads_taps for c in (DFlashDrafter, DFlash2Drafter, DSparkDrafter, Eagle3Drafter))
+    assert all(c.dormant_reads_taps for c in (MTPDrafter, DraftModelDrafter))
 
 
 def test_taps_are_off_exactly_for_the_dormant_decodes_and_the_output_is_plain(gen):

@@ -139,18 +139,83 @@ def test_a_rest_after_a_rejected_draft_leaves_no_wrong_pair_in_the_heads_cache(h
 
 
 def test_a_long_rest_keeps_at_most_a_batch_of_rows_waiting(gen):
-    """A prompt decoded inside a long rest (the last generation's rest goes on): its rows are deferred, but the head
-    takes them whenever a batch's worth waits, so the features kept on the host stay below n_batch rows; the
-    output is plain decoding's."""
+    """A prompt decoded inside a long rest (the last generation's rest goes on) with its rows deferred (as the base
+    class's observe_dormant does): the head takes them whenever a batch's worth waits, so the features kept on the
+    host stay below n_batch rows; the output is plain decoding's. EAGLE-3's own observe_dormant keeps none."""
     d = gen.drafters["echo"]
     prompt = PROMPT * 12
     ref = gen.generate(prompt, max_tokens=16, reuse_prefix=False)
     assert len(gen.tokenize_prompt(prompt)) > 2 * gen.ctx.n_batch
+    for skip in (False, True):
+        if not skip:
+            d.observe_dormant = d.observe_deferred  # (the base class's observe_dormant: the rows deferred)
+        st = gen.reset_auto_state("echo")
+        st.other_ms, st.rest_ms, st.rest_left, st.gap = 1e6, 0.0, 400, 400
+        try:
+            r = gen.generate(prompt, drafter="echo", n_max="auto", max_tokens=16, reuse_prefix=False)
+            assert r.tokens == ref.tokens and not any(r.stats.draft_lengths)
+            assert (d._deferred.n == 0) if skip else (0 < d._deferred.n < gen.ctx.n_batch)
+        finally:
+            gen.reset_auto_state("echo")
+            d.__dict__.pop("observe_dormant", None)
+
+
+@pytest.mark.parametrize("dormant", [True, False])
+def test_a_long_rest_skips_the_features_of_all_but_its_last_window(gen, dormant):
+    """A rest of 80 steps: the head is handed its first 16 rows with observe_dormant — no feature copied, no pair
+    decoded: a hole in its cache, emptied before the window's rows go in — and the last 64 with observe_deferred
+    (decoded at the probe). The output is plain decoding's either way, and after the probe every pair the head's
+    cache holds pairs the token committed at p + 1 with g_p. dormant=False: every resting row goes in."""
+    from pyllama_spec.speculative.costmodel import DORMANT_WINDOW
+
+    d = gen.drafters["echo"]
+    n_tok = 100
+    ref = gen.generate(PROMPT, max_tokens=n_tok, reuse_prefix=False)
+    if len(ref.tokens) < n_tok:
+        pytest.skip("the tiny target ends this prompt early")
+    read, cache, probes = [], {}, []
+    feats, dec, rm, clear, prop = d._features, d.ctx.decode_tokens_embd, d.ctx.memory.seq_rm, d.ctx.memory.clear, d.propose
+
+    def features(rows):
+        out = feats(rows)
+        read.append(len(out))
+        return out
+
+    def decode(tokens, rows, pos, **k):
+        cache.update((int(p), int(t)) for t, p in zip(tokens, pos))
+        return dec(tokens, rows, pos, **k)
+
+    def seq_rm(seq, p0=-1, p1=-1):
+        for p in [p for p in cache if p >= max(p0, 0) and (p1 < 0 or p < p1)]:
+            del cache[p]
+        return rm(seq, p0, p1)
+
+    def clear_all(*a):
+        cache.clear()
+        return clear(*a)
+
+    def propose(last, n_past, *a):
+        out = prop(last, n_past, *a)
+        probes.append((n_past, dict(cache)))
+        return out
+
+    d._features, d.ctx.decode_tokens_embd, d.ctx.memory.seq_rm, d.ctx.memory.clear, d.propose = \
+        features, decode, seq_rm, clear_all, propose
     st = gen.reset_auto_state("echo")
-    st.other_ms, st.rest_ms, st.rest_left, st.gap = 1e6, 0.0, 400, 400
+    st.other_ms, st.rest_ms, st.max_rest, st.dormant = 1e6, 0.0, DORMANT_WINDOW + 16, dormant
     try:
-        r = gen.generate(prompt, drafter="echo", n_max="auto", max_tokens=16, reuse_prefix=False)
-        assert r.tokens == ref.tokens and not any(r.stats.draft_lengths)
-        assert 0 < d._deferred.n < gen.ctx.n_batch
+        r = gen.generate(PROMPT, drafter="echo", n_max="auto", max_tokens=n_tok, reuse_prefix=False)
     finally:
+        del d._features, d.ctx.decode_tokens_embd, d.ctx.memory.seq_rm, d.ctx.memory.clear, d.propose
         gen.reset_auto_state("echo")
+    assert r.tokens == ref.tokens  # lossless
+    full = gen.tokenize_prompt(PROMPT) + list(r.tokens)
+    p0 = len(gen.tokenize_prompt(PROMPT)) - 1  # the first rest's first row
+    n_past, held = probes[0]  # the first probe, after the 80-step rest
+    assert n_past == p0 + DORMANT_WINDOW + 16
+    assert all(full[p + 1] == t for p, t in held.items())  # every pair right
+    if dormant:
+        # the hole: none of the rest's first 16 positions (nor the prompt before them) is in the head's cache
+        assert min(held) == p0 + 16 and sum(read) < len(full) - 16
+    else:
+        assert min(held) == 0

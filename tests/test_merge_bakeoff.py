@@ -46,3 +46,13 @@ def test_parts_of_other_settings_do_not_merge():
     other["settings"]["max_tokens"] = 128
     with pytest.raises(SystemExit, match="settings.max_tokens differs"):
         _merge_module().merge([whole, other], ["a", "b"])
+
+
+def test_a_part_cut_short_makes_the_merge_incomplete_and_is_named():
+    whole = json.loads((ROOT / "benchmarks" / "bakeoff" / "cpu-mixed" / "results.json").read_text())
+    a, b = copy.deepcopy(whole), copy.deepcopy(whole)
+    b["complete"] = False  # its call's time ran out: the finished points only
+    merged = _merge_module().merge([a, b], ["done", "cut"])
+    assert merged["complete"] is False
+    assert merged["notes"][-1].endswith("cut short (its finished points only): cut")
+    assert _merge_module().merge([a, copy.deepcopy(whole)], ["a", "b"]).get("complete", True) is True

@@ -115,6 +115,9 @@ class Eagle3Drafter(ModelDrafter):
     n_max_limit = 32
     n_max_default = 3  # llama.cpp's --spec-draft-n-max default
     supports_tree = True
+    #: observe_dormant reads no feature (it skips its rows, as DFlash's does): the target need not tap them
+    #: (AutoState.taps_off_when_dormant)
+    dormant_reads_taps = False
 
     def __init__(self, target: Context, path: str | os.PathLike | None = None, *, p_min: float = 0.0, n_min: int = 0,
                  n_gpu_layers: int = -1, flash_attn: bool | str = "auto", type_k: str = "f16", type_v: str = "f16",
@@ -152,6 +155,9 @@ class Eagle3Drafter(ModelDrafter):
         #: the committed rows (and their target features) kept while n_max="auto" rests (observe_deferred)
         self._deferred = DeferredRows(self.ctx.n_batch)
         self._stale_pos = -1  # the boundary cell that holds a rejected draft's pair (on_accept), -1: none
+        # a long rest skipped rows (observe_dormant): the head's cache has a hole there and is emptied before the
+        # next rows go in (llama.cpp takes a sequence's rows only right after its last cached position)
+        self._hole = False
         self.pending_pos = -1
         self.pending_g = np.zeros(self.n_embd, dtype=np.float32)
         self.verify_g = np.zeros((0, self.n_embd), dtype=np.float32)
@@ -188,6 +194,19 @@ class Eagle3Drafter(ModelDrafter):
         if self._deferred.add(tokens[:n_commit], positions[:n_commit], feats):
             self._flush(timer)  # (a batch's worth: the copies kept stay bounded — a long prompt in a long rest)
 
+    def observe_dormant(self, tokens: list[int], positions: np.ndarray, n_commit: int,
+                        timer: StageTimer) -> None:
+        # a long rest: these rows' features are neither copied nor encoded (the copy alone was 0.06 ms of a resting
+        # step's ~1.3 ms on an H100, RESULTS.md 19.15). The head's cache keeps a hole here and is emptied before the
+        # rows after it go in (_inject), so the probe drafts from the rest's last window on (the loop hands those
+        # rows to observe_deferred), as DFlash's does. Lossless: what is committed stays the target's
+        if not n_commit:
+            return
+        self._flush(timer)  # rows deferred before the hole go in first (they end where it begins)
+        self._hole = True
+        self.pending_pos = -1  # no boundary until rows after the hole come: propose drafts nothing before
+        self._stale_pos = -1
+
     def _flush(self, timer: StageTimer) -> None:
         """Inject the rows deferred while resting (consecutive committed positions), as one verify batch."""
         if self._deferred:
@@ -213,6 +232,9 @@ class Eagle3Drafter(ModelDrafter):
         the last row waits for its token (``pending_*``)."""
         n = len(tokens)
         with timer("inject", self.ctx):
+            if self._hole:  # rows after a long rest's skipped ones: the cache takes them only from empty
+                self._hole = False
+                self.ctx.memory.clear()
             # the per-token encoder ignores positions; llama.cpp passes placeholders after the cache
             base = self.ctx.memory.pos_max(0) + 1
             g = self.ctx.encode_embd(feats, base + np.arange(n) % self.ctx.n_ubatch)
