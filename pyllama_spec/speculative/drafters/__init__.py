@@ -64,7 +64,7 @@ Capabilities are class or instance attributes that the loop reads:
 * ``n_max_limit`` / ``n_max_default`` — the longest draft block it can make, and the one used
   when the caller gives none.
 * ``dormant_reads_taps`` — ``observe_dormant`` may read the target's layer inputs (True, the
-  default). DFlash's skips its rows (False): with ``AutoState.taps_off_when_dormant`` the loop
+  default). DFlash's and EAGLE-3's skip their rows (False): with ``AutoState.taps_off_when_dormant`` the loop
   turns the target's taps off for the dormant steps of a long rest and on again for the rest's
   last ``DORMANT_WINDOW`` steps, whose rows ``observe_deferred`` reads.
 * ``free`` — ``propose`` is a lookup in the committed tokens (False, the default; True on every

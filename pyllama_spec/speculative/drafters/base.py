@@ -105,8 +105,8 @@ class Drafter(ABC):
             ``"draft-simple"``).
         dormant_reads_taps: :meth:`observe_dormant` may read the target's layer inputs
             (``target_layer_ids``), so the loop keeps the taps on for dormant steps. True here (the default
-            ``observe_dormant`` observes); a kind whose ``observe_dormant`` reads none (DFlash: it skips the
-            rows) sets False, and with ``AutoState.taps_off_when_dormant`` the loop then turns the target's
+            ``observe_dormant`` observes); a kind whose ``observe_dormant`` reads none (DFlash, EAGLE-3: they skip
+            the rows) sets False, and with ``AutoState.taps_off_when_dormant`` the loop then turns the target's
             taps off for those steps.
         supports_rejection: ``propose`` can return probabilities.
         supports_tree: ``propose_tree`` and ``observe_rows`` are implemented (token trees).
