@@ -394,6 +394,50 @@ def test_depth_plot_legends_and_colours_match(sweep, tmp_path, monkeypatch):
 
 
 @pytest.mark.skipif(not HAVE_MPL, reason="needs matplotlib (the [plot] extra)")
+def test_a_whole_sweeps_plots_stay_readable(sweep, tmp_path, monkeypatch):
+    """Nine drafters (a whole GPU sweep): depth_by_turn.png draws per drafter only its fastest fixed n_max (solid)
+    and auto (dashed) in the drafter's colour, plus plain; stage_time_per_step.png has a panel per drafter (up to
+    three a row), each with plain's bar first and the drafter's n_max in order."""
+    import copy
+
+    import matplotlib.pyplot as plt
+
+    from pyllama_spec.study import plots
+
+    figs = []
+    monkeypatch.setattr(plt, "close", lambda fig=None: figs.append(fig))
+    res = copy.deepcopy(sweep[0])
+    s0 = plots._settings(res["points"])[0]  # the setting both plots draw
+    base = [p for p in res["points"] if p["drafter"] == "dflash" and (p["temperature"], p["thinking"]) == s0]
+    plain = [p for p in res["points"] if p["drafter"] is None]
+    pts = list(plain)
+    for k in range(9):  # nine drafters, the k-th one's n_max 3 the fastest
+        for p in base:
+            q = copy.deepcopy(p)
+            q["drafter"] = f"d{k}"
+            q["tokens_per_s"] = 100.0 + (50.0 if q["n_max"] == 3 else 0.0) + k
+            pts.append(q)
+    res["points"] = pts
+    plots.depth(res, tmp_path, plt)
+    a1, a2 = figs[-1].axes[:2]
+    right = {ln.get_label(): (ln.get_color(), ln.get_linestyle()) for ln in a2.get_lines()}
+    assert len(right) == 1 + 2 * 9 and "plain" in right
+    for k in range(9):
+        fast, auto = right[f"d{k} n_max 3 (fastest fixed)"], right[f"d{k} n_max auto"]
+        assert fast[0] == auto[0] and (fast[1], auto[1]) == ("-", "--")
+    assert len({right[f"d{k} n_max auto"][0] for k in range(9)}) == 9  # a colour per drafter
+    plots.stage_time(res, tmp_path, plt)
+    axes = [ax for ax in figs[-1].axes if ax.get_visible()]
+    assert len(axes) == 9 and [ax.get_title() for ax in axes] == [f"d{k}" for k in range(9)]
+    n_max = [str(p["n_max"]) for p in sorted(base, key=lambda p: (isinstance(p["n_max"], str), str(p["n_max"])))]
+    assert [t.get_text() for t in axes[0].get_xticklabels()] == ["plain"] + n_max  # (plain of that setting)
+    plots.acceptance_per_position(res, tmp_path, plt)
+    axes = [ax for ax in figs[-1].axes if ax.get_visible()]
+    assert len(axes) == 9 and figs[-1].get_size_inches()[0] <= 3 * 5.5  # three panels a row
+    plt.close("all")
+
+
+@pytest.mark.skipif(not HAVE_MPL, reason="needs matplotlib (the [plot] extra)")
 def test_plot_titles_fit_their_figure(sweep, tmp_path, monkeypatch):
     """A long target name (the shipped SmolLM2's general.name) in a one-panel plot: the title lines
     stay inside the figure (the CPU bake-off of 2026-12-02 had them cut off at both sides)."""

@@ -55,8 +55,13 @@ def acceptance_per_position(results: Any, out: Path, plt: Any) -> Path | None:
     if not drafters:
         return None
     s0 = _settings(pts)[0]
-    fig, axes = plt.subplots(1, len(drafters), figsize=(5.5 * len(drafters), 4.2), squeeze=False)
-    for ax, d in zip(axes[0], drafters):
+    # a panel per drafter, up to three a row (nine in one row were 5 400 px wide: the sweep of 2026-12-07)
+    ncol = min(3, len(drafters))
+    nrow = -(-len(drafters) // ncol)
+    fig, axes = plt.subplots(nrow, ncol, figsize=(5.5 * ncol, 3.6 * nrow + 0.6), squeeze=False)
+    for ax in axes.flat[len(drafters):]:
+        ax.set_visible(False)
+    for ax, d in zip(axes.flat, drafters):
         for p in _fixed(pts, d, s0):
             app = [float("nan") if x is None else x for x in p["accepted_per_position"]]  # None: never drafted
             ax.plot(range(1, len(app) + 1), app, marker="o", ms=3, label=f"n_max {p['n_max']}")
@@ -137,29 +142,45 @@ def speed_and_tau(results: Any, out: Path, plt: Any) -> Path | None:
 
 
 def stage_time(results: Any, out: Path, plt: Any) -> Path:
+    """stage_time_per_step.png: a stacked bar of the ms per verify step by stage for every point of the first
+    setting — one panel per drafter (plain's bar first in each, the y axis shared), up to three panels a row:
+    a whole sweep's ~60 bars in one row were unreadable (5 400 px wide, the H100 sweep of 2026-12-07)."""
     pts = [p for p in results["points"] if (p["temperature"], p["thinking"]) == _settings(results["points"])[0]]
-    pts = sorted(pts, key=lambda p: (p["drafter"] is not None, p["drafter"] or "",
-                                     isinstance(p["n_max"], str), p["n_max"] if isinstance(p["n_max"], int) else 0))
-    labels = ["plain" if p["drafter"] is None else f"{p['drafter']}\n{p['n_max']}" for p in pts]
-    fig, ax = plt.subplots(figsize=(max(6, 0.75 * len(pts) + 2), 4.8))
-    bottom = [0.0] * len(pts)
+    order = lambda p: (isinstance(p["n_max"], str), p["n_max"] if isinstance(p["n_max"], int) else 0)  # noqa: E731
+    plain = [p for p in pts if p["drafter"] is None]
+    groups = [(d, plain + sorted([p for p in pts if p["drafter"] == d], key=order)) for d in _drafters(pts)]
+    groups = groups or [("plain", plain)]
+    ncol = min(3, len(groups))
+    nrow = -(-len(groups) // ncol)
+    widest = max(len(g) for _, g in groups)
+    fig, axes = plt.subplots(nrow, ncol, figsize=(max(6.5, ncol * (0.62 * widest + 1.4)), 3.3 * nrow + 1.3),
+                             sharey=True, squeeze=False)
     cmap = plt.get_cmap("tab10")
-    for j, st in enumerate(STEP_STAGES):
-        vals = [max(0.0, p["stages_ms_per_step"].get(st, 0.0)) for p in pts]
-        if not any(v > 0 for v in vals):
-            continue
-        ax.bar(range(len(pts)), vals, bottom=bottom, label=st, color=cmap(j % 10))
-        bottom = [b + v for b, v in zip(bottom, vals)]
-    for x, p in enumerate(pts):
-        ax.text(x, bottom[x], f"τ {p['tau']:.2f}", ha="center", va="bottom", fontsize=7)
-    ax.set_xticks(range(len(pts)))
-    ax.set_xticklabels(labels, fontsize=8)
-    ax.set_xlabel("drafter and n_max")
-    ax.set_ylabel("time per verify step (ms)")
-    ax.grid(axis="y", alpha=0.3)
-    ax.legend(fontsize=8, ncol=2)
-    _title(ax, f"Where a step's time goes ({_setting(pts[0])}; τ above each bar)", results)
-    fig.tight_layout()
+    used: dict = {}
+    for ax, (name, grp) in zip(axes.flat, groups):
+        bottom = [0.0] * len(grp)
+        for j, st in enumerate(STEP_STAGES):
+            vals = [max(0.0, p["stages_ms_per_step"].get(st, 0.0)) for p in grp]
+            if not any(v > 0 for v in vals):
+                continue
+            used[st] = ax.bar(range(len(grp)), vals, bottom=bottom, color=cmap(j % 10))
+            bottom = [b + v for b, v in zip(bottom, vals)]
+        for x, p in enumerate(grp):
+            ax.text(x, bottom[x], f"τ {p['tau']:.2f}", ha="center", va="bottom", fontsize=7)
+        ax.set_xticks(range(len(grp)))
+        ax.set_xticklabels(["plain" if p["drafter"] is None else str(p["n_max"]) for p in grp], fontsize=8)
+        ax.set_title(name, fontsize=10)
+        ax.set_xlabel("n_max")
+        ax.grid(axis="y", alpha=0.3)
+    for ax in axes.flat[len(groups):]:
+        ax.set_visible(False)
+    for ax in axes[:, 0]:
+        ax.set_ylabel("time per verify step (ms)")
+    order_st = [st for st in STEP_STAGES if st in used]
+    fig.legend([used[st] for st in order_st], order_st, loc="lower center", ncol=min(len(order_st), 11),
+               fontsize=8, frameon=False)
+    _title(fig, f"Where a step's time goes ({_setting(pts[0])}; τ above each bar)", results, fig=True)
+    fig.tight_layout(rect=(0, 0.05 if nrow > 1 else 0.09, 1, 1))
     path = out / "stage_time_per_step.png"
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -197,23 +218,44 @@ def depth(results: Any, out: Path, plt: Any) -> Path | None:
         return None
     s0 = _settings(pts)[0]
     sel = [p for p in pts if (p["temperature"], p["thinking"]) == s0]
-    # a whole sweep has ~50 series: one legend beside the right panel, in columns, and the figure tall
-    # enough for it (inside the left panel it covered the data: the H100 sweep of 2026-12-06)
-    ncol = 1 if len(sel) <= 16 else 2 if len(sel) <= 40 else 3
-    fig, (a1, a2) = plt.subplots(1, 2, figsize=(13.5 + 2.2 * (ncol - 1), max(4.4, 0.17 * -(-len(sel) // ncol) + 1.2)))
-    # one colour per series, the same in both panels (plain, gray and dotted, is only on the right:
-    # it drafts nothing, so it has no acceptance); each panel gets its own legend while they are few
     cycle = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     spec = [p for p in sel if p["drafter"] is not None]
-    colour = {id(p): cycle[i % len(cycle)] for i, p in enumerate(spec)}
+    style = {id(p): "-" for p in spec}
+    if len(spec) > 16:
+        # a whole sweep has ~60 series, a tangle no one can read (the H100 sweep of 2026-12-07): per drafter its
+        # fastest fixed n_max (solid) and auto (dashed), in the drafter's colour; every point stays in REPORT.md
+        keep = []
+        for i, d in enumerate(_drafters(spec)):
+            mine = [p for p in spec if p["drafter"] == d]
+            fixed = [p for p in mine if isinstance(p["n_max"], int)]
+            best = [max(fixed, key=lambda p: p["tokens_per_s"])] if fixed else []
+            auto = [p for p in mine if p["n_max"] == "auto"]
+            keep += best + auto
+            for p in best + auto:
+                style[id(p)] = "-" if p in best else "--"
+        colour = {id(p): cycle[_drafters(spec).index(p["drafter"]) % len(cycle)] for p in keep}
+        label = {id(p): f"{p['drafter']} n_max {p['n_max']}" + (" (fastest fixed)" if style[id(p)] == "-" else "")
+                 for p in keep}
+        sel = [p for p in sel if p["drafter"] is None] + keep
+        spec = keep
+    else:
+        # one colour per series, the same in both panels (plain, gray and dotted, is only on the right:
+        # it drafts nothing, so it has no acceptance)
+        colour = {id(p): cycle[i % len(cycle)] for i, p in enumerate(spec)}
+        label = {id(p): f"{p['drafter']} n_max {p['n_max']}" for p in spec}
+    # many series: one legend beside the right panel, in columns, and the figure tall enough for it (inside
+    # the left panel it covered the data: the H100 sweep of 2026-12-06); each panel its own while they are few
+    ncol = 1 if len(sel) <= 16 else 2 if len(sel) <= 40 else 3
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(13.5 + 2.2 * (ncol - 1), max(4.4, 0.17 * -(-len(sel) // ncol) + 1.2)))
     for p in sel:
         turns = [b["turn"] for b in p["by_turn"]]
-        lab = "plain" if p["drafter"] is None else f"{p['drafter']} n_max {p['n_max']}"
+        lab = "plain" if p["drafter"] is None else label[id(p)]
         c = colour.get(id(p), "gray")
         a2.plot(turns, [b["tokens_per_s"] for b in p["by_turn"]], marker="o", ms=3, label=lab, color=c,
-                ls=":" if p["drafter"] is None else "-")
+                ls=":" if p["drafter"] is None else style[id(p)])
         if p["drafter"] is not None:
-            a1.plot(turns, [b["acceptance"] for b in p["by_turn"]], marker="o", ms=3, label=lab, color=c)
+            a1.plot(turns, [b["acceptance"] for b in p["by_turn"]], marker="o", ms=3, label=lab, color=c,
+                    ls=style[id(p)])
     ctx = [int(b["n_prompt_mean"]) for b in pts[0]["by_turn"]]
     for a in (a1, a2):
         a.set_xticks(range(1, len(ctx) + 1))
