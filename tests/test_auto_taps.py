@@ -1,8 +1,9 @@
 """``AutoState.taps_off_when_dormant`` (issue 25): in a long rest of ``n_max="auto"`` the target's layer-input
-taps are off for the decodes whose rows go to DFlash's ``observe_dormant`` (which reads none) and on again for
-the rest's last ``DORMANT_WINDOW`` steps and every drafting step. On the tiny fixtures: the output is plain
-decoding's and the switch-off run's, the taps are off exactly for the dormant decodes, a probe drafts what it
-drafts with the switch off, and a rest that ends with a generation leaves the Generator usable as before."""
+taps are off for the decodes whose rows go to DFlash's (or EAGLE-3's) ``observe_dormant`` (which reads none)
+and on again for the rest's last ``DORMANT_WINDOW`` steps and every drafting step. On the tiny fixtures: the
+output is plain decoding's and the switch-off run's, the taps are off exactly for the dormant decodes, a probe
+drafts what it drafts with the switch off, and a rest that ends with a generation leaves the Generator usable
+as before."""
 import pytest
 
 import pyllama_spec as ps
@@ -32,8 +33,8 @@ class Spy:
     """Records, per target decode, its first position and the taps it ran with, and per drafter call the first
     position it observed (by method) or drafted at."""
 
-    def __init__(self, gen):
-        self.gen, self.target, self.d = gen, gen.ctx, gen.drafters["dflash"]
+    def __init__(self, gen, name="dflash"):
+        self.gen, self.target, self.d = gen, gen.ctx, gen.drafters[name]
         self.taps: dict[int, list[int]] = {}  # first position of a target decode -> its taps
         self.order: list[tuple[int, list[int]]] = []
         self.observed: list[tuple[str, int, int]] = []  # (method, first position, rows committed)
@@ -74,22 +75,22 @@ class Spy:
             delattr(self.d, name)
 
 
-def _resting_state(gen, taps_off, max_rest=DORMANT_WINDOW + 16):
+def _resting_state(gen, taps_off, max_rest=DORMANT_WINDOW + 16, name="dflash"):
     """A fresh AutoState whose cost model says a drafting step costs 1000 s: rests of ``max_rest`` steps
     (the first one begins at the first step), one-token probes between them."""
-    gen._auto_state.pop("dflash", None)
-    st = gen.auto_state("dflash")
+    gen._auto_state.pop(name, None)
+    st = gen.auto_state(name)
     st.other_ms, st.rest_ms, st.max_rest, st.taps_off_when_dormant = 1e6, 0.0, max_rest, taps_off
     return st
 
 
-def _auto(gen, taps_off, prompt=PROMPT, max_tokens=N_TOK):
-    _resting_state(gen, taps_off)
+def _auto(gen, taps_off, prompt=PROMPT, max_tokens=N_TOK, name="dflash"):
+    _resting_state(gen, taps_off, name=name)
     try:
-        with Spy(gen) as spy:
-            r = gen.generate(prompt, drafter="dflash", n_max="auto", max_tokens=max_tokens, reuse_prefix=False)
+        with Spy(gen, name) as spy:
+            r = gen.generate(prompt, drafter=name, n_max="auto", max_tokens=max_tokens, reuse_prefix=False)
     finally:
-        gen._auto_state.pop("dflash", None)
+        gen._auto_state.pop(name, None)
     return r, spy
 
 
@@ -98,6 +99,30 @@ def test_only_the_feature_kinds_skip_the_taps_in_observe_dormant():
     DFlash's; EAGLE-3's since 2026-12-07); MTP and draft-simple keep the default (observe_deferred)."""
     assert not any(c.dormant_reads_taps for c in (DFlashDrafter, DFlash2Drafter, DSparkDrafter, Eagle3Drafter))
     assert all(c.dormant_reads_taps for c in (MTPDrafter, DraftModelDrafter))
+
+
+def test_an_eagle3_head_with_the_taps_off_in_its_dormant_steps(tmp_path):
+    """EAGLE-3's observe_dormant reads no feature either (2026-12-07): with the switch on the target decodes the
+    dormant rows without taps, the output is plain decoding's, and the probes draft what they draft with the
+    switch off (from the same window's features)."""
+    from pyllama_spec import drafter_fixtures, fixtures
+
+    t = tmp_path / "target.gguf"
+    fixtures.write_tiny_target(t, arch="llama", n_layer=4, n_embd=64, seed=21, layer_scale=0.1)
+    drafter_fixtures.write_eagle3_drafter(tmp_path / "echo.gguf", target=t, echo=True, target_layers=[0, 2, 3])
+    with ps.Generator(t, drafters={"echo": tmp_path / "echo.gguf"}, n_ctx=1024, n_batch=64, n_ubatch=32) as g:
+        prompt = "hello there, how are you"
+        ref = g.generate(prompt, max_tokens=N_TOK, reuse_prefix=False)
+        if len(ref.tokens) < N_TOK:
+            pytest.skip("the tiny target ends this prompt early")
+        r_off, off = _auto(g, False, prompt=prompt, name="echo")
+        r_on, on = _auto(g, True, prompt=prompt, name="echo")
+        ids = sorted(g.drafters["echo"].target_layer_ids)
+    assert r_on.tokens == r_off.tokens == ref.tokens
+    dormant = {p for m, p, _ in on.observed if m == "observe_dormant"}
+    assert len(dormant) >= 16 and all((on.taps[p] == []) == (p in dormant) for p in on.taps)
+    assert all(t == ids for t in off.taps.values())
+    assert on.proposed == off.proposed and any(tok for _, tok in on.proposed)
 
 
 def test_taps_are_off_exactly_for_the_dormant_decodes_and_the_output_is_plain(gen):

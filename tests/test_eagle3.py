@@ -174,7 +174,8 @@ def test_a_long_rest_skips_the_features_of_all_but_its_last_window(gen, dormant)
     if len(ref.tokens) < n_tok:
         pytest.skip("the tiny target ends this prompt early")
     read, cache, probes = [], {}, []
-    feats, dec, rm, clear, prop = d._features, d.ctx.decode_tokens_embd, d.ctx.memory.seq_rm, d.ctx.memory.clear, d.propose
+    feats, dec, prop = d._features, d.ctx.decode_tokens_embd, d.propose
+    rm, clear = d.ctx.memory.seq_rm, d.ctx.memory.clear
 
     def features(rows):
         out = feats(rows)

@@ -603,11 +603,11 @@ class AutoState:
         rest: allow resting (drafting nothing) where no draft length pays; False drafts every step.
         max_rest: the longest rest (steps) before a probe.
         dormant: in a rest with more than ``DORMANT_WINDOW`` steps left the drafter skips the committed
-            rows' work (``Drafter.observe_dormant``; DFlash: their features); False: it sees every row.
+            rows' work (``Drafter.observe_dormant``; DFlash, EAGLE-3: their features); False: it sees every row.
         taps_off_when_dormant: also turn the target's layer-input taps off (``Context.set_layer_inputs([])``)
             for the decodes whose rows go to ``observe_dormant`` — the dormant steps of a long rest and a dormant
             prefill — where the drafter says its ``observe_dormant`` reads none (``Drafter.dormant_reads_taps``
-            False: DFlash, DFlash2, DSpark), and on again before the first step that is not dormant (the rest's
+            False: DFlash, DFlash2, DSpark, EAGLE-3), and on again before the first step that is not dormant (the rest's
             last ``DORMANT_WINDOW`` steps, whose rows the probe drafts from, and every drafting step). Why: on an
             H100 (2026-12-06, SmolLM2 + DFlash) auto's resting steps cost 1.30 ms of verify against plain
             decoding's 1.19, the 3 taps' device-to-host copies (and the fusions a tapped tensor blocks) on every

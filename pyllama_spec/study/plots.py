@@ -225,7 +225,7 @@ def depth(results: Any, out: Path, plt: Any) -> Path | None:
         # a whole sweep has ~60 series, a tangle no one can read (the H100 sweep of 2026-12-07): per drafter its
         # fastest fixed n_max (solid) and auto (dashed), in the drafter's colour; every point stays in REPORT.md
         keep = []
-        for i, d in enumerate(_drafters(spec)):
+        for d in _drafters(spec):
             mine = [p for p in spec if p["drafter"] == d]
             fixed = [p for p in mine if isinstance(p["n_max"], int)]
             best = [max(fixed, key=lambda p: p["tokens_per_s"])] if fixed else []

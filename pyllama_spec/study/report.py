@@ -156,7 +156,8 @@ def write_report(results: dict, path: Any) -> None:
          + "; τ = tokens committed per verify step; acceptance = accepted ÷ drafted.", ""]
     if not results.get("complete", True):
         L += ["**Incomplete**: the sweep was interrupted; these tables hold the points that finished "
-              "(`pyllama-spec bakeoff ... --resume` continues it).", ""]
+              "(`pyllama-spec bakeoff ... --resume` continues it; a merged sweep names its cut part in the notes).",
+              ""]
     if results["notes"]:
         L += ["Notes:", ""] + [f"- {n}" for n in results["notes"]] + [""]
 

@@ -202,7 +202,7 @@ class Eagle3Drafter(ModelDrafter):
         # rows to observe_deferred), as DFlash's does. Lossless: what is committed stays the target's
         if not n_commit:
             return
-        self._flush(timer)  # rows deferred before the hole go in first (they end where it begins)
+        self._deferred.cut(0)  # (rows deferred before the hole, if any, would go out with the cache: not decoded)
         self._hole = True
         self.pending_pos = -1  # no boundary until rows after the hole come: propose drafts nothing before
         self._stale_pos = -1
