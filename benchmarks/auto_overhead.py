@@ -8,7 +8,8 @@ the same bake-off rows show +0.07 ms. This shows which calls make that time, and
 reused (llama.cpp rebuilds it, and on CUDA re-captures its CUDA graph, whenever a decode's
 shape differs from the last one: "auto" varies the verify batch from step to step).
 
-    python benchmarks/auto_overhead.py [--drafter dflash|draft|ngram-map-k|...] [--n-max 0 2 auto-old auto auto-taps]
+    python benchmarks/auto_overhead.py [--drafter dflash|draft|eagle3|ngram-map-k|...]
+        [--n-max 0 2 auto-old auto auto-taps auto-awake]
         [-ngl 99] [--temperature 0.8 [--verify rejection]]
 
 (n_max 0 is plain decoding, the baseline auto must not fall below. Each "auto" pass starts from a fresh
@@ -17,7 +18,10 @@ the guard before 2026-12-06's second change, side by side with today's; ``auto-t
 ``AutoState(taps_off_when_dormant=True)``: the target's layer-input taps off for the dormant steps of a long rest
 (DFlash; on an H100 a resting step's verify cost 1.30 ms against plain decoding's 1.19 with the 3 taps on);
 ``auto-host`` is auto with ``AutoState(draw_in_graph_when_dormant=False)`` (with ``--verify rejection
---temperature 0.8``: every resting step reads its logits row and draws on the host, as before 2026-12-06). The
+--temperature 0.8``: every resting step reads its logits row and draws on the host, as before 2026-12-06);
+``auto-awake`` is auto with ``AutoState(dormant=False)``: the drafter sees every resting row (DFlash and EAGLE-3
+then inject all of them at the probe instead of drafting from the rest's last window: what the window costs in τ
+against what skipping the rows saves a step). The
 profiled pass goes on from the state the ``auto`` pass left: auto used again.)
 """
 from __future__ import annotations
@@ -30,7 +34,7 @@ import pstats
 import time
 
 import pyllama_spec as ps
-from pyllama_spec.assets import smollm2_dflash_path, smollm2_draft_path, smollm2_path
+from pyllama_spec.assets import smollm2_dflash_path, smollm2_draft_path, smollm2_eagle3_path, smollm2_path
 from pyllama_spec.speculative.costmodel import AutoState
 from pyllama_spec.study.prompts import load_prompts
 
@@ -82,7 +86,8 @@ def trace_runs(trace: list) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--drafter", default="dflash",
-                    help="dflash (the shipped SmolLM2 drafter), draft (the shipped draft model) or an n-gram kind")
+                    help="dflash (the shipped SmolLM2 drafter), draft (the shipped draft model), eagle3 (the shipped "
+                         "EAGLE-3 head) or an n-gram kind")
     ap.add_argument("--n-max", nargs="+", default=["2", "auto"])
     ap.add_argument("--prompts", default="builtin:coding-chat")
     ap.add_argument("--turns", type=int, default=2)
@@ -92,7 +97,8 @@ def main() -> None:
     ap.add_argument("--temperature", type=float, default=0.0, help="T (> 0: seeded per turn)")
     ap.add_argument("--verify", choices=["match", "rejection"], default="match")
     a = ap.parse_args()
-    spec = {"dflash": smollm2_dflash_path, "draft": smollm2_draft_path}.get(a.drafter, lambda: a.drafter)()
+    spec = {"dflash": smollm2_dflash_path, "draft": smollm2_draft_path,
+            "eagle3": smollm2_eagle3_path}.get(a.drafter, lambda: a.drafter)()
     gen = ps.Generator(smollm2_path(), drafters={"d": spec}, n_ctx=4096, n_gpu_layers=a.n_gpu_layers)
     convs = load_prompts(a.prompts)
     gen.generate("Hello", drafter="d", max_tokens=8)  # warm-up (first graphs)
@@ -104,12 +110,13 @@ def main() -> None:
     runs = [(n, False) for n in a.n_max] + [(n, True) for n in a.n_max if n == "auto"]
     warm = None  # the state the timed "auto" pass left (the profiled pass goes on from it)
     for n_max, profiled in runs:
-        auto = n_max in ("auto", "auto-old", "auto-taps", "auto-host")
+        auto = n_max in ("auto", "auto-old", "auto-taps", "auto-host", "auto-awake")
         nm = "auto" if auto else int(n_max)
         if auto and not profiled:  # a first use: a fresh state, its steps traced
             st = gen.reset_auto_state("d", AutoState(learn_costs=n_max != "auto-old",
                                                      taps_off_when_dormant=n_max == "auto-taps",
-                                                     draw_in_graph_when_dormant=n_max != "auto-host", trace=[]))
+                                                     draw_in_graph_when_dormant=n_max != "auto-host",
+                                                     dormant=n_max != "auto-awake", trace=[]))
             if n_max == "auto":
                 warm = st
         elif auto and warm is not None:
