@@ -30,7 +30,8 @@ RUN_KEYS = {"drafter", "kind", "n_max", "tree", "n_max_ceiling", "temperature", 
             "turn", "n_prompt", "n_generated", "finish_reason", "generation_s", "prefill_s", "tokens_per_s",
             "prompt_tokens_per_s", "n_steps", "n_drafted", "n_accepted", "tau", "acceptance", "accepted_at",
             "drafted_at", "accepted_per_position", "mean_draft_length", "draft_length_counts", "stage_ms",
-            "stages_ms_per_step", "native", "n_tree_steps", "n_tree_nodes", "tree_mass", "spine_mass"}
+            "stages_ms_per_step", "native", "n_tree_steps", "n_tree_nodes", "tree_mass", "spine_mass", "draft_lengths",
+            "acceptance_lengths"}
 POINT_KEYS = {"drafter", "kind", "n_max", "tree", "temperature", "thinking", "n_runs", "n_generations", "n_generated",
               "n_steps", "tokens_per_s", "prompt_tokens_per_s", "tau", "acceptance", "accepted_per_position",
               "survival", "mean_draft_length", "ms_per_step", "stages_ms_per_step", "tokens_per_s_runs",
@@ -138,6 +139,12 @@ def test_sweep_values_hang_together(sweep):
         else:
             assert 0.0 <= r["acceptance"] <= 1.0 and len(r["accepted_at"]) == r["n_max_ceiling"]
             assert max(map(int, r["draft_length_counts"])) <= r["n_max_ceiling"]
+        # each step's draft tokens and accepted ones, in order: the counters' totals
+        assert len(r["draft_lengths"]) == len(r["acceptance_lengths"]) == r["n_steps"]
+        assert sum(r["draft_lengths"]) == r["n_drafted"] and sum(r["acceptance_lengths"]) == r["n_accepted"]
+        assert all(0 <= a <= d for a, d in zip(r["acceptance_lengths"], r["draft_lengths"]))
+    # the cost models split the steps by how they began (costmodel.Acceptance.by_start)
+    assert all(set(cm["acceptance"]["by_start"]) == {"R", "F"} for cm in res["cost_models"])
     # thinking off adds "<think></think>" to the prompt; turn 2 carries turn 1's answer
     by = {(r["drafter"], r["n_max"], r["temperature"], r["thinking"], r["run"], r["conversation"], r["turn"]): r
           for r in res["runs"]}

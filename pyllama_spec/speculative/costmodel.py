@@ -22,7 +22,22 @@ Plain decoding costs T₁ ms per token (measured), so speculation at ``n`` pays 
 ``drafted_at[i]`` over ``n_steps``), pooled over the runs whose ``n_max`` exceeds ``i``. This
 assumes a drafter's first ``i`` tokens do not depend on ``n_max`` — true for n-gram and
 autoregressive drafters, approximately for DFlash (its non-causal block also sees the masks after
-a position). ``V``, ``D`` and ``W`` are fitted from the runs' per-stage times after prefill
+a position).
+
+**Start states.** Pooling also assumes that where a step begins does not depend on ``n_max``, and it
+does: a step that took its whole draft leaves the next one inside the same easy stretch, and at a
+short ``n_max`` many steps begin so, at a long one few. Measured (2026-12-07, SmolLM2 + its draft
+model, ``builtin:mixed``, T = 0, 2 CPU cores): the first token was accepted 41–45 % of the time after
+a partly rejected draft at every ``n_max`` (1…15), but 70–86 % right after a whole one; 57 % of the
+steps began so at n_max 1, 3 % at n_max 15. Pooled, τ(15) came out 9 % high and τ(1) 3 % low. Where
+the runs recorded their steps (``SpecStats.draft_lengths`` / ``acceptance_lengths``),
+:func:`start_counts` splits them into "R" starts (a generation's first step, after a partly rejected
+or empty draft) and "F" starts (right after a whole one), :meth:`Acceptance.pooled` pools ``s`` and
+``q`` per state, and τ(n), d(n) mix the two by the stationary share of F starts of a two-state chain,
+π_F = f_R / (1 − f_F + f_R), f_X = P(a step begun in X takes its whole draft) at n
+(:meth:`Acceptance.start_mix`): τ(n) = 1 + π_R·Σ_{i<n} s^R_i + π_F·Σ_{i<n} s^F_i. Left out: an F start
+after a long whole draft is easier than one after a short one (70 % at n_max 1, 86 % at 7), which
+the chain pools. ``V``, ``D`` and ``W`` are fitted from the runs' per-stage times after prefill
 (least squares for D and W, slopes kept ≥ 0), or ``V`` from a direct measurement
 (:func:`measure_verify_ms`, what ``benchmarks/step_cost.py`` does in its verify section).
 
@@ -158,6 +173,32 @@ class StepCosts:
                 "other_token_ms": self.other_token_ms}
 
 
+def start_counts(steps: Any, n: int) -> dict:
+    """Per-position counters of a drafter's steps split by how each step began (``Acceptance.by_start``).
+
+    Args:
+        steps: per generation, its steps' ``(draft tokens verified, accepted)`` in order
+            (``SpecStats.draft_lengths`` / ``acceptance_lengths``).
+        n: positions to count (the point's n_max).
+
+    Returns:
+        ``{"R": [n_steps, accepted_at, drafted_at], "F": [...]}``: "F" the steps right after a step that took its
+        whole (non-empty) draft, "R" the others (a generation's first step, after a rejection or an empty draft).
+    """
+    out: dict[str, Any] = {k: [0, [0] * n, [0] * n] for k in "RF"}
+    for gen in steps:
+        whole = False
+        for d, a in gen:
+            c = out["F" if whole else "R"]
+            c[0] += 1
+            for i in range(min(int(d), n)):
+                c[2][i] += 1
+                if i < a:
+                    c[1][i] += 1
+            whole = d > 0 and a == d
+    return out
+
+
 @dataclass
 class Acceptance:
     """Per-position survival ``s_i`` and draft-length survival ``q_i`` (module docstring).
@@ -166,24 +207,49 @@ class Acceptance:
         survival: ``s_i`` = P(more than i draft tokens accepted in a step), i = 0..len−1.
         drafted: ``q_i`` = P(more than i draft tokens verified in a step).
         steps: the verify steps behind each position (evidence).
+        by_start: ``{"R": (s, q), "F": (s, q)}``, the same curves over the steps that began after a step that did
+            not take its whole draft (or a generation's first step) and over those right after one that did
+            (:func:`start_counts`); empty where the runs did not record their steps. With them :meth:`tau` and
+            :meth:`mean_draft` mix the two by how often a step at n_max = n begins after a whole draft
+            (module docstring, "Start states").
     """
     survival: list
     drafted: list
     steps: list = field(default_factory=list)
+    by_start: dict = field(default_factory=dict)
 
     @property
     def n_max(self) -> int:
         """The longest draft the data covers."""
         return len(self.survival)
 
-    def tau(self, n: int) -> float:
-        """τ(n) = 1 + Σ_{i<n} s_i: tokens per step at n_max = n (n ≤ :attr:`n_max`)."""
+    def start_mix(self, n: int) -> tuple[float, float]:
+        """(π_R, π_F) at n_max = n: the stationary shares of steps that begin after a partly rejected (or empty)
+        draft and right after a whole one, from f_X = P(a step begun in X takes its whole draft) — a two-state
+        chain R → F with probability f_R, F → F with f_F: π_F = f_R / (1 − f_F + f_R). (1, 0) without ``by_start``."""
         self._check(n)
+        if not self.by_start:
+            return 1.0, 0.0
+        f = {k: _whole(self.by_start[k][0], self.by_start[k][1], n) for k in "RF"}
+        den = 1.0 - f["F"] + f["R"]
+        pi_f = f["R"] / den if den > 1e-12 else 1.0
+        return 1.0 - pi_f, pi_f
+
+    def tau(self, n: int) -> float:
+        """τ(n) = 1 + Σ_{i<n} s_i: tokens per step at n_max = n (n ≤ :attr:`n_max`); with ``by_start``
+        1 + π_R·Σ s^R_i + π_F·Σ s^F_i."""
+        self._check(n)
+        if self.by_start:
+            pr, pf = self.start_mix(n)
+            return 1.0 + pr * float(sum(self.by_start["R"][0][:n])) + pf * float(sum(self.by_start["F"][0][:n]))
         return 1.0 + float(sum(self.survival[:n]))
 
     def mean_draft(self, n: int) -> float:
-        """d(n) = Σ_{i<n} q_i: draft tokens verified per step."""
+        """d(n) = Σ_{i<n} q_i: draft tokens verified per step (with ``by_start``, mixed as :meth:`tau`)."""
         self._check(n)
+        if self.by_start:
+            pr, pf = self.start_mix(n)
+            return pr * float(sum(self.by_start["R"][1][:n])) + pf * float(sum(self.by_start["F"][1][:n]))
         return float(sum(self.drafted[:n]))
 
     def _check(self, n):
@@ -193,7 +259,8 @@ class Acceptance:
     @classmethod
     def pooled(cls, points: Any) -> Acceptance:
         """Pool :class:`Measured` points (or anything with ``n_max, n_steps, accepted_at, drafted_at``):
-        position i uses the points whose ``n_max`` exceeds i."""
+        position i uses the points whose ``n_max`` exceeds i. ``by_start`` where every point has its
+        ``start`` counters (:func:`start_counts`)."""
         n = max((p.n_max for p in points), default=0)
         surv, drafted, steps = [], [], []
         for i in range(n):
@@ -202,10 +269,34 @@ class Acceptance:
             surv.append(sum(p.accepted_at[i] for p in use) / den if den else 0.0)
             drafted.append(sum(p.drafted_at[i] for p in use) / den if den else 0.0)
             steps.append(den)
-        return cls(surv, drafted, steps)
+        by_start: dict = {}
+        if points and all(getattr(p, "start", None) for p in points):
+            for k in "RF":
+                s_k, q_k = [], []
+                for i in range(n):
+                    use = [p.start[k] for p in points if p.n_max > i]
+                    den = sum(c[0] for c in use) + START_PRIOR_STEPS
+                    # shrunk toward the pooled rate by START_PRIOR_STEPS steps of it: a state seen in a few steps
+                    # (F after long drafts) takes little of its own noise into τ
+                    s_k.append((sum(c[1][i] for c in use) + START_PRIOR_STEPS * surv[i]) / den)
+                    q_k.append((sum(c[2][i] for c in use) + START_PRIOR_STEPS * drafted[i]) / den)
+                by_start[k] = (s_k, q_k)
+        return cls(surv, drafted, steps, by_start)
 
     def as_dict(self) -> dict:
-        return {"survival": self.survival, "drafted": self.drafted, "steps": self.steps}
+        return {"survival": self.survival, "drafted": self.drafted, "steps": self.steps,
+                "by_start": {k: {"survival": v[0], "drafted": v[1]} for k, v in self.by_start.items()}}
+
+
+#: pseudo-steps of the pooled rate that :meth:`Acceptance.pooled` adds to each start state's rate at a position
+START_PRIOR_STEPS = 20
+
+
+def _whole(s: list, q: list, n: int) -> float:
+    """P(a step takes its whole non-empty draft) at n_max = n, from survival ``s`` and draft-length survival
+    ``q``: Σ_k P(it drafts exactly k) · P(all k accepted | drafted k), the latter s_{k−1} / q_{k−1}."""
+    qq = [float(x) for x in q[:n]] + [0.0]
+    return sum((qq[k - 1] - qq[k]) * (float(s[k - 1]) / qq[k - 1]) for k in range(1, n + 1) if qq[k - 1] > 0)
 
 
 @dataclass
@@ -227,6 +318,8 @@ class Measured:
     accepted_at: list
     drafted_at: list
     stage_ms: dict
+    #: :func:`start_counts` of the runs' steps, or None where they were not recorded
+    start: dict | None = None
 
     @property
     def ms_per_step(self) -> float:
@@ -262,7 +355,8 @@ class Measured:
         return cls(n_max=n_max, n_steps=sum(r.stats.n_steps for r in results),
                    n_generated=sum(r.n_generated for r in results), n_drafted=sum(r.stats.n_drafted for r in results),
                    generation_ms=1e3 * sum(r.generation_seconds for r in results), accepted_at=acc, drafted_at=dra,
-                   stage_ms=stages)
+                   stage_ms=stages, start=start_counts([list(zip(r.stats.draft_lengths, r.stats.acceptance_lengths))
+                                                        for r in results], n_max))
 
 
 def _line(x: Any, y: Any) -> tuple[float, float]:

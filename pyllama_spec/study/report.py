@@ -249,7 +249,10 @@ def write_report(results: dict, path: Any) -> None:
         L += ["## Cost model", "",
               "T(n) = V(1 + d(n)) + D0 + D1·d(n) + W0 + W1·τ(n) ms per step, tok/s = 1000·τ(n)/T(n), with τ(n) and "
               "d(n) from the measured per-position acceptance (pyllama_spec/speculative/costmodel.py has the "
-              "derivation). V(R) points are (rows per verify, ms); T₁ = plain ms per token.", ""]
+              "derivation)" + ("; that acceptance split by how each step began — right after a whole draft was "
+                               "taken or not — and mixed by how often a step at n_max = n begins so (\"Start "
+                               "states\")" if all(cm["acceptance"].get("by_start") for cm in cms) else "")
+              + ". V(R) points are (rows per verify, ms); T₁ = plain ms per token.", ""]
         L += _table(["setting", "drafter", "V(R) points", "D0 ms", "D1 ms/token", "W0 ms", "W1 ms/token", "T₁ ms"],
                     [[_setting(cm), cm["drafter"],
                       " ".join(f"({r:.1f}, {v:.2f})" for r, v in zip(cm["costs"]["verify"]["rows"],

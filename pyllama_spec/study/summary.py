@@ -17,6 +17,7 @@ from ..speculative.costmodel import (
     Measured,
     VerifyCost,
     fit_tree_row_ms,
+    start_counts,
     tree_tau_from_mass,
 )
 
@@ -42,6 +43,9 @@ def run_record(rec: dict, kind: str | None) -> dict:
         "accepted_at": list(s.accepted_at), "drafted_at": list(s.drafted_at),
         "accepted_per_position": s.accepted_per_position, "mean_draft_length": s.mean_draft_length,
         "draft_length_counts": {str(k): v for k, v in sorted(Counter(s.draft_lengths).items())},
+        # each step's draft tokens verified and accepted, in order: which steps began right after a whole draft was
+        # taken (the cost model's start states, costmodel.Acceptance)
+        "draft_lengths": list(s.draft_lengths), "acceptance_lengths": list(s.acceptance_lengths),
         "stage_ms": {k: 1e3 * v for k, v in stage_s.items()},
         "stages_ms_per_step": {k: 1e3 * v / steps if steps else 0.0 for k, v in stage_s.items()},
         "native": rec.get("native"),
@@ -62,10 +66,13 @@ def measured(runs: list[dict]) -> Measured:
             dra[i] += d
         for k, v in r["stage_ms"].items():
             stages[k] = stages.get(k, 0.0) + v
+    # the start states where every run recorded its steps (bake-offs from 2026-12-07 on)
+    start = (start_counts([list(zip(r["draft_lengths"], r["acceptance_lengths"])) for r in runs], n)
+             if runs and all("draft_lengths" in r for r in runs) else None)
     return Measured(n_max=n, n_steps=sum(r["n_steps"] for r in runs),
                     n_generated=sum(r["n_generated"] for r in runs), n_drafted=sum(r["n_drafted"] for r in runs),
                     generation_ms=1e3 * sum(r["generation_s"] for r in runs), accepted_at=acc, drafted_at=dra,
-                    stage_ms=stages)
+                    stage_ms=stages, start=start)
 
 
 def _key(r: Any) -> tuple:
