@@ -89,10 +89,11 @@ def test_acceptance_pools_positions_over_runs():
 
 def test_start_counts_split_the_steps_by_how_they_began():
     """A step right after one that took its whole (non-empty) draft is an "F" start; the others "R"."""
-    c = start_counts([[(3, 3), (3, 1), (3, 3), (3, 3), (3, 0)], [(0, 0), (2, 2)]], 3)
-    # generation 1: R (whole), F, R (whole), F (whole), F; generation 2: R (empty: not whole), R
-    assert c["R"] == [4, [3, 3, 2], [3, 3, 2]]
-    assert c["F"] == [3, [2, 1, 1], [3, 3, 3]]
+    c = start_counts([[(3, 3), (3, 1), (3, 3), (3, 3), (3, 0)], [(0, 0), (2, 2), (3, 0)]], 3)
+    # generation 1: R (whole), F, R (whole), F (whole), F; generation 2: R (empty: not whole), R (a short whole
+    # draft), F
+    assert c["R"] == [4, [3, 3, 2], [3, 3, 2], [0, 1, 2]]
+    assert c["F"] == [4, [2, 1, 1], [4, 4, 4], [0, 0, 1]]
 
 
 def _two_state_points(rng, n_values, p_r=0.45, p_f=0.8, steps=20000):
@@ -134,6 +135,46 @@ def test_two_start_states_predict_tau_where_pooling_cannot():
     plain = Acceptance.pooled([Measured(**{**p.__dict__, "start": None}) for p in pts])
     assert not plain.by_start and plain.tau(15) > 1.05 * taus[15]
     assert Acceptance.pooled(pts[:1] + [Measured(**{**pts[1].__dict__, "start": None})]).by_start == {}
+
+
+def test_start_states_of_a_lookup_whose_short_drafts_are_surer():
+    """An n-gram-like drafter: each step finds nothing (an empty draft) a third of the time, else a match of 1 to 8
+    tokens and drafts its first n_max, and a short match is surer (a 1-token match is taken 90 % of the time, a
+    longer one's tokens at 0.6 each after a whole draft, 0.35 otherwise): the whole drafts that decide the start
+    states are counted by length, not read off the survival curves (which would credit a 1-token draft with a long
+    one's rate), so τ, d(n) and the share of F starts hold within 3 %."""
+    rng = np.random.default_rng(1)
+    pts, taus, drafted, share = [], {}, {}, {}
+    for n in (1, 2, 4, 8):
+        seq, whole = [], False
+        for _ in range(20000):
+            if rng.random() < 1 / 3:
+                seq.append((0, 0))
+                whole = False
+                continue
+            m = int(rng.integers(1, 9))  # the match's length, whatever n_max is; the draft is its first n
+            d = min(m, n)
+            p = 0.9 if m == 1 else (0.6 if whole else 0.35)
+            a = 0
+            while a < d and rng.random() < p:
+                a += 1
+            seq.append((d, a))
+            whole = a == d
+        c = start_counts([seq], n)
+        pts.append(Measured(n_max=n, n_steps=len(seq), n_generated=len(seq) + sum(a for _, a in seq),
+                            n_drafted=sum(d for d, _ in seq), generation_ms=1.0,
+                            accepted_at=[c["R"][1][i] + c["F"][1][i] for i in range(n)],
+                            drafted_at=[c["R"][2][i] + c["F"][2][i] for i in range(n)], stage_ms={}, start=c))
+        taus[n] = 1.0 + sum(a for _, a in seq) / len(seq)
+        drafted[n] = sum(d for d, _ in seq) / len(seq)
+        share[n] = c["F"][0] / len(seq)
+    acc = Acceptance.pooled(pts)
+    for n in taus:
+        assert acc.tau(n) == pytest.approx(taus[n], rel=0.03), n
+        assert acc.mean_draft(n) == pytest.approx(drafted[n], rel=0.03), n
+        assert acc.start_mix(n)[1] == pytest.approx(share[n], abs=0.03), n
+        mix = acc.mixed_survival(n)
+        assert 1.0 + sum(mix) == pytest.approx(acc.tau(n)) and len(mix) == n
 
 
 def test_verify_cost_extrapolates_linearly():

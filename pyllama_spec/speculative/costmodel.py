@@ -27,17 +27,19 @@ a position).
 **Start states.** Pooling also assumes that where a step begins does not depend on ``n_max``, and it
 does: a step that took its whole draft leaves the next one inside the same easy stretch, and at a
 short ``n_max`` many steps begin so, at a long one few. Measured (2026-12-07, SmolLM2 + its draft
-model, ``builtin:mixed``, T = 0, 2 CPU cores): the first token was accepted 41–45 % of the time after
-a partly rejected draft at every ``n_max`` (1…15), but 70–86 % right after a whole one; 57 % of the
-steps began so at n_max 1, 3 % at n_max 15. Pooled, τ(15) came out 9 % high and τ(1) 3 % low. Where
+model, ``builtin:mixed``, T = 0, 2 CPU cores): the first token was accepted 42–47 % of the time after
+a partly rejected draft at every ``n_max`` (1…15), but 72–86 % right after a whole one; 59 % of the
+steps began so at n_max 1, 4 % at n_max 15. Pooled, τ(15) came out 9.5 % high and τ(1) 3.5 % low. Where
 the runs recorded their steps (``SpecStats.draft_lengths`` / ``acceptance_lengths``),
 :func:`start_counts` splits them into "R" starts (a generation's first step, after a partly rejected
 or empty draft) and "F" starts (right after a whole one), :meth:`Acceptance.pooled` pools ``s`` and
 ``q`` per state, and τ(n), d(n) mix the two by the stationary share of F starts of a two-state chain,
 π_F = f_R / (1 − f_F + f_R), f_X = P(a step begun in X takes its whole draft) at n
-(:meth:`Acceptance.start_mix`): τ(n) = 1 + π_R·Σ_{i<n} s^R_i + π_F·Σ_{i<n} s^F_i. Left out: an F start
-after a long whole draft is easier than one after a short one (70 % at n_max 1, 86 % at 7), which
-the chain pools. ``V``, ``D`` and ``W`` are fitted from the runs' per-stage times after prefill
+(:meth:`Acceptance.start_mix`; f_X counts the whole drafts shorter than n, as an n-gram lookup makes,
+apart): τ(n) = 1 + π_R·Σ_{i<n} s^R_i + π_F·Σ_{i<n} s^F_i. Left out: an F start after a long whole
+draft is easier than one after a short one (72 % at n_max 1, 86 % at 7), which the chain pools; and
+that every generation begins in R (the stationary share is a little high: 60.5 % against 59.2 % at
+n_max 1). ``V``, ``D`` and ``W`` are fitted from the runs' per-stage times after prefill
 (least squares for D and W, slopes kept ≥ 0), or ``V`` from a direct measurement
 (:func:`measure_verify_ms`, what ``benchmarks/step_cost.py`` does in its verify section).
 
@@ -182,10 +184,11 @@ def start_counts(steps: Any, n: int) -> dict:
         n: positions to count (the point's n_max).
 
     Returns:
-        ``{"R": [n_steps, accepted_at, drafted_at], "F": [...]}``: "F" the steps right after a step that took its
-        whole (non-empty) draft, "R" the others (a generation's first step, after a rejection or an empty draft).
+        ``{"R": [n_steps, accepted_at, drafted_at, whole_at], "F": [...]}``: "F" the steps right after a step that
+        took its whole (non-empty) draft, "R" the others (a generation's first step, after a rejection or an empty
+        draft); ``whole_at[k − 1]``: the steps that drafted exactly k tokens and took all of them.
     """
-    out: dict[str, Any] = {k: [0, [0] * n, [0] * n] for k in "RF"}
+    out: dict[str, Any] = {k: [0, [0] * n, [0] * n, [0] * n] for k in "RF"}
     for gen in steps:
         whole = False
         for d, a in gen:
@@ -196,6 +199,8 @@ def start_counts(steps: Any, n: int) -> dict:
                 if i < a:
                     c[1][i] += 1
             whole = d > 0 and a == d
+            if whole and d <= n:
+                c[3][int(d) - 1] += 1
     return out
 
 
@@ -217,6 +222,8 @@ class Acceptance:
     drafted: list
     steps: list = field(default_factory=list)
     by_start: dict = field(default_factory=dict)
+    #: per start state, w_k = P(a step drafts exactly k + 1 tokens and takes them all, short of its n_max)
+    whole_short: dict = field(default_factory=dict)
 
     @property
     def n_max(self) -> int:
@@ -230,10 +237,21 @@ class Acceptance:
         self._check(n)
         if not self.by_start:
             return 1.0, 0.0
-        f = {k: _whole(self.by_start[k][0], self.by_start[k][1], n) for k in "RF"}
+        # f_X(n): a whole draft shorter than n (counted: an n-gram lookup's short drafts may be surer than its long
+        # ones) or all n accepted
+        f = {k: float(sum(self.whole_short[k][:n - 1])) + float(self.by_start[k][0][n - 1]) for k in "RF"}
         den = 1.0 - f["F"] + f["R"]
-        pi_f = f["R"] / den if den > 1e-12 else 1.0
+        pi_f = f["R"] / den if den > 1e-12 else 0.0  # (f_R = 0, f_F = 1: generations begin in R and stay)
         return 1.0 - pi_f, pi_f
+
+    def mixed_survival(self, n: int) -> list:
+        """s_i at n_max = n, i < n: with ``by_start`` π_R·s^R_i + π_F·s^F_i (what :meth:`tau` sums), else the pooled
+        ``survival`` (what a token tree's calibration to the chain at depth n needs)."""
+        self._check(n)
+        if not self.by_start:
+            return list(self.survival[:n])
+        pr, pf = self.start_mix(n)
+        return [pr * r + pf * f for r, f in zip(self.by_start["R"][0][:n], self.by_start["F"][0][:n])]
 
     def tau(self, n: int) -> float:
         """τ(n) = 1 + Σ_{i<n} s_i: tokens per step at n_max = n (n ≤ :attr:`n_max`); with ``by_start``
@@ -270,9 +288,13 @@ class Acceptance:
             drafted.append(sum(p.drafted_at[i] for p in use) / den if den else 0.0)
             steps.append(den)
         by_start: dict = {}
+        whole: dict = {}
         if points and all(getattr(p, "start", None) for p in points):
+            # the pooled rate of whole drafts of each length below n_max (the points whose n_max exceeds it)
+            w_all = [sum(p.start[k][3][i] for p in points if p.n_max > i + 1 for k in "RF")
+                     / max(1, sum(p.n_steps for p in points if p.n_max > i + 1)) for i in range(n)]
             for k in "RF":
-                s_k, q_k = [], []
+                s_k, q_k, w_k = [], [], []
                 for i in range(n):
                     use = [p.start[k] for p in points if p.n_max > i]
                     den = sum(c[0] for c in use) + START_PRIOR_STEPS
@@ -280,23 +302,21 @@ class Acceptance:
                     # (F after long drafts) takes little of its own noise into τ
                     s_k.append((sum(c[1][i] for c in use) + START_PRIOR_STEPS * surv[i]) / den)
                     q_k.append((sum(c[2][i] for c in use) + START_PRIOR_STEPS * drafted[i]) / den)
+                    short = [p.start[k] for p in points if p.n_max > i + 1]
+                    w_k.append((sum(c[3][i] for c in short) + START_PRIOR_STEPS * w_all[i])
+                               / (sum(c[0] for c in short) + START_PRIOR_STEPS))
                 by_start[k] = (s_k, q_k)
-        return cls(surv, drafted, steps, by_start)
+                whole[k] = w_k
+        return cls(surv, drafted, steps, by_start, whole)
 
     def as_dict(self) -> dict:
         return {"survival": self.survival, "drafted": self.drafted, "steps": self.steps,
-                "by_start": {k: {"survival": v[0], "drafted": v[1]} for k, v in self.by_start.items()}}
+                "by_start": {k: {"survival": v[0], "drafted": v[1], "whole_short": self.whole_short.get(k, [])}
+                             for k, v in self.by_start.items()}}
 
 
 #: pseudo-steps of the pooled rate that :meth:`Acceptance.pooled` adds to each start state's rate at a position
 START_PRIOR_STEPS = 20
-
-
-def _whole(s: list, q: list, n: int) -> float:
-    """P(a step takes its whole non-empty draft) at n_max = n, from survival ``s`` and draft-length survival
-    ``q``: Σ_k P(it drafts exactly k) · P(all k accepted | drafted k), the latter s_{k−1} / q_{k−1}."""
-    qq = [float(x) for x in q[:n]] + [0.0]
-    return sum((qq[k - 1] - qq[k]) * (float(s[k - 1]) / qq[k - 1]) for k in range(1, n + 1) if qq[k - 1] > 0)
 
 
 @dataclass

@@ -290,7 +290,9 @@ def tree_entries(model: CostModel, tree_runs: list[dict]) -> list[dict]:
         mass, spine, n_tree = _tree_mass(by[(depth, budgets[-1])])
         from_probs: list[float] = []
         if n_tree and mass and any(spine) and model.acceptance.n_max:  # (a drafter without top_logp: none)
-            from_probs = tree_tau_from_mass(mass, spine, n_tree, model.acceptance.survival)
+            # the chain's survival at this depth (start states mixed as the chain's τ is), what K_d calibrates to
+            surv = model.acceptance.mixed_survival(min(depth, model.acceptance.n_max))
+            from_probs = tree_tau_from_mass(mass, spine, n_tree, surv)
         cap = len(from_probs)  # the most nodes the depth's largest trees held (1 deep: the drafter's candidates)
         rows = []
         for b in budgets:
