@@ -96,6 +96,24 @@ def test_start_counts_split_the_steps_by_how_they_began():
     assert c["F"] == [4, [2, 1, 1], [4, 4, 4], [0, 0, 1]]
 
 
+def _accepted(rng, d, p):
+    """Draft tokens of a ``d``-token draft accepted when each is taken with probability ``p`` (up to the first miss)."""
+    a = 0
+    while a < d and rng.random() < p:
+        a += 1
+    return a
+
+
+def _from_steps(seq, n):
+    """A :class:`Measured` point of one generation's ``(drafted, accepted)`` steps at n_max = n, with its start
+    counts."""
+    c = start_counts([seq], n)
+    return Measured(n_max=n, n_steps=len(seq), n_generated=len(seq) + sum(a for _, a in seq),
+                    n_drafted=sum(d for d, _ in seq), generation_ms=1.0,
+                    accepted_at=[c["R"][1][i] + c["F"][1][i] for i in range(n)],
+                    drafted_at=[c["R"][2][i] + c["F"][2][i] for i in range(n)], stage_ms={}, start=c)
+
+
 def _two_state_points(rng, n_values, p_r=0.45, p_f=0.8, steps=20000):
     """Measured points of a drafter whose steps accept each next token with probability ``p_r`` after a partly
     rejected draft and ``p_f`` right after a whole one (easy stretches run on): its first tokens' acceptance at
@@ -104,17 +122,10 @@ def _two_state_points(rng, n_values, p_r=0.45, p_f=0.8, steps=20000):
     for n in n_values:
         seq, whole = [], False
         for _ in range(steps):
-            p = p_f if whole else p_r
-            a = 0
-            while a < n and rng.random() < p:
-                a += 1
+            a = _accepted(rng, n, p_f if whole else p_r)
             seq.append((n, a))
             whole = a == n
-        c = start_counts([seq], n)
-        acc = [c["R"][1][i] + c["F"][1][i] for i in range(n)]
-        pts.append(Measured(n_max=n, n_steps=steps, n_generated=steps + sum(a for _, a in seq), n_drafted=n * steps,
-                            generation_ms=float(steps), accepted_at=acc, drafted_at=[steps] * n, stage_ms={},
-                            start=c))
+        pts.append(_from_steps(seq, n))
         taus[n] = 1.0 + sum(a for _, a in seq) / steps
     return pts, taus
 
@@ -154,17 +165,11 @@ def test_start_states_of_a_lookup_whose_short_drafts_are_surer():
                 continue
             m = int(rng.integers(1, 9))  # the match's length, whatever n_max is; the draft is its first n
             d = min(m, n)
-            p = 0.9 if m == 1 else (0.6 if whole else 0.35)
-            a = 0
-            while a < d and rng.random() < p:
-                a += 1
+            a = _accepted(rng, d, 0.9 if m == 1 else (0.6 if whole else 0.35))
             seq.append((d, a))
             whole = a == d
-        c = start_counts([seq], n)
-        pts.append(Measured(n_max=n, n_steps=len(seq), n_generated=len(seq) + sum(a for _, a in seq),
-                            n_drafted=sum(d for d, _ in seq), generation_ms=1.0,
-                            accepted_at=[c["R"][1][i] + c["F"][1][i] for i in range(n)],
-                            drafted_at=[c["R"][2][i] + c["F"][2][i] for i in range(n)], stage_ms={}, start=c))
+        pts.append(_from_steps(seq, n))
+        c = pts[-1].start
         taus[n] = 1.0 + sum(a for _, a in seq) / len(seq)
         drafted[n] = sum(d for d, _ in seq) / len(seq)
         share[n] = c["F"][0] / len(seq)
