@@ -400,6 +400,51 @@ def test_depth_plot_legends_and_colours_match(sweep, tmp_path, monkeypatch):
     plt.close("all")
 
 
+def test_a_part_without_recorded_steps_turns_the_start_states_off_for_its_drafter_everywhere():
+    """A merge of an old part (runs without their steps' lengths) and a new one: the drafter's fit pools as before,
+    and so does every held-out refit — the one without the old part's n_max would otherwise use the start states
+    (a synthetic drafter whose steps accept 0.45 after a partly rejected draft and 0.8 after a whole one)."""
+    import numpy as np
+
+    from pyllama_spec.study.summary import cost_models
+
+    rng = np.random.default_rng(0)
+
+    def run(n, steps=3000, recorded=True):
+        seq, whole = [], False
+        for _ in range(steps):
+            a = 0
+            while a < n and rng.random() < (0.8 if whole else 0.45):
+                a += 1
+            seq.append((n, a))
+            whole = a == n
+        acc = [sum(1 for _, a in seq if a > i) for i in range(n)]
+        r = {"drafter": "d", "n_max": n, "tree": 0, "temperature": 0.0, "thinking": None, "n_steps": steps,
+             "n_generated": steps + sum(a for _, a in seq), "n_drafted": n * steps,
+             "n_accepted": sum(a for _, a in seq),
+             "generation_s": 1e-3 * steps * (1.0 + 0.1 * n), "accepted_at": acc, "drafted_at": [steps] * n,
+             "stage_ms": {"verify": steps * (1.0 + 0.05 * n), "draft": steps * 0.1 * n}}
+        if recorded:
+            r["draft_lengths"], r["acceptance_lengths"] = [d for d, _ in seq], [a for _, a in seq]
+        return r
+
+    def points(runs):
+        return [{"drafter": "d", "n_max": r["n_max"], "temperature": 0.0, "thinking": None, "tree": 0,
+                 "tau": r["n_generated"] / r["n_steps"], "mean_draft_length": float(r["n_max"])} for r in runs]
+
+    new = [run(n) for n in (1, 2, 4, 8)]
+    mixed = [run(1, recorded=False)] + new[1:]
+    old = [{k: v for k, v in r.items() if k not in ("draft_lengths", "acceptance_lengths")} for r in mixed]
+    got, ref, states = points(mixed), points(old), points(new)
+    (cm,), _, _ = cost_models(mixed, got), cost_models(old, ref), cost_models(new, states)
+    assert not cm["acceptance"]["by_start"]
+    for p, q in zip(got, ref):
+        assert p["predicted_tau"] == pytest.approx(q["predicted_tau"], rel=1e-12)
+        assert p["predicted_heldout_tok_s"] == pytest.approx(q["predicted_heldout_tok_s"], rel=1e-12)
+    # (with every part recorded the states do change n_max 1's held-out prediction: what the check above guards)
+    assert abs(states[0]["predicted_heldout_tok_s"] / ref[0]["predicted_heldout_tok_s"] - 1) > 0.01
+
+
 @pytest.mark.skipif(not HAVE_MPL, reason="needs matplotlib (the [plot] extra)")
 def test_a_whole_sweeps_plots_stay_readable(sweep, tmp_path, monkeypatch):
     """Nine drafters (a whole GPU sweep): depth_by_turn.png draws per drafter only its fastest fixed n_max (solid)

@@ -167,6 +167,8 @@ def cost_models(runs: list[dict], points: list[dict], verify_ms: dict | None = N
         if not by_n:
             continue
         meas = {n: measured(v) for n, v in by_n.items()}
+        if not all(m.start for m in meas.values()):  # (a merge of parts with and without the steps recorded: the
+            meas = {n: replace(m, start=None) for n, m in meas.items()}  # held-out refits pool as the whole fit does)
         model = CostModel.fit(list(meas.values()), plain)
         entry = {"drafter": drafter, "temperature": temp, "thinking": think, **model.as_dict(),
                  "measured": [{"n_max": n, "tok_s": m.tok_s, "tau": m.tau, "ms_per_step": m.ms_per_step}
