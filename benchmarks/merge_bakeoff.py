@@ -49,11 +49,10 @@ def merge(parts: list[dict], names: list[str]) -> dict:
         out["memory"].setdefault("target", mem.get("target"))
         out["notes"] += [n for n in part["notes"] if n not in out["notes"]]
         out["runs"] += part["runs"]
-        # a part cut short (its call's time ran out: results.json keeps the finished points) makes the whole
-        # incomplete, and the report says which
-        if not part.get("complete", True):
-            out["complete"] = False
+    # a part cut short (its call's time ran out: results.json keeps the finished points) makes the whole
+    # incomplete, and the notes say which
     cut = [n for p, n in zip(parts, names) if not p.get("complete", True)]
+    out["complete"] = not cut
     out["notes"].append(f"merged from {len(parts)} runs (one device call each): {', '.join(names)}"
                         + (f"; cut short (its finished points only): {', '.join(cut)}" if cut else ""))
     return summarize(out)

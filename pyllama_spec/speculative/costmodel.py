@@ -244,31 +244,28 @@ class Acceptance:
         pi_f = f["R"] / den if den > 1e-12 else 0.0  # (f_R = 0, f_F = 1: generations begin in R and stay)
         return 1.0 - pi_f, pi_f
 
-    def mixed_survival(self, n: int) -> list:
-        """s_i at n_max = n, i < n: with ``by_start`` π_R·s^R_i + π_F·s^F_i (what :meth:`tau` sums), else the pooled
-        ``survival`` (what a token tree's calibration to the chain at depth n needs)."""
+    def _mixed(self, j: int, n: int) -> list:
+        """Curve ``j`` (0: s, 1: q) at positions i < n for n_max = n: π_R·c^R_i + π_F·c^F_i with ``by_start``,
+        else the pooled curve."""
         self._check(n)
         if not self.by_start:
-            return list(self.survival[:n])
+            return list((self.survival, self.drafted)[j][:n])
         pr, pf = self.start_mix(n)
-        return [pr * r + pf * f for r, f in zip(self.by_start["R"][0][:n], self.by_start["F"][0][:n])]
+        return [pr * r + pf * f for r, f in zip(self.by_start["R"][j][:n], self.by_start["F"][j][:n])]
+
+    def mixed_survival(self, n: int) -> list:
+        """s_i at n_max = n, i < n (what :meth:`tau` sums; what a token tree's calibration to the chain at depth n
+        needs): with ``by_start`` π_R·s^R_i + π_F·s^F_i, else the pooled ``survival``."""
+        return self._mixed(0, n)
 
     def tau(self, n: int) -> float:
         """τ(n) = 1 + Σ_{i<n} s_i: tokens per step at n_max = n (n ≤ :attr:`n_max`); with ``by_start``
         1 + π_R·Σ s^R_i + π_F·Σ s^F_i."""
-        self._check(n)
-        if self.by_start:
-            pr, pf = self.start_mix(n)
-            return 1.0 + pr * float(sum(self.by_start["R"][0][:n])) + pf * float(sum(self.by_start["F"][0][:n]))
-        return 1.0 + float(sum(self.survival[:n]))
+        return 1.0 + float(sum(self._mixed(0, n)))
 
     def mean_draft(self, n: int) -> float:
         """d(n) = Σ_{i<n} q_i: draft tokens verified per step (with ``by_start``, mixed as :meth:`tau`)."""
-        self._check(n)
-        if self.by_start:
-            pr, pf = self.start_mix(n)
-            return pr * float(sum(self.by_start["R"][1][:n])) + pf * float(sum(self.by_start["F"][1][:n]))
-        return float(sum(self.drafted[:n]))
+        return float(sum(self._mixed(1, n)))
 
     def _check(self, n):
         if not 0 <= n <= self.n_max:

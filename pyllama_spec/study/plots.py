@@ -45,6 +45,16 @@ def _fixed(points, drafter, setting):
                    and (p["temperature"], p["thinking"]) == setting], key=lambda p: p["n_max"])
 
 
+def _grid(plt: Any, n: int, width: float, height: float, **kw: Any) -> tuple[Any, Any]:
+    """A figure of ``n`` panels, up to three a row (a whole sweep's nine drafters in one row were 5 400 px wide:
+    2026-12-07), ``width`` × ``height`` inches in all; the unused cells hidden. Returns (figure, 2-D axes)."""
+    ncol = min(3, n)
+    fig, axes = plt.subplots(-(-n // ncol), ncol, figsize=(width, height), squeeze=False, **kw)
+    for ax in axes.flat[n:]:
+        ax.set_visible(False)
+    return fig, axes
+
+
 def _drafters(points: Any) -> list:
     return sorted({p["drafter"] for p in points if p["drafter"]})
 
@@ -55,12 +65,8 @@ def acceptance_per_position(results: Any, out: Path, plt: Any) -> Path | None:
     if not drafters:
         return None
     s0 = _settings(pts)[0]
-    # a panel per drafter, up to three a row (nine in one row were 5 400 px wide: the sweep of 2026-12-07)
-    ncol = min(3, len(drafters))
-    nrow = -(-len(drafters) // ncol)
-    fig, axes = plt.subplots(nrow, ncol, figsize=(5.5 * ncol, 3.6 * nrow + 0.6), squeeze=False)
-    for ax in axes.flat[len(drafters):]:
-        ax.set_visible(False)
+    ncol, nrow = min(3, len(drafters)), -(-len(drafters) // 3)
+    fig, axes = _grid(plt, len(drafters), 5.5 * ncol, 3.6 * nrow + 0.6)
     for ax, d in zip(axes.flat, drafters):
         for p in _fixed(pts, d, s0):
             app = [float("nan") if x is None else x for x in p["accepted_per_position"]]  # None: never drafted
@@ -150,11 +156,9 @@ def stage_time(results: Any, out: Path, plt: Any) -> Path:
     plain = [p for p in pts if p["drafter"] is None]
     groups = [(d, plain + sorted([p for p in pts if p["drafter"] == d], key=order)) for d in _drafters(pts)]
     groups = groups or [("plain", plain)]
-    ncol = min(3, len(groups))
-    nrow = -(-len(groups) // ncol)
+    ncol, nrow = min(3, len(groups)), -(-len(groups) // 3)
     widest = max(len(g) for _, g in groups)
-    fig, axes = plt.subplots(nrow, ncol, figsize=(max(6.5, ncol * (0.62 * widest + 1.4)), 3.3 * nrow + 1.3),
-                             sharey=True, squeeze=False)
+    fig, axes = _grid(plt, len(groups), max(6.5, ncol * (0.62 * widest + 1.4)), 3.3 * nrow + 1.3, sharey=True)
     cmap = plt.get_cmap("tab10")
     used: dict = {}
     for ax, (name, grp) in zip(axes.flat, groups):
@@ -172,8 +176,6 @@ def stage_time(results: Any, out: Path, plt: Any) -> Path:
         ax.set_title(name, fontsize=10)
         ax.set_xlabel("n_max")
         ax.grid(axis="y", alpha=0.3)
-    for ax in axes.flat[len(groups):]:
-        ax.set_visible(False)
     for ax in axes[:, 0]:
         ax.set_ylabel("time per verify step (ms)")
     order_st = [st for st in STEP_STAGES if st in used]
@@ -224,18 +226,16 @@ def depth(results: Any, out: Path, plt: Any) -> Path | None:
     if len(spec) > 16:
         # a whole sweep has ~60 series, a tangle no one can read (the H100 sweep of 2026-12-07): per drafter its
         # fastest fixed n_max (solid) and auto (dashed), in the drafter's colour; every point stays in REPORT.md
-        keep = []
-        for d in _drafters(spec):
+        keep, colour, label = [], {}, {}
+        for i, d in enumerate(_drafters(spec)):
             mine = [p for p in spec if p["drafter"] == d]
             fixed = [p for p in mine if isinstance(p["n_max"], int)]
-            best = [max(fixed, key=lambda p: p["tokens_per_s"])] if fixed else []
-            auto = [p for p in mine if p["n_max"] == "auto"]
-            keep += best + auto
-            for p in best + auto:
-                style[id(p)] = "-" if p in best else "--"
-        colour = {id(p): cycle[_drafters(spec).index(p["drafter"]) % len(cycle)] for p in keep}
-        label = {id(p): f"{p['drafter']} n_max {p['n_max']}" + (" (fastest fixed)" if style[id(p)] == "-" else "")
-                 for p in keep}
+            shown = [(max(fixed, key=lambda p: p["tokens_per_s"]), "-")] if fixed else []
+            shown += [(p, "--") for p in mine if p["n_max"] == "auto"]
+            for p, ls in shown:
+                keep.append(p)
+                style[id(p)], colour[id(p)] = ls, cycle[i % len(cycle)]
+                label[id(p)] = f"{d} n_max {p['n_max']}" + (" (fastest fixed)" if ls == "-" else "")
         sel = [p for p in sel if p["drafter"] is None] + keep
         spec = keep
     else:

@@ -205,7 +205,6 @@ class Eagle3Drafter(ModelDrafter):
         self._deferred.cut(0)  # (rows deferred before the hole, if any, would go out with the cache: not decoded)
         self._hole = True
         self.pending_pos = -1  # no boundary until rows after the hole come: propose drafts nothing before
-        self._stale_pos = -1
 
     def _flush(self, timer: StageTimer) -> None:
         """Inject the rows deferred while resting (consecutive committed positions), as one verify batch."""
