@@ -199,11 +199,12 @@ smol() {  # SmolLM2 (or TARGET=qwen's model) from its parts, this checkout's Pyt
     || { echo "gguf/transformers/accelerate missing: install .dev/gpu wheels (h200.sh install)"; exit 2; }
 }
 
-# the three answer files of the committed prompt set (data README): name and sha256; `train` refuses to start
+# the three answer files of the committed prompt set (data README; 01 and 02 as regenerated on 2026-12-07, the same
+# tokens as 2026-12-06's two files split otherwise): name and sha256; `train` refuses to start
 # without all of them (ANSWERS_PARTIAL=1: train on what is there), since none travels with the checkout any more
 ANSWERS_EXPECTED="answers-s0of1-00.jsonl.gz:ae1eafa3e688caab5e7fab388d2cd78439332de7d595b981d0d159b7a9df026a
-answers-s0of1-01.jsonl.gz:1486f563d33d8dff4e477294bafb1a6fe46936cd4c01294e5d63f1222d2e9232
-answers-s0of1-02.jsonl.gz:e995277d810e5520546671672bbff484566194e1aaee79656ac1cc724f61a136"
+answers-s0of1-01.jsonl.gz:fcf26e4d833229fa8522bff5c785c85b2574676b2eb6b9f6a94658c48509b6bd
+answers-s0of1-02.jsonl.gz:b777ec186a5df038f4a8e7c5f4c8d9cb8e99cbabbba6749a729643ba59127024"
 answers_check() {
   [ "$TARGET" = smollm2 ] && [ "${ANSWERS_PARTIAL:-0}" != 1 ] || return 0
   local e f sum bad=0

@@ -9,6 +9,7 @@ from pyllama_spec.speculative.costmodel import (
     DORMANT_WINDOW,
     GUARD_MIN_STEPS,
     GUARD_STEPS,
+    PROBE_AFTERMATH,
     REST_BOOK_EVERY,
     AutoDraftLength,
     AutoState,
@@ -34,6 +35,9 @@ def test_rest_length_bounds_a_probes_loss_then_doubles():
     assert rest_length(7.0, 10.0, 0) == 35
     assert rest_length(0.1, 10.0, 0) == 4  # never fewer than 4 steps
     assert rest_length(7.0, 10.0, 35) == 70  # the probe failed: twice the last rest
+    # ... but never shorter than a probe's loss asks for: a first rest sized by a loss predicted too low (on an
+    # H100 doubling from 9 steps probed every 9, 19, 39 steps at ~7 ms a probe; RESULTS.md 19.17)
+    assert rest_length(7.0, 10.0, 10) == 35
     assert rest_length(7.0, 10.0, 400) == 512
     assert rest_length(1e6, 10.0, 0, longest=16) == 16
 
@@ -78,8 +82,12 @@ def test_plan_rests_probes_and_backs_off():
     loss = pol.drafting_pays(3)[1]
     first = rest_length(loss, 11.0, 0)
     assert first == 13
+    # the probe lost 17 ms less the 1 token × the 11 ms plain step its rest measured: 6 ms, so the next rest is
+    # not twice 13 but what keeps 6 ms within 2 % of it
+    second = rest_length(6.0, 11.0, first)
+    assert second == 28 > 2 * first
     asks = []
-    for _ in range(first + 1 + 2 * first + 1):
+    for _ in range(first + 1 + second + 1):
         ask = pol.plan(3)
         asks.append(ask)
         if ask:
@@ -90,14 +98,46 @@ def test_plan_rests_probes_and_backs_off():
             stats.record(0, 0)
             clock.t += 0.011  # V(1) + 1 ms
     probes = [i for i, a in enumerate(asks) if a]
-    # 13 resting steps, a probe, 26 resting steps (the probe failed: twice as long), a probe; a probe
-    # drafts one token, the cheapest step that measures the first position
-    assert probes == [first, 3 * first + 1] and {asks[i] for i in probes} == {1}
+    # 13 resting steps, a probe, 28 resting steps (the probe failed: at least twice as long, and long enough for
+    # what it lost), a probe; a probe drafts one token, the cheapest step that measures the first position
+    assert probes == [first, first + 1 + second] and {asks[i] for i in probes} == {1}
     assert pol.n_probes == 2 and pol.n_rest == len(asks) - 2
     assert st.rest_ms == pytest.approx(1.0) and st.other_ms == 5.0  # a probe's time is not a drafting step's
-    assert st.gap == 2 * first
+    assert st.gap == second
     # each probe lost its 17 ms less the 1 token × the 11 ms plain step its rest measured
     assert st.probe_loss_ms == pytest.approx(6.0)
+
+
+def test_the_steps_right_after_a_probe_count_as_its_loss_not_as_plain_steps():
+    """On a GPU the two resting steps after a probe pay its shapes back (the target's graph rebuilt for one row):
+    their time beyond a plain step is the probe's loss (PROBE_AFTERMATH), and the plain step the guard compares
+    with does not take it in."""
+    stats = _thirty_percent()
+    clock = FakeClock()
+    st = AutoState(other_ms=5.0, rest_ms=1.0, rest_left=3, gap=4, trace=[])
+    pol = AutoDraftLength([10, 12, 14, 16], stats, state=st, clock=clock)
+    walls = []
+    for i in range(12):
+        ask = pol.plan(3)
+        if ask:
+            d = pol.trim(Draft(tokens=[1, 2, 3], confidence=np.array([0.3, 0.01, 0.01])))
+            stats.record(len(d.tokens), 0)
+            w = 0.017
+        else:
+            stats.record(0, 0)
+            # the two steps after the probe at step 3 take 3 and 2 ms more than a plain step
+            w = {4: 0.014, 5: 0.013}.get(i, 0.011)
+        walls.append(w)
+        clock.t += w
+    assert [k for k, *_ in st.trace[:6]] == ["rest", "rest", "rest", "probe", "rest", "rest"]
+    assert PROBE_AFTERMATH == 2
+    # 17 − 11 for the probe itself, then + 3 + 2: the first sample of the mean, weight 1
+    assert st.probe_loss_ms == pytest.approx(6.0 + 3.0 + 2.0)
+    assert st.plain_step_ms == pytest.approx(11.0)  # the 14 and 13 ms steps are not plain steps
+    # the rest after the probe was sized by the probe alone (its aftermath comes later): 6 ms within 2 % of 11 ms
+    # steps; the next one takes all 11 ms in: 50 steps
+    assert st.gap == rest_length(6.0, 11.0, 4) == 28
+    assert rest_length(pol.rest_loss(0.0), pol.plain_step(), 28) == 56
 
 
 def test_a_rest_is_sized_by_what_probes_really_lost():

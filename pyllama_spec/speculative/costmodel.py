@@ -781,7 +781,8 @@ class AutoState:
             auto's time went against plain decoding's, e.g. a first use on a GPU that verified drafts at 36 of
             470 steps and lost 15 % (RESULTS.md 19.6). :meth:`step_table` reads it.
         probe_loss_ms: running mean of what a probe really lost against plain decoding — its wall ms less its
-            committed tokens × the plain step (:meth:`AutoDraftLength.plain_step`), at least 0; None before the
+            committed tokens × the plain step (:meth:`AutoDraftLength.plain_step`), at least 0, plus what the
+            ``PROBE_AFTERMATH`` resting steps after it took beyond a plain step each; None before the
             first probe was measured. On a GPU a probe pays what the model does not see: the target's graph
             rebuilt for 2 rows and again for the rest's 1, the drafter's rows deferred over the rest injected in
             one decode of their own shape.
@@ -902,6 +903,12 @@ REST_BOOK_EVERY = 8
 #: ms a resting step on that H100, RESULTS.md 19.12)
 IN_GRAPH_MIN_STEPS = 32
 
+#: resting steps right after a probe whose time beyond a plain step counts as the probe's loss
+#: (``AutoState.probe_loss_ms``) and not as a plain step: they pay the probe's shapes back — the target's graph
+#: rebuilt for one row after the probe's two, the drafter's deferred rows (on an H100, 2026-12-07, SmolLM2 +
+#: DFlash: a probe 4.9 ms, then 2.7 and 2.6 ms against 1.15 for a plain step; RESULTS.md 19.17)
+PROBE_AFTERMATH = 2
+
 #: a drafter whose call costs at most this fraction of a 1-row verify is *free* (the n-gram kinds: ~0.014 ms
 #: against 1.12 ms on the H100, 2026-12-06): ``plan`` asks it for the ceiling at once — nothing to save by
 #: resting or by asking for fewer, :meth:`AutoDraftLength.trim` still picks the prefix worth verifying — and
@@ -927,21 +934,25 @@ GUARD_WINDOW = 32
 
 
 def rest_length(probe_loss_ms: float, plain_ms: float, gap: int, *, loss: float = 0.02, longest: int = 512) -> int:
-    """How many steps to rest (draft nothing) before the next probe: the first rest is long enough that
-    one probe — a drafting step that costs ``probe_loss_ms`` more than plain decoding would for the
-    same tokens — loses at most ``loss`` of the rest's plain time (at least 4 steps); each later rest
-    (``gap`` > 0, the last rest's length: the probe found nothing paying again) twice the last;
-    at most ``longest``.
+    """How many steps to rest (draft nothing) before the next probe: long enough that one probe — a drafting
+    step that costs ``probe_loss_ms`` more than plain decoding would for the same tokens — loses at most
+    ``loss`` of the rest's plain time (at least 4 steps); a later rest (``gap`` > 0, the last rest's length:
+    the probe found nothing paying again) at least twice the last; at most ``longest``.
+
+    Why the first rule bounds the later rests too (2026-12-07): the first rest is sized before any probe was
+    measured, by the model's predicted loss (≈ 0.6 ms on an H100 with SmolLM2 + DFlash), and doubling from there
+    kept probing every 9, 19, 39 … steps although each probe and the step back to one row were measured to lose
+    ≈ 5–7 ms there: a conversation's first turn lost 14–20 % against plain decoding (RESULTS.md 19.17).
 
     Args:
-        probe_loss_ms: predicted ms a probe loses against plain decoding (≥ 0).
+        probe_loss_ms: ms a probe loses against plain decoding (≥ 0): measured, or predicted before a probe was.
         plain_ms: ms of a plain step.
         gap: the last rest's length, 0 when the last probe found drafting paying.
     """
+    first = int(min(longest, max(4, np.ceil(max(probe_loss_ms, 0.0) / max(loss * plain_ms, 1e-9)))))
     if gap > 0:
-        return int(min(longest, 2 * gap))
-    first = np.ceil(max(probe_loss_ms, 0.0) / max(loss * plain_ms, 1e-9))
-    return int(min(longest, max(4, first)))
+        return int(min(longest, max(2 * gap, first)))
+    return first
 
 
 class AutoDraftLength:
@@ -1036,6 +1047,8 @@ class AutoDraftLength:
         self.n_guard_rests = 0  # rests the guard began (this generation)
         self._n_steps = 0  # stats.n_steps when the step being timed began
         self._span = 1  # steps since the last one booked (>1 only deep in a rest: REST_BOOK_EVERY)
+        self._aftermath = 0  # resting steps after a probe still to book as its loss (PROBE_AFTERMATH)
+        self._probe_w = 1.0  # the weight of the last probe's sample in AutoState.probe_loss_ms
         self._why = "trim"  # why plan() chose the step being timed (AutoState.trace)
 
     # -- the pieces ---------------------------------------------------------------------------------
@@ -1356,16 +1369,28 @@ class AutoDraftLength:
         committed = 1.0 + float(self.stats.acceptance_lengths[-1]) if booked else None
         if st.trace is not None and self._prev in ("rest", "probe", "draft"):
             st.trace.append((self._prev, self._why, rows, round(wall, 4), committed, self._first))
+        # a resting step right after a probe (PROBE_AFTERMATH) pays the probe's shapes back — the target's graph
+        # rebuilt for one row, the drafter's — : what the probe lost, not a plain step (on an H100, 2026-12-07, the
+        # two after a DFlash probe took 2.6-3.3 ms against 1.15 for a plain step, RESULTS.md 19.17)
+        aftermath = bool(self._aftermath) and self._prev == "rest" and m == 1 and not self._first
+        self._aftermath = self._aftermath - 1 if aftermath else 0
+        if aftermath and st.probe_loss_ms is not None:
+            st.probe_loss_ms += self._probe_w * max(0.0, wall - self.plain_step())
         if not self._first and self._prev in ("rest", "probe", "draft"):
             rec = st.step_kinds.setdefault(self._prev, [0, 0.0, 0.0])
             rec[0], rec[1], rec[2] = rec[0] + m, rec[1] + m * wall, rec[2] + m * (committed or 1.0)
             if self._prev == "probe" and committed is not None:
-                # what the probe really lost, its rebuilt graphs and injection included (AutoState.probe_loss_ms)
+                # what the probe really lost, its rebuilt graphs and injection included (AutoState.probe_loss_ms);
+                # the resting steps right after it add theirs below (PROBE_AFTERMATH)
+                self._probe_w = 1.0 if st.probe_loss_ms is None else 0.2  # (_ema's weight of this sample)
                 st.probe_loss_ms = _ema(st.probe_loss_ms, max(0.0, wall - committed * self.plain_step()))
+                self._aftermath = PROBE_AFTERMATH
         if self._first:
             # a generation's first step pays one-time costs (the drafter's first graphs: 65 ms against
             # 1 ms later on the tiny fixtures): not what a step costs
             self._first = False
+        elif aftermath:
+            pass  # (booked as the probe's loss above: neither a plain step nor a drafting step)
         elif self._prev == "rest":  # (less the rows it injected for the drafter: a probe's share of work)
             st.rest_ms = _ema(st.rest_ms, max(0.0, other - inject_ms))
             st.plain_step_ms = _ema(st.plain_step_ms, wall)
@@ -1405,7 +1430,8 @@ class AutoDraftLength:
         their mean, and otherwise only counts the step down."""
         st = self.state
         if (self._prev == "rest" and self._why == "resting" and st.rest and st.rest_left > DORMANT_WINDOW
-                and self._span < REST_BOOK_EVERY and ceiling > 0 and st.trace is None and not self._first):
+                and self._span < REST_BOOK_EVERY and ceiling > 0 and st.trace is None and not self._first
+                and not self._aftermath):
             # deep in a long rest (its next step dormant too): nothing to decide, and the costs are booked once every
             # REST_BOOK_EVERY steps, as their mean (AutoState.trace, which lists every step, books each; the
             # generation's first step, which pays one-time costs and is left out, is booked alone; so is a rest's
@@ -1554,4 +1580,4 @@ __all__ = ["VerifyCost", "StepCosts", "Acceptance", "Measured", "CostModel", "fi
            "tree_calibration", "tree_tau_from_mass", "expected_tree_tau", "fit_tree_row_ms",
            "AutoDraftLength", "AutoState", "AUTO_RULES", "DRAFT_STAGES", "DRAFTER_STAGES", "VERIFY_STAGES",
            "adaedl_lower_bound", "rest_length", "DORMANT_WINDOW", "GUARD_STEPS", "GUARD_MARGIN", "GUARD_WINDOW",
-           "GUARD_REFRESH", "GUARD_MEASURE", "GUARD_MIN_STEPS", "REST_BOOK_EVERY"]
+           "GUARD_REFRESH", "GUARD_MEASURE", "GUARD_MIN_STEPS", "REST_BOOK_EVERY", "PROBE_AFTERMATH"]
