@@ -44,7 +44,7 @@ def main() -> None:
 
         from pyllama_spec.speculative import costmodel
 
-        def old_rest_length(probe_loss_ms, plain_ms, gap, *, loss=0.02, longest=512):
+        def old_rest_length(probe_loss_ms, plain_ms, gap, *, loss=0.02, longest=512, floor=False):
             if gap > 0:
                 return int(min(longest, 2 * gap))
             return int(min(longest, max(4, np.ceil(max(probe_loss_ms, 0.0) / max(loss * plain_ms, 1e-9)))))

@@ -135,7 +135,7 @@ def test_the_steps_right_after_a_probe_count_as_its_loss_not_as_plain_steps():
     assert st.probe_loss_ms == pytest.approx(6.0 + 3.0 + 2.0)
     assert st.plain_step_ms == pytest.approx(11.0)  # the 14 and 13 ms steps are not plain steps
     # the rest after the probe was sized by the probe alone (its aftermath comes later): 6 ms within 2 % of 11 ms
-    # steps; the next one takes all 11 ms in: 50 steps
+    # steps; the next one takes all 11 ms in (50 steps) and still doubles: 56
     assert st.gap == rest_length(6.0, 11.0, 4) == 28
     assert rest_length(pol.rest_loss(0.0), pol.plain_step(), 28) == 56
 

@@ -701,13 +701,15 @@ class AutoState:
     Attributes:
         bin_tried, bin_accepted: per confidence bin, draft tokens verified and accepted.
         other_ms: running mean of a drafting step's time beyond its verify (ms), None before the first.
-        rest_ms: running mean of a resting step's time beyond its verify (ms; no drafter call), None
+        rest_ms: running mean of a resting step's time beyond its verify (ms; no drafter call; with
+            ``learn_costs`` not the ``PROBE_AFTERMATH`` steps right after a probe, which count as its loss), None
             before the first; until then estimated as ``other_ms − drafter_ms``.
         drafter_ms: running mean of a drafting step's drafter stages (``DRAFTER_STAGES``, ms).
         pos_tried, pos_accepted: acceptance per draft position of earlier generations (decayed by half
             per generation): the prior of this generation's measured acceptance.
         rest_left: resting steps left before the next probe (carried into the next generation).
-        gap: the length of the last rest (steps); each probe that still finds no length paying doubles it.
+        gap: the length of the last rest (steps); each probe that still finds no length paying at least doubles
+            it (:func:`rest_length`: with ``learn_costs``, also at least what one probe's loss asks for).
         rule: how a proposal is cut, one of ``AUTO_RULES`` (``"cost"``: the cost model over calibrated
             confidences; ``"adaedl"``: the first row whose entropy bound on acceptance is below the
             row's break-even acceptance).
@@ -769,10 +771,11 @@ class AutoState:
             2026-12-06.
         trial_steps, trial_tokens, trial_ms: drafting steps measured since the guard last sent the loop
             resting (or since the start), and their running means of committed tokens and wall ms a step.
-        plain_step_ms: running mean of a resting step's wall ms (a plain decode through the loop), None
-            before the first rest (:meth:`AutoDraftLength.plain_step`).
-        guard_gap: the length of the last rest the guard began (steps); doubled each time a new trial loses
-            again, 0 once a trial pays.
+        plain_step_ms: running mean of a resting step's wall ms (a plain decode through the loop; with
+            ``learn_costs`` not the ``PROBE_AFTERMATH`` steps right after a probe), None before the first rest
+            (:meth:`AutoDraftLength.plain_step`).
+        guard_gap: the length of the last rest the guard began (steps); at least doubled each time a new trial
+            loses again (:func:`rest_length`), 0 once a trial pays.
         plain_age: drafting steps booked since a resting step last measured ``plain_step_ms``.
         step_kinds: per kind of step (``"rest"``, ``"probe"``: the first drafting step after a rest,
             ``"draft"``), ``[steps, wall ms, committed tokens]`` summed over every generation (a generation's
@@ -788,8 +791,11 @@ class AutoState:
             one decode of their own shape.
         learn_costs: size a rest by what probes really lost (``probe_loss_ms``, where it exceeds the model's
             predicted loss) and let the guard decide a trial before ``GUARD_STEPS`` steps when it loses by far
-            (:meth:`AutoDraftLength.guard_loss`); False: the model's loss and ``GUARD_STEPS`` steps always, as
-            before 2026-12-06 (kept to compare the two in one run, ``benchmarks/auto_overhead.py``).
+            (:meth:`AutoDraftLength.guard_loss`); also (2026-12-07) keep every later rest at least what one
+            probe's loss asks for (:func:`rest_length`'s ``floor``) and book the ``PROBE_AFTERMATH`` steps after a
+            probe as its loss. False: the model's loss, ``GUARD_STEPS`` steps, rests exactly doubling and every
+            resting step a plain one, as before 2026-12-06 (kept to compare the two in one run,
+            ``benchmarks/auto_overhead.py``'s ``auto-old``).
         trace: None (the default), or a list to which every step is appended once its wall is known, as
             ``(kind, why, rows, wall_ms, committed, first)``: kind ``"rest"`` / ``"probe"`` / ``"draft"``; why
             :meth:`AutoDraftLength.plan` chose it (``"resting"`` inside a rest, ``"measure"`` a rest that measures
@@ -933,7 +939,8 @@ GUARD_MEASURE = 4
 GUARD_WINDOW = 32
 
 
-def rest_length(probe_loss_ms: float, plain_ms: float, gap: int, *, loss: float = 0.02, longest: int = 512) -> int:
+def rest_length(probe_loss_ms: float, plain_ms: float, gap: int, *, loss: float = 0.02, longest: int = 512,
+                floor: bool = True) -> int:
     """How many steps to rest (draft nothing) before the next probe: long enough that one probe — a drafting
     step that costs ``probe_loss_ms`` more than plain decoding would for the same tokens — loses at most
     ``loss`` of the rest's plain time (at least 4 steps); a later rest (``gap`` > 0, the last rest's length:
@@ -951,7 +958,7 @@ def rest_length(probe_loss_ms: float, plain_ms: float, gap: int, *, loss: float 
     """
     first = int(min(longest, max(4, np.ceil(max(probe_loss_ms, 0.0) / max(loss * plain_ms, 1e-9)))))
     if gap > 0:
-        return int(min(longest, max(2 * gap, first)))
+        return int(min(longest, max(2 * gap, first if floor else 0)))
     return first
 
 
@@ -969,8 +976,9 @@ class AutoDraftLength:
     step, τ_L = 1 + Σ_{i<L} p_i; drafting pays while τ_L / (O + V(L+1)) ≥ 1 / (O_plain + V(1)), i.e.
     τ_L is above the break-even τ of the measured costs (O: a drafting step's other costs, drafter
     call included; O_plain: a plain step's). Where it does not, the loop rests :func:`rest_length`
-    steps, then probes with a one-token drafting step (exponential back-off while probes keep failing; the first
-    rest sized by what probes were measured to lose, :meth:`rest_loss`, where that exceeds the model's loss). A
+    steps, then probes with a one-token drafting step (exponential back-off while probes keep failing; every
+    rest at least as long as what probes were measured to lose asks for, :meth:`rest_loss`, where that exceeds the
+    model's loss — the probe's own step and the ``PROBE_AFTERMATH`` resting steps after it). A
     resting step is a plain decode through the same verify; what the drafter must still see (DFlash's
     committed features) is handed to ``Drafter.observe_deferred``, so the output stays the target's. Deep in
     a long rest (:meth:`dormant`: ``DORMANT_WINDOW`` or more resting steps before the probe) the loop hands
@@ -989,7 +997,7 @@ class AutoDraftLength:
     ``GUARD_STEPS`` of them (:meth:`guard_loss`) — against a plain step's wall (measured in rests; before the
     first, V(1), :meth:`plain_step`; a trial that loses by far is judged after ``GUARD_MIN_STEPS``). When a trial
     loses more than ``GUARD_MARGIN`` of its time the loop rests,
-    the same :func:`rest_length` back-off as the model's rests (doubled while new trials keep losing), then the
+    the same :func:`rest_length` back-off as the model's rests (at least doubled while new trials keep losing), then the
     probe starts a new trial; a free drafter rests too. The plain step it compares with goes stale (a longer
     context, a busier machine, an earlier generation's value), and a trial that pays against a stale value would
     never rest to measure it again: so every ``GUARD_REFRESH`` drafting steps without a rest the loop rests
@@ -1048,7 +1056,8 @@ class AutoDraftLength:
         self._n_steps = 0  # stats.n_steps when the step being timed began
         self._span = 1  # steps since the last one booked (>1 only deep in a rest: REST_BOOK_EVERY)
         self._aftermath = 0  # resting steps after a probe still to book as its loss (PROBE_AFTERMATH)
-        self._probe_w = 1.0  # the weight of the last probe's sample in AutoState.probe_loss_ms
+        self._probe_old: float | None = None  # AutoState.probe_loss_ms before the last probe's sample
+        self._probe_sample = 0.0  # the last probe's sample so far (its own loss, then its aftermath's)
         self._why = "trim"  # why plan() chose the step being timed (AutoState.trace)
 
     # -- the pieces ---------------------------------------------------------------------------------
@@ -1372,18 +1381,20 @@ class AutoDraftLength:
         # a resting step right after a probe (PROBE_AFTERMATH) pays the probe's shapes back — the target's graph
         # rebuilt for one row, the drafter's — : what the probe lost, not a plain step (on an H100, 2026-12-07, the
         # two after a DFlash probe took 2.6-3.3 ms against 1.15 for a plain step, RESULTS.md 19.17)
-        aftermath = bool(self._aftermath) and self._prev == "rest" and m == 1 and not self._first
+        aftermath = (bool(self._aftermath) and self._prev == "rest" and m == 1 and not self._first
+                     and st.learn_costs and st.rest_left > 0)  # (a rest's last step always measures a plain one)
         self._aftermath = self._aftermath - 1 if aftermath else 0
-        if aftermath and st.probe_loss_ms is not None:
-            st.probe_loss_ms += self._probe_w * max(0.0, wall - self.plain_step())
+        if aftermath:  # (the whole sample through _ema: clipped as one slow step must be)
+            self._probe_sample += max(0.0, wall - self.plain_step())
+            st.probe_loss_ms = _ema(self._probe_old, self._probe_sample)
         if not self._first and self._prev in ("rest", "probe", "draft"):
             rec = st.step_kinds.setdefault(self._prev, [0, 0.0, 0.0])
             rec[0], rec[1], rec[2] = rec[0] + m, rec[1] + m * wall, rec[2] + m * (committed or 1.0)
             if self._prev == "probe" and committed is not None:
                 # what the probe really lost, its rebuilt graphs and injection included (AutoState.probe_loss_ms);
                 # the resting steps right after it add theirs below (PROBE_AFTERMATH)
-                self._probe_w = 1.0 if st.probe_loss_ms is None else 0.2  # (_ema's weight of this sample)
-                st.probe_loss_ms = _ema(st.probe_loss_ms, max(0.0, wall - committed * self.plain_step()))
+                self._probe_old, self._probe_sample = st.probe_loss_ms, max(0.0, wall - committed * self.plain_step())
+                st.probe_loss_ms = _ema(self._probe_old, self._probe_sample)
                 self._aftermath = PROBE_AFTERMATH
         if self._first:
             # a generation's first step pays one-time costs (the drafter's first graphs: 65 ms against
@@ -1484,7 +1495,7 @@ class AutoDraftLength:
                     self.n_probes += 1
                     self._prev = "rest"  # (so this step counts as a probe)
                     why = "probe"
-                elif guard is not None:  # the trial lost: rest, twice as long as the guard's last rest, and
+                elif guard is not None:  # the trial lost: rest, at least twice the guard's last rest, and
                     # start a new trial after it. With learn_costs the first such rest keeps the whole trial's
                     # loss — its drafting steps' and the probe's that began it — within 2 % of the rest: on a GPU a
                     # trial is a burst of new shapes (RESULTS.md 19.8), each step losing ~2 ms, not one probe's
@@ -1494,7 +1505,8 @@ class AutoDraftLength:
                         # costs only its failed drafts' rows, and its rests cost every lookup that would have paid:
                         # one probe's loss sizes them, as before)
                         lost = min(st.trial_steps, GUARD_WINDOW) * guard + (st.probe_loss_ms or 0.0)
-                    st.guard_gap = rest_length(lost, self.plain_step(), st.guard_gap, longest=st.max_rest)
+                    st.guard_gap = rest_length(lost, self.plain_step(), st.guard_gap, longest=st.max_rest,
+                                               floor=st.learn_costs)
                     st.gap = st.guard_gap
                     st.rest_left = st.gap - 1
                     st.trial_steps, st.trial_tokens, st.trial_ms = 0, 0.0, 0.0
@@ -1502,7 +1514,8 @@ class AutoDraftLength:
                     why = "guard"
                 else:  # nothing pays: rest, longer after each probe that failed
                     plain = self.plain_other_ms() + float(self._v(1.0))
-                    st.gap = rest_length(self.rest_loss(loss_ms), plain, st.gap, longest=st.max_rest)
+                    st.gap = rest_length(self.rest_loss(loss_ms), plain, st.gap, longest=st.max_rest,
+                                         floor=st.learn_costs)
                     st.rest_left = st.gap - 1
                     why = "no gain"
         kind = "rest" if ask == 0 else "probe" if self._prev == "rest" else "draft"
