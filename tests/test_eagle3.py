@@ -44,6 +44,27 @@ def test_matches_native_token_for_token(gen, heads, name, n_max):
         assert 0.4 < ours.stats.acceptance_rate < 1.0
 
 
+def test_greedy_drafts_drawn_in_the_heads_graph_equal_the_host_argmax(gen):
+    """A greedy EAGLE-3 draft with no p_min cut is drawn in the head's decode graph (ModelDrafter.backend_sampling:
+    a token id per head decode, no row of logits read back): the same drafts, step for step, as the host's argmax;
+    a sampled generation (rejection sampling needs the head's distributions) takes the sampler off, and the next
+    greedy one puts it back (token trees: test_tree_kinds.py)."""
+    d = gen.drafters["echo"]
+    runs = {}
+    for in_graph in (True, False, True):
+        d.backend_sampling = in_graph
+        r = gen.generate(PROMPT, drafter="echo", n_max=4, max_tokens=30)
+        assert (0 in d.ctx.samplers) == in_graph
+        runs.setdefault(in_graph, []).append(r)
+        s = gen.generate(PROMPT, drafter="echo", n_max=3, max_tokens=12, temperature=0.8, seed=3, verify="rejection")
+        assert 0 not in d.ctx.samplers and s.stats.n_drafted > 0
+    d.backend_sampling = True
+    a, b, c = runs[True][0], runs[False][0], runs[True][1]
+    assert a.tokens == b.tokens == c.tokens
+    assert a.stats.acceptance_lengths == b.stats.acceptance_lengths == c.stats.acceptance_lengths
+    assert a.stats.n_drafted == b.stats.n_drafted and 0 < a.stats.n_accepted < a.stats.n_drafted
+
+
 def test_qwen3_target(heads):
     with ps.Generator(heads["qwen3"], drafters={"eagle3": heads["qwen3_head"]}, n_ctx=512, n_batch=32) as g:
         compare_with_native(g, "eagle3", target=heads["qwen3"], drafter_file=heads["qwen3_head"],

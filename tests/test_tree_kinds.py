@@ -160,6 +160,23 @@ def test_trees_of_dflash2_and_eagle3_are_lossless_and_hand_over_the_path(gen, pl
         del d.propose_tree, d.observe_rows
 
 
+def test_an_eagle3_tree_reads_rows_where_its_chain_draws_in_the_graph(gen, plain):
+    """A greedy EAGLE-3 chain draws its drafts in the head's graph (a sampler on the head's context); a token tree
+    reads each depth's whole row, so it takes the sampler off — lossless either way — and the next chain puts it
+    back, with the same tokens as before."""
+    d = gen.drafters["echo"]
+    chain = ps.SpecConfig(drafter="echo", n_max=4, tree=0)
+    a = gen.generate(PROMPTS[1], spec=chain, max_tokens=40)
+    assert 0 in d.ctx.samplers
+    t = gen.generate(PROMPTS[1], spec=ps.SpecConfig(drafter="echo", n_max=5, tree=8), max_tokens=40)
+    assert 0 not in d.ctx.samplers and t.stats.n_tree_steps > 0
+    b = gen.generate(PROMPTS[1], spec=chain, max_tokens=40)
+    assert 0 in d.ctx.samplers
+    assert_same_tokens(a.tokens, plain[PROMPTS[1]])
+    assert_same_tokens(t.tokens, plain[PROMPTS[1]])
+    assert b.tokens == a.tokens and b.stats.acceptance_lengths == a.stats.acceptance_lengths
+
+
 @pytest.mark.parametrize("name,verify", [("echo", "rejection"), ("echo", "match"), ("dflash2", "match"),
                                          ("dflash2", "rejection")])
 def test_trees_at_temperature_repeat_with_a_seed(gen, name, verify):

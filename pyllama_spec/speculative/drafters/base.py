@@ -4,6 +4,7 @@ protocol. Each kind's module imports this one and registers itself; the package 
 so that the registry is full once ``pyllama_spec.speculative.drafters`` is imported."""
 from __future__ import annotations
 
+import logging
 import os
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
@@ -13,9 +14,12 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 
 from ...errors import InvalidArgumentError, InvalidTypeError, UnsupportedError
+from ...sampler import SamplerChain
 from ..sampling import SamplingParams
 from ..timing import StageTimer
 from ..tree import TreeDraft
+
+log = logging.getLogger("pyllama_spec")
 
 if TYPE_CHECKING:
     from ...context import Context
@@ -243,9 +247,32 @@ class Drafter(ABC):
 
 class ModelDrafter(Drafter):
     """A drafter with a model and a context of its own (``self.model``, ``self.ctx``): rollback cuts
-    its cache back to ``n_past``, its memory report is its context's, ``close`` frees both."""
+    its cache back to ``n_past``, its memory report is its context's, ``close`` frees both.
+
+    ``backend_sampling``: a drafter that decodes one token at a time (draft-simple, EAGLE-3) draws a greedy draft
+    (no ``p_min``) in its decode graph, a token id per decode (:meth:`_draw_in_graph`); False: the row of logits
+    comes back and the host takes its argmax (as llama.cpp's own drafters do). The drafter's switch, as the
+    DFlash drafter's is; ``SpecConfig.backend_sampling`` is about the target's tokens. The chain stays attached
+    between generations (the draft context is the drafter's own); a backend that cannot run it turns this off."""
     model: Any
     ctx: Any
+    backend_sampling: bool = True
+
+    def _draw_in_graph(self, on: bool) -> bool:
+        """Attach a greedy backend sampler to the drafter's context, or take it off (a sampled or p_min draft, a
+        token tree, reads the logits). Each change rebuilds the graph once (patch 0017); a generation keeps one
+        setting. Returns whether drafts are drawn in the graph (False where the backend refused the chain: then
+        ``backend_sampling`` is turned off, with a warning, and the host draws, as llama.cpp's drafters fall
+        back to the CPU sampler)."""
+        if on and 0 not in self.ctx.samplers:
+            try:
+                self.ctx.set_sampler(SamplerChain())
+            except UnsupportedError as exc:
+                log.warning("%s: %s; drawing the drafts on the host", self.kind, exc)
+                self.backend_sampling = on = False
+        elif not on and 0 in self.ctx.samplers:
+            self.ctx.set_sampler(None)
+        return on
 
     def rollback(self, n_past: int) -> None:
         self.ctx.memory.seq_rm(0, n_past)

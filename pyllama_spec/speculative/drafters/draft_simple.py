@@ -14,22 +14,18 @@ argmax on the host; ``backend_sampling``), as the DFlash drafter's is.
 """
 from __future__ import annotations
 
-import logging
 import os
 from collections.abc import Sequence
 
 import numpy as np
 
 from ...context import Context
-from ...errors import DrafterMismatchError, InvalidArgumentError, UnsupportedError
+from ...errors import DrafterMismatchError, InvalidArgumentError
 from ...model import Model
-from ...sampler import SamplerChain
 from ..sampling import SamplingParams
 from ..timing import StageTimer
 from ._pick import pick
 from .base import DeferredRows, Draft, ModelDrafter, register_drafter
-
-log = logging.getLogger("pyllama_spec")
 
 #: llama.cpp's SPEC_VOCAB_MAX_SIZE_DIFFERENCE and SPEC_VOCAB_CHECK_START_TOKEN_ID
 VOCAB_MAX_SIZE_DIFFERENCE = 128
@@ -121,28 +117,8 @@ class DraftModelDrafter(ModelDrafter):
             raise
         #: the committed rows kept while n_max="auto" rests (observe_deferred)
         self._pending = DeferredRows(self.ctx.n_batch)
-        #: draw a greedy draft (no p_min) in the draft model's decode graph, a token id per decode; False: the
-        #: row of logits comes back and the host takes its argmax (as before 2026-12-06, and as llama.cpp's own
-        #: draft-simple does). This attribute is the drafter's switch, as the DFlash drafter's is;
-        #: ``SpecConfig.backend_sampling`` is about the target's tokens. The chain stays attached between
-        #: generations (the draft context is the drafter's own); a backend that cannot run it turns this off.
+        #: draw a greedy draft in the draft model's decode graph (ModelDrafter; since 2026-12-06)
         self.backend_sampling = True
-
-    def _draw_in_graph(self, on: bool) -> bool:
-        """Attach a greedy backend sampler to the draft context, or take it off (a sampled or p_min draft reads
-        the logits). Each change rebuilds the graph once (patch 0017); a generation keeps one setting.
-        Returns whether drafts are drawn in the graph (False where the backend refused the chain: then
-        ``backend_sampling`` is turned off, with a warning, and the host draws, as llama.cpp's drafters fall
-        back to the CPU sampler)."""
-        if on and 0 not in self.ctx.samplers:
-            try:
-                self.ctx.set_sampler(SamplerChain())
-            except UnsupportedError as exc:
-                log.warning("draft-simple: %s; drawing the drafts on the host", exc)
-                self.backend_sampling = on = False
-        elif not on and 0 in self.ctx.samplers:
-            self.ctx.set_sampler(None)
-        return on
 
     def begin(self, prompt: list[int], n_keep: int = 0) -> None:
         self.ctx.memory.clear()
