@@ -253,3 +253,43 @@ def test_constant_shape_after_rollback_prefix_reuse_and_a_restored_state(pair):
     d.load_state(state)
     assert d._recent is None
     assert pair.generate(nxt, drafter="fused", n_max=5, max_tokens=24).tokens == plain
+
+
+def test_auto_with_the_whole_block_keeps_one_drafter_shape(smollm2):
+    """n_max="auto" asks the drafter for a length that changes from step to step; with ``auto_full_block`` (the
+    default on a GPU) the drafter decodes its whole block every time and reads the rows asked for, so llama.cpp
+    reuses the drafter's graph (on CUDA: replays it) where a block as wide as each ask rebuilds it at most steps.
+    Lossless both ways: the output is plain decoding's."""
+    from pyllama_spec.assets import smollm2_dflash_path
+    from pyllama_spec.speculative.costmodel import AutoState
+
+    gen = ps.Generator(smollm2, n_ctx=1024)
+    try:
+        msgs = [{"role": "user", "content": "Write a Python function that checks whether a string is a palindrome."}]
+        plain = gen.generate(messages=msgs, max_tokens=48, reuse_prefix=False).tokens
+        out = {}
+        for full in (True, False):
+            d = DFlashDrafter(gen.ctx, smollm2_dflash_path(), fused_inject=True)
+            d.auto_full_block = full
+            gen.add_drafter(f"d{full}", d)
+            # drafting every step (no rests), so that every step asks and the asks vary
+            gen.reset_auto_state(f"d{full}", AutoState(rest=False))
+            widths: list[int] = []
+
+            def spy(last, n_past, n_max, *a, _orig=d._decode_block, _widths=widths, **k):
+                _widths.append(n_max)  # (the block's rows less one: what the drafter decodes)
+                return _orig(last, n_past, n_max, *a, **k)
+
+            d._decode_block = spy
+            d.ctx.reset_perf()
+            r = gen.generate(messages=msgs, drafter=f"d{full}", n_max="auto", max_tokens=48, reuse_prefix=False)
+            del d._decode_block
+            out[full] = (d.ctx.perf()["n_reused"], r.stats.n_steps, r.tokens, widths, r.stats.draft_lengths)
+    finally:
+        gen.close()
+    (n_f, _, toks_f, w_f, lengths_f), (n_n, _, toks_n, w_n, _) = out[True], out[False]
+    assert toks_f == plain or not EXACT
+    assert toks_n == plain or not EXACT
+    assert set(w_f) == {7} and len(set(w_n)) >= 2, (w_f, w_n)  # (the asks varied)
+    assert max(lengths_f) <= 7 and len(set(lengths_f)) >= 2
+    assert n_f > n_n, out

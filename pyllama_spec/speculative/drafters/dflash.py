@@ -265,6 +265,14 @@ class DFlashDrafter(ModelDrafter):
         #: CUDA graph, where a shape that changes with each step's acceptance rebuilds the graph and
         #: launches its kernels one by one (llama_context::decode, ggml-cuda's graph warm-up)
         self.constant_shape = True
+        #: with n_max="auto" (``want_confidence``) decode the whole block, ``n_max_limit + 1`` rows as it was
+        #: trained, whatever the step asks for, and read the first ``ask`` rows: one drafter shape for every step.
+        #: Why: auto's ask changes from step to step (3, 5, 3, 7, 5 in a first use on an H100, 2026-12-07), and
+        #: each new block width rebuilt the drafter's graph — the first use's drafter calls took 3.1 ms against
+        #: ~0.5 (RESULTS.md 19.17). Default: on a GPU, where extra rows of a small drafter cost next to nothing; on
+        #: 2 CPU cores each row is compute. The drafts may differ from a narrower block's (the block's rows attend
+        #: to each other); lossless either way
+        self.auto_full_block = on_gpu
         # staged (features, positions) of committed rows that the next propose() injects (fused);
         # they count as held: begin() and save_state() inject them first
         self._pending: tuple[np.ndarray, np.ndarray] | None = None
@@ -501,8 +509,9 @@ class DFlashDrafter(ModelDrafter):
             return Draft(tokens=[])
         # the argmax alone unless confidences are read (n_max="auto", p_min): the top-10 chain
         # costs more (H200, SmolLM2: draft 0.83 vs 0.48 ms per call at n_max 1)
-        self._decode_block(last_token, n_past, n_max, sp, timer,
-                           candidates=self.p_min > 0.0 or getattr(self, "want_confidence", False))
+        auto = getattr(self, "want_confidence", False)
+        width = self.n_max_limit if auto and self.auto_full_block else n_max  # (rows 1..n_max are read)
+        self._decode_block(last_token, n_past, width, sp, timer, candidates=self.p_min > 0.0 or auto)
         with timer("draft_sample"):
             if 0 in self.ctx.samplers and self.ctx.samplers[0].draws:
                 draft = Draft(tokens=self.ctx.sampled_tokens()[1:n_max + 1])
@@ -518,13 +527,13 @@ class DFlashDrafter(ModelDrafter):
                     tokens, conf, ent = tokens[:n_keep], conf[:n_keep], ent[:n_keep]
                 draft = Draft(tokens=tokens, confidence=conf, entropy=ent)
             elif self.p_min > 0.0:  # a cut at the first unsure row: row by row, as llama.cpp
-                draft = self._read_block(self.ctx.logits()[1:], sp, rng)
+                draft = self._read_block(self.ctx.logits()[1:n_max + 1], sp, rng)
             elif sp.greedy:
-                logits = self.ctx.logits()[1:]
+                logits = self.ctx.logits()[1:n_max + 1]
                 draft = Draft(tokens=[int(t) for t in np.argmax(logits, axis=1)], confidence=_top_prob(logits),
                               entropy=_entropy(logits) if getattr(self, "want_confidence", False) else None)
             else:
-                rows = filtered_rows(self.ctx.logits()[1:], sp)
+                rows = filtered_rows(self.ctx.logits()[1:n_max + 1], sp)
                 toks = sample_rows(*rows, rng)
                 probs = densify(*rows, self.target.model.n_vocab)
                 draft = Draft(tokens=[int(t) for t in toks], probs=probs,
