@@ -59,6 +59,8 @@
 # (explicit: the training-time test's attention, `--eagle3-attention`; sdpa trained 2.6 × slower on an H100,
 # 2026-12-06), PAD_MULTIPLE (1: batch lengths rounded up to a multiple, `--pad-multiple`; 64 leaves 8 distinct
 # lengths in issue 20's batches instead of hundreds, for kernels that plan per shape, e.g. cuDNN attention),
+# SOFT (0: DFlash, the share of the loss against the target's own distribution at each row, `--soft-weight`;
+# e.g. 0.5 — the target's forward then runs to its last layer; RESULTS 15.14's next step),
 # LR (1.5e-3: the peak of each run's cosine; a warm restart from 2.67 first lost 0.24 of τ at it, RESULTS 15.5),
 # BLOCKS (32 anchor blocks a sequence), TAU_PROMPTS (60); for a CPU dry run also W, GGUF,
 # TRAIN_EXTRA (e.g. "--device cpu --target-dtype float32"), ENGINE (torch: train/static_kv.py, 38 k tok/s on
@@ -314,7 +316,7 @@ train)
         --data "$I/answers/answers-*.jsonl.gz" --kind "$k" $([ "$k" = dflash ] && echo --layers "$LAYERS") \
         --drafter-layers "$L" --block-size "$B" $kx \
         --seconds ${TRAIN_SECONDS:-400} --steps 1000000 --batch 32 --blocks ${BLOCKS:-32} --lr ${LR:-1.5e-3} --eval-every 400 --eval-seqs 200 \
-        --seed "$SEED" --quant q8_0 $init ${TRAIN_EXTRA:-} > "$I/log_$c.txt" 2>&1) &
+        --seed "$SEED" --quant q8_0 $([ "$k" = dflash ] && echo --soft-weight ${SOFT:-0}) $init ${TRAIN_EXTRA:-} > "$I/log_$c.txt" 2>&1) &
     # side by side they share the GPU: 4 runs made 3.1 / 2.9 / 2.7 / 2.4 steps/s where one alone made
     # 10.1 (2026-12-03, RESULTS 15.4), so TRAIN_SERIAL=1 runs them one after another instead
     [ "${TRAIN_SERIAL:-0}" = 1 ] && wait

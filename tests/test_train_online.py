@@ -116,6 +116,70 @@ def test_online_steps_reduce_the_loss(tiny, seqs):
     assert after < 0.8 * before, (before, after)
 
 
+def test_soft_labels_mix_the_targets_distribution_into_the_loss(tiny, seqs):
+    """``soft_weight`` w: each block row's loss is (1 − w) × the cross-entropy against the target's token and
+    w × the cross-entropy against the target's softmax at the position before it — the logits transformers
+    computes for the whole sequence, checked here row by row; w = 0 is the hard-label loss as before, and the
+    stored-features objective (no final hidden states) refuses w > 0."""
+    import torch.nn.functional as F
+
+    from pyllama_spec.errors import InvalidArgumentError
+
+    path, info = tiny
+    hf = load_hf_target(path)
+    emb, head = token_matrices(hf)
+    ginfo = ps.Model(path, vocab_only=True).info
+    c = DFlashConfig.for_target(ginfo, emb.shape[0], n_layer=1, target_layer_ids=LAYERS, block_size=4,
+                                mask_token_id=info["<|mask|>"])
+    with pytest.raises(InvalidArgumentError, match="final=True"):
+        online_objective(c, emb, head, TargetFeatures(hf, LAYERS), n_blocks=4, soft_weight=0.5)
+    hf._pyllama_spec_taps.close()
+    taps = TargetFeatures(hf, LAYERS, final=True)
+    soft = online_objective(c, emb, head, taps, n_blocks=4, soft_weight=0.5)
+    hard = online_objective(c, emb, head, taps, n_blocks=4)  # (the same taps: the final state is left out)
+    idx, cpu = [0, 1, 2, 3], torch.device("cpu")
+    b = soft.batch(seqs, None, idx, np.random.default_rng(7), cpu)
+    torch.manual_seed(0)
+    model = soft.build()
+    got = float(soft.loss(model, b, torch.float32).detach())
+    # by hand: the target's logits of every position from transformers, the drafter's of every block row
+    bf = soft.with_features(b)
+    assert len(bf) == 7
+    _, cp, tok, pos, mask, tgt, _ = bf
+    with torch.no_grad():
+        t_logits = hf(input_ids=b[0]).logits.float()  # (n, Lc, V)
+        q = model.logits(model(bf[0], cp, tok, pos, mask)).float()  # (n, Lq, V)
+    rows = (pos - 1).clamp(0, t_logits.shape[1] - 1)
+    p_t = torch.softmax(torch.gather(t_logits, 1, rows[..., None].expand(-1, -1, t_logits.shape[-1])), -1)
+    logq = torch.log_softmax(q, -1)
+    ce = F.cross_entropy(q.view(-1, q.shape[-1]), tgt.view(-1), ignore_index=-100, reduction="none")
+    sce = -(p_t * logq).sum(-1).view(-1)
+    from pyllama_spec.train.objectives import position_weights
+
+    w = position_weights(c, tgt.device).repeat(tgt.shape[1] // c.block_size)[None, :].expand_as(tgt).reshape(-1)
+    w = w * (tgt.view(-1) >= 0)
+    want = float(((0.5 * ce + 0.5 * sce) * w).sum() / w.sum())
+    assert abs(got - want) < 1e-4 * abs(want), (got, want)
+    # w = 0: the hard-label loss; and the soft part is a real difference (the target is not one-hot)
+    want_hard = float((ce * w).sum() / w.sum())
+    assert abs(float(hard.loss(model, b, torch.float32).detach()) - want_hard) < 1e-4 * want_hard
+    assert abs(want - want_hard) > 1e-3
+    stored = DFlashObjective(c, emb, head, n_blocks=4, soft_weight=0.5)
+    with pytest.raises(InvalidArgumentError, match="online objective"):
+        stored.loss(model, bf[:6], torch.float32)
+    taps.close()
+
+
+def test_soft_weight_is_checked():
+    from pyllama_spec.errors import InvalidArgumentError
+
+    with pytest.raises(InvalidArgumentError, match=r"soft_weight must lie in \[0, 1\]"):
+        TrainConfig(soft_weight=1.5)
+    with pytest.raises(InvalidArgumentError, match="trains DFlash drafters"):
+        TrainConfig(kind="eagle3", soft_weight=0.5)
+    assert TrainConfig(soft_weight=0.25).to_dict()["soft_weight"] == 0.25
+
+
 #: the online runs of the warm-restart tests: a one-layer drafter of block 4 on the tiny target, on the CPU
 RUN_KW = dict(kind="dflash", batch=4, n_blocks=4, warmup=2, eval_every=5, seed=0, device="cpu", block_size=4,
               layers=LAYERS, drafter_layers=1, quant="q8_0")
@@ -415,3 +479,15 @@ def test_online_eagle3_restart_keeps_its_own_vocabulary(tiny, seqs, tmp_path):
     with pytest.raises(InvalidArgumentError, match="grow deepens the DFlash drafter"):
         run(tiny[0], tmp_path / "d", [str(a_data)], TrainConfig(steps=1, **RUN_KW), progress=False,
             target_dtype="float32", grow=True)
+
+
+def test_online_run_with_soft_labels(tiny, seqs, tmp_path):
+    """``run`` with ``soft_weight``: the target's forward goes to its last layer (``TargetFeatures(final=True)``)
+    and the steps train; the report records the setting."""
+    from pyllama_spec.train.online import run
+
+    data = _answers_file(tmp_path, seqs)
+    rep = run(tiny[0], tmp_path / "s", [str(data)], TrainConfig(steps=6, lr=3e-3, soft_weight=0.5, **RUN_KW),
+              progress=False, target_dtype="float32")
+    assert rep["steps"] == 6 and rep["train_config"]["soft_weight"] == 0.5
+    assert np.isfinite(rep["history"][-1]["tau"]) and (tmp_path / "s" / "drafter-q8_0.gguf").exists()

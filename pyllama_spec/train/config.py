@@ -36,6 +36,14 @@ class TrainConfig:
         draft_embd: draft model width (None: the target's, initialised from the target's layers).
         draft_vocab: EAGLE-3 head's own vocabulary (the most frequent answer tokens, with
             llama.cpp's ``d2t`` map); 0: the target's output head, frozen.
+        soft_weight: DFlash, online only: the share of each block row's loss taken against the target's own
+            next-token distribution at that position (cross-entropy to its softmax: knowledge distillation, as
+            DistillSpec, Zhou et al. 2023, arXiv 2310.08461, finds it raises acceptance over hard labels), the rest
+            against the target's token as before; 0 (the default): the token alone. Why: on the target's own
+            greedy answers the drafter learns only the argmax, and at a near-tie — or where a sampled answer took
+            another token — nothing of what the target would also say (issue 20: the hard-label recipe saturates
+            at validation τ ≈ 3.0 whatever the depth and data, RESULTS.md 15.8 / 15.14). The target's forward then
+            runs to its last layer (its final hidden state × the shared output head), ~7 % more target work.
         pad_multiple: a batch's length (its longest sequence; DFlash: its context) is rounded up to a multiple
             of this (1: not rounded), so that training meets few distinct shapes: kernels that plan per shape
             (cuDNN's attention, first in recent torch on an H100) plan each once (:func:`.objectives.padded_len`).
@@ -66,6 +74,7 @@ class TrainConfig:
     n_max: int | None = None
     draft_embd: int | None = None
     draft_vocab: int = 0
+    soft_weight: float = 0.0
     pad_multiple: int = 1
     eagle3_attention: str = "explicit"
     steps: int = 2000
@@ -105,6 +114,11 @@ class TrainConfig:
         if not isinstance(self.draft_vocab, int) or self.draft_vocab < 0:
             raise InvalidArgumentError(
                 f"draft_vocab must be an int ≥ 0 (0: the target's head), got {self.draft_vocab!r}")
+        if not (isinstance(self.soft_weight, (int, float)) and 0.0 <= self.soft_weight <= 1.0):
+            raise InvalidArgumentError(f"soft_weight must lie in [0, 1], got {self.soft_weight!r}")
+        if self.soft_weight > 0 and self.kind != "dflash":
+            raise InvalidArgumentError(f"soft_weight (the target's distribution as a label) trains DFlash drafters "
+                                       f"online; got kind={self.kind!r}: drop --soft-weight")
         if not (isinstance(self.lr, (int, float)) and self.lr > 0):
             raise InvalidArgumentError(f"lr must be > 0, got {self.lr!r}")
         if self.max_seconds is not None and not self.max_seconds > 0:

@@ -183,8 +183,11 @@ class DFlashObjective(Objective[DFlashModel]):
     max_eval_anchors = 256
 
     def __init__(self, c: DFlashConfig, tok_embd: np.ndarray, head: np.ndarray, *, n_blocks: int = 32,
-                 pad_multiple: int = 1) -> None:
+                 pad_multiple: int = 1, soft_weight: float = 0.0) -> None:
         self.config, self.n_blocks, self.pad_multiple = c, n_blocks, pad_multiple
+        #: the share of the loss against the target's distribution (TrainConfig.soft_weight): its batches then carry
+        #: a seventh tensor, the target's final hidden state at each block row's position − 1 (online only)
+        self.soft_weight = float(soft_weight)
         self.n_max = c.block_size - 1
         self._embd, self._head = tok_embd, head
 
@@ -199,16 +202,32 @@ class DFlashObjective(Objective[DFlashModel]):
                           pad_multiple=self.pad_multiple)
 
     def loss(self, model: DFlashModel, b: Batch, dtype: torch.dtype) -> torch.Tensor:
-        f, cp, tok, pos, mask, tgt = b
+        """Per block row k ≥ 1 the cross-entropy of the drafter's logits against the target's token, weighted
+        ``exp(−(k−1)/γ)`` (DFlash); with ``soft_weight`` w > 0 (a batch of 7 tensors: the 7th the target's final
+        hidden state ``(n, Lq, n_embd)`` at each row's position − 1, whose product with the shared output head
+        is the target's logits there) ``(1 − w)`` of it and ``w`` of the cross-entropy against the target's
+        softmax (``−Σ_v p_t(v) log q(v)``: KL(p_t ‖ q) plus p_t's entropy, which does not depend on the drafter).
+
+        Raises:
+            InvalidArgumentError: ``soft_weight`` > 0 with a batch that lacks the target's hidden states."""
+        f, cp, tok, pos, mask, tgt = b[:6]
         logits = model.logits(model(f.to(dtype), cp, tok, pos, mask)).float()
         ce = F.cross_entropy(logits.view(-1, logits.shape[-1]), tgt.view(-1), ignore_index=-100, reduction="none")
+        if self.soft_weight > 0:
+            if len(b) < 7:
+                raise InvalidArgumentError("soft_weight > 0 needs the target's final hidden states in the batch: "
+                                           "an online objective (pyllama_spec.train.online) makes them")
+            with torch.no_grad():
+                p_t = torch.softmax(model.logits(b[6]).float(), dim=-1).view(-1, logits.shape[-1])
+            soft = -(p_t * torch.log_softmax(logits.view(-1, logits.shape[-1]), dim=-1)).sum(-1)
+            ce = (1.0 - self.soft_weight) * ce + self.soft_weight * soft
         w = position_weights(self.config, tgt.device)
         wt = w.repeat(tgt.shape[1] // self.config.block_size)[None, :].expand_as(tgt).reshape(-1) * (tgt.view(-1) >= 0)
         return (ce * wt).sum() / wt.sum().clamp_min(1)
 
     def leads(self, model: DFlashModel, b: Batch, seqs: Sequence[dict[str, Any]], idx: Sequence[int],
               dtype: torch.dtype) -> Leads:
-        f, cp, tok, pos, mask, tgt = b
+        f, cp, tok, pos, mask, tgt = b[:6]
         B = self.config.block_size
         pred = model.logits(model(f.to(dtype), cp, tok, pos, mask)).argmax(-1).view(len(idx), -1, B)[:, :, 1:]
         t = tgt.view(len(idx), -1, B)[:, :, 1:]

@@ -77,16 +77,19 @@ class TargetFeatures:
     the inputs of decoder layers ``layer_ids`` (llama.cpp ids), concatenated in that order (as
     :func:`.features.extract` does). Rows are causal: right padding does not change earlier rows.
 
-    One instance per model at a time (:meth:`close` removes its hooks).
+    One instance per model at a time (:meth:`close` removes its hooks). ``final``: the forward runs to the end
+    and a call returns ``(features, final)``, ``final`` ``(B, L, n_embd)`` the target's last hidden state after
+    its output norm (its logits are ``final @ head.T``); else the forward stops at the last tapped layer.
 
     Raises:
         InvalidArgumentError: a layer id outside ``0 .. n_layer − 1``; a model that already has one.
     """
 
-    def __init__(self, model: Any, layer_ids: Sequence[int]) -> None:  # a transformers PreTrainedModel
+    def __init__(self, model: Any, layer_ids: Sequence[int], *, final: bool = False) -> None:  # a PreTrainedModel
         from ..errors import InvalidArgumentError
 
         self.model = model
+        self.final = bool(final)
         base = model.get_decoder() if hasattr(model, "get_decoder") else model.model
         self.base = base
         layers = base.layers
@@ -115,7 +118,7 @@ class TargetFeatures:
     def _hook(self, i: int) -> Any:
         def hook(module: Any, args: tuple, kwargs: dict) -> None:
             self._got[i] = args[0] if args else kwargs["hidden_states"]
-            if i == self._last:
+            if i == self._last and not self.final:
                 raise _Stop
         return hook
 
@@ -123,17 +126,21 @@ class TargetFeatures:
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
 
-    def __call__(self, tokens: torch.Tensor) -> torch.Tensor:
+    def __call__(self, tokens: torch.Tensor) -> Any:
         import torch
 
         self._got = {}
+        res = None
         with torch.no_grad():
             try:
-                self.base(input_ids=tokens.to(self.device), use_cache=False)
+                res = self.base(input_ids=tokens.to(self.device), use_cache=False)
             except _Stop:
                 pass
         out = torch.cat([self._got[i] for i in self.layer_ids], dim=-1)
         self._got = {}
+        if self.final:
+            assert res is not None
+            return out, res.last_hidden_state
         return out
 
 
@@ -175,9 +182,28 @@ def _dflash_objective() -> type:
         :meth:`leads` run the target first."""
 
         def __init__(self, c: Any, tok_embd: np.ndarray, head: np.ndarray, target: TargetFeatures, *,
-                     n_blocks: int = 32, pad_multiple: int = 1) -> None:
-            super().__init__(c, tok_embd, head, n_blocks=n_blocks, pad_multiple=pad_multiple)
+                     n_blocks: int = 32, pad_multiple: int = 1, soft_weight: float = 0.0) -> None:
+            super().__init__(c, tok_embd, head, n_blocks=n_blocks, pad_multiple=pad_multiple,
+                             soft_weight=soft_weight)
             self.target = target
+            if soft_weight > 0 and not target.final:
+                from ..errors import InvalidArgumentError
+
+                raise InvalidArgumentError("soft_weight > 0 reads the target's final hidden state: make its "
+                                           "TargetFeatures with final=True")
+
+        def with_features(self, b: Batch) -> Batch:
+            """The batch with the target's features in place of the token ids; with ``soft_weight`` also the
+            target's final hidden state at each block row's position − 1 (the row that predicts its token)."""
+            if not self.target.final:
+                return super().with_features(b)
+            import torch
+
+            feats, final = self.target(b[0])
+            pos = b[3]  # (block positions, (n, Lq)): row k of a block at anchor a sits at a + k, predicts t[a + k]
+            rows = (pos - 1).clamp(0, final.shape[1] - 1).to(final.device)
+            th = torch.gather(final, 1, rows[..., None].expand(-1, -1, final.shape[-1]))
+            return (feats.to(b[0].device), *b[1:], th.to(b[0].device))
 
         def batch(self, seqs: Sequence[dict[str, Any]], feats: Any, idx: Sequence[int], rng: np.random.Generator,
                   device: torch.device, *, evaluate: bool = False) -> Batch:
@@ -215,10 +241,13 @@ def _eagle3_objective() -> type:
 
 
 def online_objective(c: Any, tok_embd: np.ndarray, head: np.ndarray, target: TargetFeatures, *,
-                     n_blocks: int = 32, pad_multiple: int = 1) -> Any:
+                     n_blocks: int = 32, pad_multiple: int = 1, soft_weight: float = 0.0) -> Any:
     """An online DFlash objective (a :class:`.objectives.DFlashObjective` whose batches hold token
-    ids and whose steps run ``target`` first) for :func:`.trainer.train` with ``feats=None``."""
-    return _dflash_objective()(c, tok_embd, head, target, n_blocks=n_blocks, pad_multiple=pad_multiple)
+    ids and whose steps run ``target`` first) for :func:`.trainer.train` with ``feats=None``; ``soft_weight`` > 0
+    (``target`` made with ``final=True``): part of the loss against the target's distribution
+    (:attr:`.config.TrainConfig.soft_weight`)."""
+    return _dflash_objective()(c, tok_embd, head, target, n_blocks=n_blocks, pad_multiple=pad_multiple,
+                               soft_weight=soft_weight)
 
 
 def data_files(spec: Sequence[str]) -> list[str]:
@@ -338,7 +367,7 @@ def run(target: str | os.PathLike, out_dir: str | os.PathLike, files: Sequence[s
         c = obj.config
         del hf
     else:
-        feats = TargetFeatures(hf, layers)
+        feats = TargetFeatures(hf, layers, final=tc.soft_weight > 0)
     if tc.kind == "eagle3":
         obj = _eagle3_objective()(build_objective(tc, info, seqs, emb, head, target=target), feats)
         c = obj.config
@@ -368,7 +397,8 @@ def run(target: str | os.PathLike, out_dir: str | os.PathLike, files: Sequence[s
                                    "--draft-embd as that run")
     if tc.kind == "dflash":
         assert feats is not None
-        obj = online_objective(c, emb, head, feats, n_blocks=tc.n_blocks, pad_multiple=tc.pad_multiple)
+        obj = online_objective(c, emb, head, feats, n_blocks=tc.n_blocks, pad_multiple=tc.pad_multiple,
+                               soft_weight=tc.soft_weight)
     t_load = time.time() - t0
     t1 = time.time()
     model, history = train(seqs, None, obj, tc, progress=progress,

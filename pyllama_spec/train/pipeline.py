@@ -246,6 +246,7 @@ def config_from_args(a: argparse.Namespace) -> TrainConfig:
     return TrainConfig(kind=a.kind, data=a.data, max_len=a.max_len, layers=a.layers, drafter_layers=a.drafter_layers,
                        block_size=a.block_size, n_max=a.n_max, draft_embd=a.draft_embd, draft_vocab=a.draft_vocab,
                        pad_multiple=a.pad_multiple, eagle3_attention=a.eagle3_attention, steps=a.steps,
+                       soft_weight=getattr(a, "soft_weight", 0.0),
                        batch=a.batch, n_blocks=a.blocks, lr=a.lr, warmup=a.warmup,
                        eval_every=a.eval_every, max_seconds=a.seconds, max_eval_seqs=a.eval_seqs, seed=a.seed,
                        device=a.device, quant=a.quant, n_gpu_layers=a.n_gpu_layers, eval_prompts=a.eval_prompts,
@@ -270,6 +271,9 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--draft-embd", type=int, help="draft model width (default: the target's)")
     ap.add_argument("--draft-vocab", type=int, default=d.draft_vocab,
                     help="EAGLE-3 head's own vocabulary size (0: the target's output head)")
+    ap.add_argument("--soft-weight", type=float, default=d.soft_weight,
+                    help="DFlash, online: share of the loss against the target's own distribution at each row "
+                         "(distillation; 0: its greedy token only)")
     ap.add_argument("--pad-multiple", type=int, default=d.pad_multiple,
                     help="round each batch's length up to a multiple of this (fewer distinct shapes: kernels that "
                          "plan per shape, cuDNN attention on an H100, plan each once)")
