@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 import pyllama_spec as ps
+from pyllama_spec.speculative.costmodel import AutoState
 from pyllama_spec.speculative.drafters import Drafter
 from pyllama_spec.speculative.drafters.dflash import DFlashDrafter
 
@@ -261,7 +262,6 @@ def test_auto_with_the_whole_block_keeps_one_drafter_shape(smollm2):
     reuses the drafter's graph (on CUDA: replays it) where a block as wide as each ask rebuilds it at most steps.
     Lossless both ways: the output is plain decoding's."""
     from pyllama_spec.assets import smollm2_dflash_path
-    from pyllama_spec.speculative.costmodel import AutoState
 
     gen = ps.Generator(smollm2, n_ctx=1024)
     try:
@@ -293,3 +293,24 @@ def test_auto_with_the_whole_block_keeps_one_drafter_shape(smollm2):
     assert set(w_f) == {7} and len(set(w_n)) >= 2, (w_f, w_n)  # (the asks varied)
     assert max(lengths_f) <= 7 and len(set(lengths_f)) >= 2
     assert n_f > n_n, out
+
+
+@pytest.mark.parametrize("fused", [False, True])
+@pytest.mark.parametrize("full", [False, True])
+def test_auto_with_the_whole_block_at_the_end_of_the_context(tiny, full, fused):
+    """n_max="auto" with the whole block decoded, to the context's end: the last steps ask for fewer tokens than
+    the block holds, and the block is cut to what the drafter's cache (the target's n_ctx cells) can take — the
+    first version decoded the whole block there and ran out of cache cells (a review's find)."""
+    gen = ps.Generator(tiny["target"], n_ctx=256, n_batch=64, n_ubatch=32)
+    try:
+        d = DFlashDrafter(gen.ctx, tiny["dflash"], fused_inject=fused)
+        d.auto_full_block = full  # (True: the GPU default)
+        gen.add_drafter("d", d)
+        gen.reset_auto_state("d", AutoState(rest=False))  # draft every step
+        prompt = [10 + (i * 7 + 26) % 200 for i in range(236)]  # (no EOS before the context's end)
+        plain = gen.generate(prompt_tokens=prompt, max_tokens=400, reuse_prefix=False)
+        assert plain.finish_reason == "context", (len(plain.tokens), plain.finish_reason)  # (the context's end reached)
+        r = gen.generate(prompt_tokens=prompt, drafter="d", n_max="auto", max_tokens=400, reuse_prefix=False)
+        assert r.tokens == plain.tokens
+    finally:
+        gen.close()

@@ -65,6 +65,38 @@ def test_greedy_drafts_drawn_in_the_heads_graph_equal_the_host_argmax(gen):
     assert a.stats.n_drafted == b.stats.n_drafted and 0 < a.stats.n_accepted < a.stats.n_drafted
 
 
+def test_a_big_encode_takes_the_heads_sampler_off_and_the_next_draft_puts_it_back(gen):
+    """With a sampler attached, llama.cpp sizes a context's output buffer for three more vocabulary-sized arrays a
+    row, and the head's encoder outputs every row: so an encode of more than IN_GRAPH_MAX_ENCODE rows (a prefill,
+    a long rest's rows) takes the sampler off first, and the next greedy draft attaches it again. A verify's few
+    rows keep it. Same tokens as plain decoding."""
+    from pyllama_spec.speculative.drafters.eagle3 import IN_GRAPH_MAX_ENCODE
+
+    d = gen.drafters["echo"]
+    seen = []
+    orig = d.ctx.encode_embd
+
+    def spy(feats, pos, *a, **k):
+        seen.append((len(feats), 0 in d.ctx.samplers))
+        return orig(feats, pos, *a, **k)
+
+    gen.generate(PROMPT, drafter="echo", n_max=4, max_tokens=8)
+    assert 0 in d.ctx.samplers
+    long_prompt = " ".join(["the tiny head encodes a long prompt"] * 12)
+    d.ctx.encode_embd = spy
+    try:
+        r = gen.generate(long_prompt, drafter="echo", n_max=4, max_tokens=24, reuse_prefix=False)
+    finally:
+        del d.ctx.encode_embd
+    plain = gen.generate(long_prompt, max_tokens=24, reuse_prefix=False)
+    assert r.tokens == plain.tokens
+    big = [on for n, on in seen if n > IN_GRAPH_MAX_ENCODE]
+    small = [on for n, on in seen if n <= IN_GRAPH_MAX_ENCODE]
+    assert big and not any(big), seen  # (the prefill's encodes ran without the sampler)
+    assert small and any(small), seen  # (after the first draft the verifies' encodes keep it)
+    assert 0 in d.ctx.samplers
+
+
 def test_qwen3_target(heads):
     with ps.Generator(heads["qwen3"], drafters={"eagle3": heads["qwen3_head"]}, n_ctx=512, n_batch=32) as g:
         compare_with_native(g, "eagle3", target=heads["qwen3"], drafter_file=heads["qwen3_head"],

@@ -510,7 +510,9 @@ class DFlashDrafter(ModelDrafter):
         # the argmax alone unless confidences are read (n_max="auto", p_min): the top-10 chain
         # costs more (H200, SmolLM2: draft 0.83 vs 0.48 ms per call at n_max 1)
         auto = getattr(self, "want_confidence", False)
-        width = self.n_max_limit if auto and self.auto_full_block else n_max  # (rows 1..n_max are read)
+        width = n_max  # (rows 1..n_max are read)
+        if auto and self.auto_full_block:  # the whole block, where the drafter's cache holds it (the context's end)
+            width = max(n_max, min(self.n_max_limit, self.ctx.n_ctx_seq - n_past - 1))
         self._decode_block(last_token, n_past, width, sp, timer, candidates=self.p_min > 0.0 or auto)
         with timer("draft_sample"):
             if 0 in self.ctx.samplers and self.ctx.samplers[0].draws:

@@ -93,6 +93,11 @@ def check_eagle3_pair(target_model: Model, drafter_path: str | os.PathLike) -> d
     return {"layer_ids": ids, "n_embd": n_embd}
 
 
+#: encodes of more rows than this take the head's in-graph sampler off first (:meth:`Eagle3Drafter._inject`): a verify's
+#: rows (≤ 16) stay under it, a prefill's or a long rest's go over
+IN_GRAPH_MAX_ENCODE = 16
+
+
 @register_drafter
 class Eagle3Drafter(ModelDrafter):
     """An EAGLE-3 head in its own llama.cpp context linked to the target's (``--spec-type draft-eagle3``).
@@ -234,6 +239,13 @@ class Eagle3Drafter(ModelDrafter):
         """Encode the verify rows' features and decode the (token of p + 1, g_p) pairs into the head's cache;
         the last row waits for its token (``pending_*``)."""
         n = len(tokens)
+        if n > IN_GRAPH_MAX_ENCODE and 0 in self.ctx.samplers:
+            # llama.cpp sizes a context's output buffer by the batch's output rows — the encoder's are all of them —
+            # and with a sampler attached adds three vocabulary-sized arrays a row: a prefill's 512-row encode then
+            # grew the head's buffer 4 × (+392 MiB on SmolLM2's 49 152 tokens; a review's find, 2026-12-07). The
+            # sampler goes for the big encodes (a prefill, a long rest's rows) and the next greedy draft attaches it
+            # again: a graph rebuild each way, not every step
+            self._draw_in_graph(False)
         with timer("inject", self.ctx):
             if self._hole:  # rows after a long rest's skipped ones: the cache takes them only from empty
                 self._hole = False
