@@ -102,3 +102,25 @@ def assert_rests_defer_rows(gen, name: str, prompt: str, max_rest: int, method: 
     assert [n for n, _ in deferred] == [n for n, _ in each] and len(deferred) >= 2
     assert [t for _, t in deferred] == [t for _, t in each] and any(t for _, t in deferred)
     assert len(n_deferred) < len(batches) and max(n_deferred) >= min(max_rest, 8, ctx.n_batch)
+
+
+def assert_in_graph_drafts_equal_the_host_argmax(gen, name: str, prompt: str, sampled_prompt: str) -> None:
+    """Drafter ``name`` (a ``ModelDrafter`` with ``backend_sampling``) draws greedy drafts in its decode graph (a
+    sampler on its context) with the same drafts, step for step, as the host's argmax with the switch off; a
+    sampled generation (rejection sampling needs the distributions) takes the sampler off, the next greedy one puts
+    it back."""
+    d = gen.drafters[name]
+    runs: dict[bool, list] = {}
+    for in_graph in (True, False, True):
+        d.backend_sampling = in_graph
+        r = gen.generate(prompt, drafter=name, n_max=4, max_tokens=30)
+        assert (0 in d.ctx.samplers) == in_graph
+        runs.setdefault(in_graph, []).append(r)
+        s = gen.generate(sampled_prompt, drafter=name, n_max=3, max_tokens=12, temperature=0.8, seed=3,
+                         verify="rejection")
+        assert 0 not in d.ctx.samplers and s.stats.n_drafted > 0
+    d.backend_sampling = True
+    a, b, c = runs[True][0], runs[False][0], runs[True][1]
+    assert a.tokens == b.tokens == c.tokens
+    assert a.stats.acceptance_lengths == b.stats.acceptance_lengths == c.stats.acceptance_lengths
+    assert a.stats.n_drafted == b.stats.n_drafted and 0 < a.stats.n_accepted < a.stats.n_drafted

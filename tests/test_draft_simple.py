@@ -6,7 +6,7 @@ from pyllama_spec import drafter_fixtures, fixtures
 from pyllama_spec.speculative.drafters import create_drafter, drafter_kind_of_file
 from pyllama_spec.speculative.drafters.draft_simple import DraftModelDrafter
 
-from .drafter_helpers import compare_with_native
+from .drafter_helpers import assert_in_graph_drafts_equal_the_host_argmax, compare_with_native
 
 # prompts whose greedy continuation on the target ends at EOS (23 and 34 tokens): both loops
 # then make the same steps, so their totals must agree too
@@ -72,20 +72,7 @@ def test_greedy_drafts_drawn_in_the_graph_equal_the_host_argmax(gen):
     of logits read back): the same drafts, step for step, as the host's argmax over the logits; a generation whose
     drafts are sampled (rejection sampling needs their distributions) takes the sampler off in between and the
     next greedy one puts it back."""
-    d = gen.drafters["noisy"]
-    runs = {}
-    for in_graph in (True, False, True):
-        d.backend_sampling = in_graph
-        r = gen.generate(PROMPT2, drafter="noisy", n_max=4, max_tokens=30)
-        assert (0 in d.ctx.samplers) == in_graph
-        runs.setdefault(in_graph, []).append(r)
-        s = gen.generate(PROMPT, drafter="noisy", n_max=3, max_tokens=12, temperature=0.8, seed=3, verify="rejection")
-        assert 0 not in d.ctx.samplers and s.stats.n_drafted > 0
-    d.backend_sampling = True
-    a, b, c = runs[True][0], runs[False][0], runs[True][1]
-    assert a.tokens == b.tokens == c.tokens
-    assert a.stats.acceptance_lengths == b.stats.acceptance_lengths == c.stats.acceptance_lengths
-    assert a.stats.n_drafted == b.stats.n_drafted and 0 < a.stats.n_accepted < a.stats.n_drafted
+    assert_in_graph_drafts_equal_the_host_argmax(gen, "noisy", PROMPT2, PROMPT)
 
 
 def test_a_backend_that_refuses_the_chain_falls_back_to_the_host(gen, monkeypatch, caplog):

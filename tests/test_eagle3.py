@@ -6,7 +6,7 @@ import pyllama_spec as ps
 from pyllama_spec import drafter_fixtures, fixtures
 from pyllama_spec.speculative.drafters.eagle3 import Eagle3Drafter
 
-from .drafter_helpers import assert_rests_defer_rows, compare_with_native
+from .drafter_helpers import assert_in_graph_drafts_equal_the_host_argmax, assert_rests_defer_rows, compare_with_native
 
 PROMPT = "hello there, how are you"
 
@@ -49,20 +49,7 @@ def test_greedy_drafts_drawn_in_the_heads_graph_equal_the_host_argmax(gen):
     a token id per head decode, no row of logits read back): the same drafts, step for step, as the host's argmax;
     a sampled generation (rejection sampling needs the head's distributions) takes the sampler off, and the next
     greedy one puts it back (token trees: test_tree_kinds.py)."""
-    d = gen.drafters["echo"]
-    runs = {}
-    for in_graph in (True, False, True):
-        d.backend_sampling = in_graph
-        r = gen.generate(PROMPT, drafter="echo", n_max=4, max_tokens=30)
-        assert (0 in d.ctx.samplers) == in_graph
-        runs.setdefault(in_graph, []).append(r)
-        s = gen.generate(PROMPT, drafter="echo", n_max=3, max_tokens=12, temperature=0.8, seed=3, verify="rejection")
-        assert 0 not in d.ctx.samplers and s.stats.n_drafted > 0
-    d.backend_sampling = True
-    a, b, c = runs[True][0], runs[False][0], runs[True][1]
-    assert a.tokens == b.tokens == c.tokens
-    assert a.stats.acceptance_lengths == b.stats.acceptance_lengths == c.stats.acceptance_lengths
-    assert a.stats.n_drafted == b.stats.n_drafted and 0 < a.stats.n_accepted < a.stats.n_drafted
+    assert_in_graph_drafts_equal_the_host_argmax(gen, "echo", PROMPT, PROMPT)
 
 
 def test_a_big_encode_takes_the_heads_sampler_off_and_the_next_draft_puts_it_back(gen):

@@ -74,13 +74,19 @@ def test_hf_hidden_states_are_llama_cpp_layer_inputs(tiny):
     TargetFeatures(hf, [0]).close()
 
 
-def _objectives(tiny, seqs):
+def _target_and_config(tiny):
+    """The tiny target in transformers, its token matrices and a one-layer block-4 DFlash configuration."""
     path, info = tiny
     hf = load_hf_target(path)
     emb, head = token_matrices(hf)
     ginfo = ps.Model(path, vocab_only=True).info
     c = DFlashConfig.for_target(ginfo, emb.shape[0], n_layer=1, target_layer_ids=LAYERS, block_size=4,
                                 mask_token_id=info["<|mask|>"])
+    return hf, emb, head, c
+
+
+def _objectives(tiny, seqs):
+    hf, emb, head, c = _target_and_config(tiny)
     on = online_objective(c, emb, head, TargetFeatures(hf, LAYERS), n_blocks=4)
     return on, DFlashObjective(c, emb, head, n_blocks=4), c
 
@@ -125,12 +131,7 @@ def test_soft_labels_mix_the_targets_distribution_into_the_loss(tiny, seqs):
 
     from pyllama_spec.errors import InvalidArgumentError
 
-    path, info = tiny
-    hf = load_hf_target(path)
-    emb, head = token_matrices(hf)
-    ginfo = ps.Model(path, vocab_only=True).info
-    c = DFlashConfig.for_target(ginfo, emb.shape[0], n_layer=1, target_layer_ids=LAYERS, block_size=4,
-                                mask_token_id=info["<|mask|>"])
+    hf, emb, head, c = _target_and_config(tiny)
     with pytest.raises(InvalidArgumentError, match="final=True"):
         online_objective(c, emb, head, TargetFeatures(hf, LAYERS), n_blocks=4, soft_weight=0.5)
     hf._pyllama_spec_taps.close()
