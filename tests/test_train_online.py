@@ -179,6 +179,10 @@ def test_soft_weight_is_checked():
     with pytest.raises(InvalidArgumentError, match="trains DFlash drafters"):
         TrainConfig(kind="eagle3", soft_weight=0.5)
     assert TrainConfig(soft_weight=0.25).to_dict()["soft_weight"] == 0.25
+    from pyllama_spec.train.objectives import build_objective
+
+    with pytest.raises(InvalidArgumentError, match="train online"):  # (the stored-features pipeline)
+        build_objective(TrainConfig(soft_weight=0.25), None, [], np.zeros((4, 2)), np.zeros((4, 2)), mask_token=1)
 
 
 #: the online runs of the warm-restart tests: a one-layer drafter of block 4 on the tiny target, on the CPU

@@ -440,7 +440,15 @@ def build_objective(tc: TrainConfig, info: GGUFInfo, seqs: Sequence[dict[str, An
         tok_embd, head: the target's ``(n_vocab, n_embd)`` token embedding and output head.
         mask_token: DFlash's mask token id.
         target: the target's GGUF path (a draft model of the target's width copies its layers).
+
+    Raises:
+        InvalidArgumentError: ``tc.soft_weight`` > 0 (stored features keep no final hidden state: soft labels
+            train online, :mod:`.online`).
     """
+    if tc.soft_weight > 0:
+        raise InvalidArgumentError("soft_weight > 0 reads the target's distribution at every step, which stored "
+                                   "features do not keep: train online (python -m pyllama_spec.train.online "
+                                   "--soft-weight ...)")
     n_vocab = tok_embd.shape[0]
     n_layer = int(info.get(f"{info.arch}.block_count"))
     layers = target_layers(tc, n_layer)
