@@ -496,3 +496,50 @@ def test_online_run_with_soft_labels(tiny, seqs, tmp_path):
               progress=False, target_dtype="float32")
     assert rep["steps"] == 6 and rep["train_config"]["soft_weight"] == 0.5
     assert np.isfinite(rep["history"][-1]["tau"]) and (tmp_path / "s" / "drafter-q8_0.gguf").exists()
+
+
+def test_the_stored_features_pipeline_refuses_soft_labels_before_its_expensive_work(tiny, monkeypatch, tmp_path):
+    """The stored-features pipeline cannot train soft labels: it says so before it spends the run's data
+    generation (data=None) or its feature extraction (minutes to hours on a real target), not after (a review's
+    find)."""
+    from pyllama_spec.errors import InvalidArgumentError
+    from pyllama_spec.train import data as data_mod
+    from pyllama_spec.train import features as feat_mod
+    from pyllama_spec.train import pipeline
+
+    def boom(*a, **k):
+        raise AssertionError("the pipeline did the expensive work before refusing soft_weight")
+
+    monkeypatch.setattr(data_mod, "generate", boom)
+    monkeypatch.setattr(feat_mod, "extract", boom)
+    with pytest.raises(InvalidArgumentError, match="train online"):
+        pipeline.run(tiny[0], tmp_path / "p", TrainConfig(soft_weight=0.5, device="cpu"), progress=False)
+
+
+def test_the_soft_loss_keeps_two_vocabulary_sized_tensors_for_backward(tiny, seqs):
+    """The soft term does not triple the (rows × vocabulary) float32 tensors autograd keeps until backward: one
+    soft-target cross-entropy against (1 − w)·onehot + w·p_t keeps two (its log-softmax and the mixed target),
+    where two cross-entropies kept three (the first version: +3.2 GB each at batch 32 × 32 blocks × B 16 on a
+    49 152-token vocabulary; a review's find)."""
+    hf, emb, head, c = _target_and_config(tiny)
+    taps = TargetFeatures(hf, LAYERS, final=True)
+    try:
+        soft = online_objective(c, emb, head, taps, n_blocks=4, soft_weight=0.5)
+        b = soft.batch(seqs, None, [0, 1, 2, 3], np.random.default_rng(7), torch.device("cpu"))
+        torch.manual_seed(0)
+        model = soft.build()
+        n_rows, V = b[3].numel(), emb.shape[0]
+        big = {}
+
+        def pack(t):
+            if (t.dtype == torch.float32 and t.numel() == n_rows * V  # (not the head, (n_embd, V) here too)
+                    and t.untyped_storage().data_ptr() != model.head.untyped_storage().data_ptr()):
+                big[t.untyped_storage().data_ptr()] = t.shape
+            return t
+
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            loss = soft.loss(model, b, torch.float32)
+        loss.backward()
+        assert len(big) <= 2, big
+    finally:
+        taps.close()

@@ -212,15 +212,19 @@ class DFlashObjective(Objective[DFlashModel]):
             InvalidArgumentError: ``soft_weight`` > 0 with a batch that lacks the target's hidden states."""
         f, cp, tok, pos, mask, tgt = b[:6]
         logits = model.logits(model(f.to(dtype), cp, tok, pos, mask)).float()
-        ce = F.cross_entropy(logits.view(-1, logits.shape[-1]), tgt.view(-1), ignore_index=-100, reduction="none")
+        flat = logits.view(-1, logits.shape[-1])
         if self.soft_weight > 0:
             if len(b) < 7:
                 raise InvalidArgumentError("soft_weight > 0 needs the target's final hidden states in the batch: "
                                            "an online objective (pyllama_spec.train.online) makes them")
-            with torch.no_grad():
-                p_t = torch.softmax(model.logits(b[6]).float(), dim=-1).view(-1, logits.shape[-1])
-            soft = -(p_t * torch.log_softmax(logits.view(-1, logits.shape[-1]), dim=-1)).sum(-1)
-            ce = (1.0 - self.soft_weight) * ce + self.soft_weight * soft
+            w_s = self.soft_weight
+            with torch.no_grad():  # one target: (1 − w)·onehot(tgt) + w·p_t (rows without a label weigh 0 below)
+                y = torch.softmax(model.logits(b[6]).float(), dim=-1).view_as(flat).mul_(w_s)
+                t = tgt.view(-1, 1).clamp_min(0)
+                y.scatter_add_(1, t, torch.full(t.shape, 1.0 - w_s, dtype=y.dtype, device=y.device))
+            ce = F.cross_entropy(flat, y, reduction="none")
+        else:
+            ce = F.cross_entropy(flat, tgt.view(-1), ignore_index=-100, reduction="none")
         w = position_weights(self.config, tgt.device)
         wt = w.repeat(tgt.shape[1] // self.config.block_size)[None, :].expand_as(tgt).reshape(-1) * (tgt.view(-1) >= 0)
         return (ce * wt).sum() / wt.sum().clamp_min(1)

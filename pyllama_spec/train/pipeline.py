@@ -181,6 +181,12 @@ def run(target: str | os.PathLike, out_dir: str | os.PathLike, tc: TrainConfig |
     from .trainer import train
 
     tc = tc or TrainConfig()
+    if tc.soft_weight > 0:  # before data generation and feature extraction, not after (build_objective)
+        from ..errors import InvalidArgumentError
+
+        raise InvalidArgumentError("soft_weight > 0 reads the target's distribution at every step, which stored "
+                                   "features do not keep: train online (python -m pyllama_spec.train.online "
+                                   "--soft-weight ...)")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
