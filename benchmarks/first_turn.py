@@ -40,16 +40,10 @@ def main() -> None:
     ap.add_argument("--old-rests", action="store_true", help="the rest rule before 2026-12-07 (side by side)")
     a = ap.parse_args()
     if a.old_rests:
-        import numpy as np
-
         from pyllama_spec.speculative import costmodel
 
-        def old_rest_length(probe_loss_ms, plain_ms, gap, *, loss=0.02, longest=512, floor=False):
-            if gap > 0:
-                return int(min(longest, 2 * gap))
-            return int(min(longest, max(4, np.ceil(max(probe_loss_ms, 0.0) / max(loss * plain_ms, 1e-9)))))
-
-        costmodel.rest_length = old_rest_length
+        new_rule = costmodel.rest_length
+        costmodel.rest_length = lambda *args, **kw: new_rule(*args, **{**kw, "floor": False})
         costmodel.PROBE_AFTERMATH = 0
     target, dpath = smollm2_path(), smollm2_dflash_path()
     gen = ps.Generator(target, drafters={"dflash": dpath}, n_ctx=4096, n_gpu_layers=a.n_gpu_layers)

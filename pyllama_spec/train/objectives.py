@@ -432,6 +432,19 @@ def target_layers(tc: TrainConfig, n_layer: int) -> list[int]:
     return default_eagle3_layers(n_layer) if tc.kind == "eagle3" else default_layers(n_layer)
 
 
+def refuse_soft_labels(tc: TrainConfig) -> None:
+    """Stored features keep no final hidden state of the target, so soft labels (``tc.soft_weight`` > 0) train
+    online only (:mod:`.online`).
+
+    Raises:
+        InvalidArgumentError: ``tc.soft_weight`` > 0, naming the online command.
+    """
+    if tc.soft_weight > 0:
+        raise InvalidArgumentError("soft_weight > 0 reads the target's distribution at every step, which stored "
+                                   "features do not keep: train online (python -m pyllama_spec.train.online "
+                                   "--soft-weight ...)")
+
+
 def build_objective(tc: TrainConfig, info: GGUFInfo, seqs: Sequence[dict[str, Any]], tok_embd: np.ndarray,
                     head: np.ndarray, *, mask_token: int | None = None,
                     target: str | os.PathLike | None = None) -> AnyObjective:
@@ -446,13 +459,9 @@ def build_objective(tc: TrainConfig, info: GGUFInfo, seqs: Sequence[dict[str, An
         target: the target's GGUF path (a draft model of the target's width copies its layers).
 
     Raises:
-        InvalidArgumentError: ``tc.soft_weight`` > 0 (stored features keep no final hidden state: soft labels
-            train online, :mod:`.online`).
+        InvalidArgumentError: ``tc.soft_weight`` > 0 (:func:`refuse_soft_labels`).
     """
-    if tc.soft_weight > 0:
-        raise InvalidArgumentError("soft_weight > 0 reads the target's distribution at every step, which stored "
-                                   "features do not keep: train online (python -m pyllama_spec.train.online "
-                                   "--soft-weight ...)")
+    refuse_soft_labels(tc)
     n_vocab = tok_embd.shape[0]
     n_layer = int(info.get(f"{info.arch}.block_count"))
     layers = target_layers(tc, n_layer)

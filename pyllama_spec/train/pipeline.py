@@ -177,16 +177,11 @@ def run(target: str | os.PathLike, out_dir: str | os.PathLike, tc: TrainConfig |
     from .export import export_gguf, export_hf
     from .features import extract, load_sequences, output_head
     from .model import DFlashModel
-    from .objectives import build_objective, target_layers
+    from .objectives import build_objective, refuse_soft_labels, target_layers
     from .trainer import train
 
     tc = tc or TrainConfig()
-    if tc.soft_weight > 0:  # before data generation and feature extraction, not after (build_objective)
-        from ..errors import InvalidArgumentError
-
-        raise InvalidArgumentError("soft_weight > 0 reads the target's distribution at every step, which stored "
-                                   "features do not keep: train online (python -m pyllama_spec.train.online "
-                                   "--soft-weight ...)")
+    refuse_soft_labels(tc)  # (before data generation and feature extraction, not after them in build_objective)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
@@ -252,7 +247,7 @@ def config_from_args(a: argparse.Namespace) -> TrainConfig:
     return TrainConfig(kind=a.kind, data=a.data, max_len=a.max_len, layers=a.layers, drafter_layers=a.drafter_layers,
                        block_size=a.block_size, n_max=a.n_max, draft_embd=a.draft_embd, draft_vocab=a.draft_vocab,
                        pad_multiple=a.pad_multiple, eagle3_attention=a.eagle3_attention, steps=a.steps,
-                       soft_weight=getattr(a, "soft_weight", 0.0),
+                       soft_weight=a.soft_weight,
                        batch=a.batch, n_blocks=a.blocks, lr=a.lr, warmup=a.warmup,
                        eval_every=a.eval_every, max_seconds=a.seconds, max_eval_seqs=a.eval_seqs, seed=a.seed,
                        device=a.device, quant=a.quant, n_gpu_layers=a.n_gpu_layers, eval_prompts=a.eval_prompts,

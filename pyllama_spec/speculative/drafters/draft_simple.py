@@ -117,8 +117,6 @@ class DraftModelDrafter(ModelDrafter):
             raise
         #: the committed rows kept while n_max="auto" rests (observe_deferred)
         self._pending = DeferredRows(self.ctx.n_batch)
-        #: draw a greedy draft in the draft model's decode graph (ModelDrafter; since 2026-12-06)
-        self.backend_sampling = True
 
     def begin(self, prompt: list[int], n_keep: int = 0) -> None:
         self.ctx.memory.clear()

@@ -120,6 +120,9 @@ class Eagle3Drafter(ModelDrafter):
     n_max_limit = 32
     n_max_default = 3  # llama.cpp's --spec-draft-n-max default
     supports_tree = True
+    # (ModelDrafter.backend_sampling: greedy drafts drawn in the head's graph, a token id per head decode instead of
+    # the 49 152-logit row copied back and its host argmax — EAGLE-3 ran 0.77-0.96 × llama-speculative-simple
+    # through our loop, RESULTS.md 19.15)
     #: observe_dormant reads no feature (it skips its rows, as DFlash's does): the target need not tap them
     #: (AutoState.taps_off_when_dormant)
     dormant_reads_taps = False
@@ -154,10 +157,6 @@ class Eagle3Drafter(ModelDrafter):
         # the encoder's g and the decoder's pre-norm state both come out as next-n embeddings
         self.ctx.set_embeddings_nextn(True, True)
         self.n_embd = meta["n_embd"]
-        #: draw a greedy draft in the head's decode graph (ModelDrafter): a token id per head decode instead of
-        #: the whole row of 49 152 logits copied back and its argmax taken on the host (2026-12-07: EAGLE-3 ran
-        #: 0.77-0.96 × llama-speculative-simple through our loop, its per-token host work the suspect; RESULTS 19.15)
-        self.backend_sampling = True
         self._reset()
 
     def _reset(self) -> None:
