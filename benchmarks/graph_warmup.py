@@ -1,0 +1,112 @@
+"""Which decodes run without a CUDA graph: ggml-cuda's warm-up events per decode of a generation (issue 25,
+RESULTS.md 19.17).
+
+ggml-cuda (``ggml_backend_cuda_graph_compute``, pinned tree) runs a graph whose node properties changed *directly*,
+launch by launch ("warmup reset"), captures and instantiates it at the next call with unchanged properties ("warmup
+complete"), and replays it from then on. 19.17 found each generation's first two steps and the two steps after a
+probe 2-4 ms dearer than a replayed 1.15 ms step and guessed this pattern; this counts it. llama.cpp's debug log is
+routed to Python logging (``set_llama_log_level(DEBUG)``), each line falls between two decodes, and a wrapper on
+``Context._after_decode`` marks where each decode ends, so every event belongs to one decode of one context.
+
+Per generation it prints the target's first ``--show`` decodes as ``rows:events`` (``R`` warm-up reset, ``C`` warm-up
+complete = a capture, ``U`` the same graph object reused, ``F`` an executable update that failed, ``.`` a replay) and
+the counts over the generation, for plain decoding, DFlash n_max 2 and DFlash auto, each over ``--turns`` turns of
+``--conversations`` conversations (the bake-off's order).
+Only a CUDA build prints events; on the CPU every decode shows ``.``.
+
+    python benchmarks/graph_warmup.py [-ngl 99] [--conversations 1] [--turns 2] [-n 64] [--show 8]
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import time
+from collections import Counter
+
+import pyllama_spec as ps
+from pyllama_spec.assets import smollm2_dflash_path, smollm2_path
+from pyllama_spec.backend import set_llama_log_level
+from pyllama_spec.context import Context
+from pyllama_spec.speculative.config import SpecConfig
+from pyllama_spec.study.prompts import load_prompts
+
+_CODES = (("warmup reset", "R"), ("warmup complete", "C"), ("reused", "U"), ("update failed", "F"))
+
+
+class _Events(logging.Handler):
+    """Collects the CUDA-graph lines of llama.cpp's debug log and the decode marks, in order."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.seq: list[tuple[str, object]] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        msg = record.getMessage()
+        for text, code in _CODES:
+            if text in msg and ("CUDA graph" in msg or "CUDA Graph" in msg):
+                self.seq.append(("ev", code))
+
+
+def _per_decode(seq: list[tuple[str, object]], ctx_id: int) -> list[tuple[int, str]]:
+    """``[(rows, events)]`` of one context's decodes: the events logged since the previous decode mark (of any
+    context: a decode's events are logged inside it, before its mark)."""
+    out: list[tuple[int, str]] = []
+    pending = ""
+    for kind, val in seq:
+        if kind == "ev":
+            pending += str(val)
+        else:
+            cid, rows = val  # type: ignore[misc]
+            if cid == ctx_id:
+                out.append((rows, pending or "."))
+            pending = ""
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("-ngl", "--n-gpu-layers", type=int, default=99)
+    ap.add_argument("--prompts", default="builtin:coding-chat")
+    ap.add_argument("--conversations", type=int, default=1)
+    ap.add_argument("--turns", type=int, default=2)
+    ap.add_argument("-n", "--max-tokens", type=int, default=64)
+    ap.add_argument("--show", type=int, default=8, help="decodes shown per generation")
+    a = ap.parse_args()
+    handler = _Events()
+    logging.getLogger("pyllama_spec.llama_cpp").addHandler(handler)
+    orig = Context._after_decode
+
+    def marked(self, rc, n, n_out, what, flags=None):  # noqa: ANN001 - the wrapped method's signature
+        handler.seq.append(("decode", (id(self), n)))
+        return orig(self, rc, n, n_out, what, flags)
+
+    Context._after_decode = marked  # type: ignore[method-assign]
+    gen = ps.Generator(smollm2_path(), drafters={"dflash": smollm2_dflash_path()}, n_ctx=4096,
+                       n_gpu_layers=a.n_gpu_layers)
+    gen.generate("Hello", max_tokens=8)
+    gen.generate("Hello", drafter="dflash", max_tokens=8)
+    set_llama_log_level(logging.DEBUG)  # from here on: the loads' thousands of lines are not wanted
+    tid = id(gen.ctx)
+    convs = load_prompts(a.prompts)[:a.conversations]
+    for conv in convs:
+        for drafter, n_max in ((None, None), ("dflash", 2), ("dflash", "auto")):
+            answers: list[str] = []
+            for turn in range(min(a.turns, len(conv.turns))):
+                handler.seq.clear()
+                spec = SpecConfig(drafter=drafter, n_max=n_max, tree=0 if drafter else None)
+                t = time.perf_counter()
+                res = gen.generate(messages=conv.messages(answers), spec=spec, max_tokens=a.max_tokens)
+                wall = time.perf_counter() - t
+                answers.append(res.text)
+                dec = _per_decode(handler.seq, tid)
+                counts = Counter(c for _, ev in dec for c in ev)
+                shown = " ".join(f"{r}:{ev}" for r, ev in dec[:a.show])
+                print(f"{conv.id[:12]:12s} {str(drafter):6s} {str(n_max):4s} turn {turn + 1}: {res.tokens_per_s:6.1f} "
+                      f"tok/s, {len(dec)} target decodes ({1e3 * wall:.0f} ms), events {dict(counts)}, "
+                      f"first: {shown}", flush=True)
+    set_llama_log_level(logging.WARNING)
+    Context._after_decode = orig  # type: ignore[method-assign]
+
+
+if __name__ == "__main__":
+    main()
