@@ -40,6 +40,8 @@
 #                                    # `ops fattn`: patch 0013, FLASH_ATTN_EXT with the vector kernel to 16 rows
 #                                    # `ops seq`: GGML_CUDA_SBMM_SEQ=1 (NT = 2 tiles one after the other): eval + perf n=8,9,12,16 on / off
 #                                    # `ops mt4`: GGML_CUDA_SBMM_Q4_0_MT4=1 (q4_0 staged, 64 rows a block, opt-in): eval + perf on / off
+#   bash benchmarks/h200.sh diag     # after install: issue 25's leads of 19.17 (graph warm-up events, first turns
+#                                    # new vs old rests, EAGLE-3 vs llama-speculative-simple) in one archive
 #   bash benchmarks/h200.sh py SCRIPT ARGS # carry the last SmolLM2 part after model0 …: any script of this checkout
 #   bash benchmarks/h200.sh auto-overhead # carry the last SmolLM2 part after model0 …: issue 25, auto's per-step cost
 #                                    # (auto-taps: auto with the target's taps off in long rests, AutoState.taps_off_when_dormant)
@@ -74,7 +76,7 @@
 # KIND, CONFIGS_KIND, DATA, SEED, TRAIN_SECONDS (kind); RETEST_TESTS_ONLY=1 (retest: pytest only); SBMM_DTYPES (sbmm); NMAX, NTOK, RUNS, NGL, DRAFTERS, MIXED_TURNS, SWEEP_GGUF,
 # DRY=1 (sweep: this checkout's source tree, for a check on the CPU machine).
 set -uo pipefail
-PHASE=${1:?phase: wheel0 … | install | model0 …  | data | train | bench | retest | step-big | sbmm | ops | auto-overhead | rest-t08 | graph-keys | py | step-smol | bakeoff | sweep | render | kind}
+PHASE=${1:?phase: wheel0 … | install | model0 …  | data | train | bench | retest | step-big | sbmm | ops | auto-overhead | rest-t08 | graph-keys | diag | py | step-smol | bakeoff | sweep | render | kind}
 REPO=$(pwd)
 W=/tmp/w
 OUT=${OUT:-$W/out}
@@ -471,6 +473,34 @@ graph-keys)
     grep -v "^llama_\|^load" "$G/native_draft_$key.txt" | tail -8
   done
   tar -czf "$OUT/graph-keys.tar.gz" -C "$W" graph-keys && ls -la "$OUT"
+  ;;
+diag)
+  # issue 25 (RESULTS.md 19.17's leads), one archive $OUT/diag.tar.gz (~3 min): graph_warmup.py (ggml-cuda's CUDA-graph
+  # warm-up events per decode: plain, DFlash n_max 2, auto); first_turn.py with the rest rule of 2026-12-07 and
+  # --old-rests, alternating in separate processes (DIAG_REPS, "1 2"); the shipped EAGLE-3 head through our loop vs
+  # llama-speculative-simple (compare_native, 16 held-out code prompts x 128 tokens, n_max 3 7; DIAG_NATIVE=0 skips)
+  smol_checkout
+  G=$W/diag && rm -rf "$G" && mkdir -p "$G"
+  log "graph warm-up events"
+  (cd /tmp && timeout 120 python3 "$REPO/benchmarks/graph_warmup.py" --turns 2 -n 64) > "$G/graph_warmup.txt" 2>&1
+  grep "turn" "$G/graph_warmup.txt" | cut -c1-220
+  for rep in ${DIAG_REPS:-1 2}; do
+    for rule in new old; do
+      log "first turn, rests $rule (rep $rep)"
+      (cd /tmp && timeout 120 python3 "$REPO/benchmarks/first_turn.py" $([ $rule = old ] && echo --old-rests)) \
+          > "$G/first_turn_${rule}_$rep.txt" 2>&1
+      grep -i "total\|all turns\|first turns" "$G/first_turn_${rule}_$rep.txt" | head -6
+    done
+  done
+  if [ "${DIAG_NATIVE:-1}" = 1 ]; then
+    log "EAGLE-3 head: ours vs llama-speculative-simple, n_max 3 7"
+    (cd /tmp && timeout 200 python3 "$REPO/benchmarks/compare_native.py" --target "$GGUF" \
+        --drafter "$(python3 -c 'from pyllama_spec.assets import smollm2_eagle3_path as p; print(p())')" --n-max 3 7 \
+        --max-tokens 128 --runs 1 -ngl 99 --prompts "$REPO/benchmarks/data/issue20-h200-torch/heldout-greedy.jsonl.gz" \
+        --n-prompts 16 --json "$G/native_eagle3.json") > "$G/native_eagle3.txt" 2>&1
+    grep -v "^llama_\|^load" "$G/native_eagle3.txt" | tail -10
+  fi
+  tar -czf "$OUT/diag.tar.gz" -C "$W" diag && ls -la "$OUT"
   ;;
 py)
   # any script of this checkout with SmolLM2 in the cache and this checkout's Python over the wheel (carry
