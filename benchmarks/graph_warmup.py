@@ -9,7 +9,7 @@ routed to Python logging (``set_llama_log_level(DEBUG)``), each line falls betwe
 ``Context._after_decode`` marks where each decode ends, so every event belongs to one decode of one context.
 
 Per generation it prints the target's first ``--show`` decodes as ``rows:events`` (``R`` warm-up reset, ``C`` warm-up
-complete = a capture, ``U`` the same graph object reused, ``F`` an executable update that failed, ``.`` a replay) and
+complete = a capture, ``E`` a capture at a shape's first call (patch 0018, ``GGML_CUDA_GRAPH_EAGER=1``), ``U`` the same graph object reused, ``F`` an executable update that failed, ``.`` a replay) and
 the counts over the generation, for plain decoding, DFlash n_max 2 and DFlash auto, each over ``--turns`` turns of
 ``--conversations`` conversations (the bake-off's order).
 Only a CUDA build prints events; on the CPU every decode shows ``.``.
@@ -30,7 +30,8 @@ from pyllama_spec.context import Context
 from pyllama_spec.speculative.config import SpecConfig
 from pyllama_spec.study.prompts import load_prompts
 
-_CODES = (("warmup reset", "R"), ("warmup complete", "C"), ("reused", "U"), ("update failed", "F"))
+# (first match wins: patch 0018's eager capture logs "warmup complete (eager)")
+_CODES = (("(eager)", "E"), ("warmup reset", "R"), ("warmup complete", "C"), ("reused", "U"), ("update failed", "F"))
 
 
 class _Events(logging.Handler):
@@ -42,9 +43,12 @@ class _Events(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         msg = record.getMessage()
+        if "CUDA graph" not in msg and "CUDA Graph" not in msg:
+            return
         for text, code in _CODES:
-            if text in msg and ("CUDA graph" in msg or "CUDA Graph" in msg):
+            if text in msg:
                 self.seq.append(("ev", code))
+                return
 
 
 def _per_decode(seq: list[tuple[str, object]], ctx_id: int) -> list[tuple[int, str]]:

@@ -32,6 +32,7 @@ PATCHES = (
     "0015-cuda-graph-key-by-shape",
     "0016-layer-taps-without-reserve",
     "0017-sampler-switch-without-reserve",
+    "0018-cuda-graph-eager-capture",
 )
 
 
