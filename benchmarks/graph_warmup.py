@@ -9,9 +9,10 @@ routed to Python logging (``set_llama_log_level(DEBUG)``), each line falls betwe
 ``Context._after_decode`` marks where each decode ends, so every event belongs to one decode of one context.
 
 Per generation it prints the target's first ``--show`` decodes as ``rows:events`` (``R`` warm-up reset, ``C`` warm-up
-complete = a capture, ``E`` a capture at a shape's first call (patch 0018, ``GGML_CUDA_GRAPH_EAGER=1``), ``U`` the same graph object reused, ``F`` an executable update that failed, ``.`` a replay) and
-the counts over the generation, for plain decoding, DFlash n_max 2 and DFlash auto, each over ``--turns`` turns of
-``--conversations`` conversations (the bake-off's order).
+complete = a capture, ``E`` a capture at a shape's first call (patch 0018, ``GGML_CUDA_GRAPH_EAGER=1``), ``U`` the
+same graph object reused, ``F`` an executable update that failed, ``.`` a replay) and the counts over the generation,
+for plain decoding, DFlash n_max 2 and DFlash auto, each over ``--turns`` turns of ``--conversations`` conversations
+(the bake-off's order).
 Only a CUDA build prints events; on the CPU every decode shows ``.``.
 
     python benchmarks/graph_warmup.py [-ngl 99] [--conversations 1] [--turns 2] [-n 64] [--show 8]
