@@ -477,24 +477,32 @@ graph-keys)
 diag)
   # issue 25 (RESULTS.md 19.17's leads), one archive $OUT/diag.tar.gz (~3 min): graph_warmup.py (ggml-cuda's CUDA-graph
   # warm-up events per decode: plain, DFlash n_max 2, auto); first_turn.py with the rest rule of 2026-12-07 and
-  # --old-rests, alternating in separate processes (DIAG_REPS, "1 2"); the shipped EAGLE-3 head through our loop vs
-  # llama-speculative-simple (compare_native, 16 held-out code prompts x 128 tokens, n_max 3 7; DIAG_NATIVE=0 skips)
+  # --old-rests (DIAG_RULES, "new old"), alternating in separate processes (DIAG_REPS, "1 2"); the shipped EAGLE-3 head
+  # through our loop vs llama-speculative-simple (compare_native, 16 held-out code prompts x 128 tokens, n_max 3 7;
+  # DIAG_NATIVE=0 skips; DIAG_NATIVE_EAGER=1 runs it with GGML_CUDA_GRAPH_EAGER=1)
   smol_checkout
   G=$W/diag && rm -rf "$G" && mkdir -p "$G"
-  log "graph warm-up events"
-  (cd /tmp && timeout 120 python3 "$REPO/benchmarks/graph_warmup.py" --turns 2 -n 64) > "$G/graph_warmup.txt" 2>&1
-  grep "turn" "$G/graph_warmup.txt" | cut -c1-220
+  # DIAG_EAGER=1: each also with patch 0018's GGML_CUDA_GRAPH_EAGER=1 (a new CUDA-graph shape captured at its first
+  # call), side by side in separate processes
+  for eager in 0 $([ "${DIAG_EAGER:-0}" = 1 ] && echo 1); do
+    log "graph warm-up events, eager $eager"
+    (cd /tmp && GGML_CUDA_GRAPH_EAGER=$eager timeout 120 python3 "$REPO/benchmarks/graph_warmup.py" --turns 2 -n 64) \
+        > "$G/graph_warmup_e$eager.txt" 2>&1
+    grep "turn" "$G/graph_warmup_e$eager.txt" | cut -c1-220
+  done
   for rep in ${DIAG_REPS:-1 2}; do
-    for rule in new old; do
-      log "first turn, rests $rule (rep $rep)"
-      (cd /tmp && timeout 120 python3 "$REPO/benchmarks/first_turn.py" $([ $rule = old ] && echo --old-rests)) \
-          > "$G/first_turn_${rule}_$rep.txt" 2>&1
-      grep -i "total\|all turns\|first turns" "$G/first_turn_${rule}_$rep.txt" | head -6
+    for rule in ${DIAG_RULES:-new old}; do
+      for eager in 0 $([ "${DIAG_EAGER:-0}" = 1 ] && echo 1); do
+        log "first turn, rests $rule, eager $eager (rep $rep)"
+        (cd /tmp && GGML_CUDA_GRAPH_EAGER=$eager timeout 120 python3 "$REPO/benchmarks/first_turn.py" \
+            $([ $rule = old ] && echo --old-rests)) > "$G/first_turn_${rule}_e${eager}_$rep.txt" 2>&1
+        grep -i "^total" "$G/first_turn_${rule}_e${eager}_$rep.txt" | head -6
+      done
     done
   done
   if [ "${DIAG_NATIVE:-1}" = 1 ]; then
     log "EAGLE-3 head: ours vs llama-speculative-simple, n_max 3 7"
-    (cd /tmp && timeout 200 python3 "$REPO/benchmarks/compare_native.py" --target "$GGUF" \
+    (cd /tmp && GGML_CUDA_GRAPH_EAGER=${DIAG_NATIVE_EAGER:-0} timeout 200 python3 "$REPO/benchmarks/compare_native.py" --target "$GGUF" \
         --drafter "$(python3 -c 'from pyllama_spec.assets import smollm2_eagle3_path as p; print(p())')" --n-max 3 7 \
         --max-tokens 128 --runs 1 -ngl 99 --prompts "$REPO/benchmarks/data/issue20-h200-torch/heldout-greedy.jsonl.gz" \
         --n-prompts 16 --json "$G/native_eagle3.json") > "$G/native_eagle3.txt" 2>&1
