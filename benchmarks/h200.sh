@@ -589,7 +589,10 @@ sweep)
   esac
   [ -n "$ALL" ] || { echo "no drafter for part $PART (coding-t0c needs the shipped draft model or EAGLE-3 head)"; exit 1; }
   IFS=, read -ra names <<< "${DRAFTERS:-$ALL}"
-  for d in "${names[@]}"; do DR+=(-d "$d"); done
+  for d in "${names[@]}"; do  # (DRAFTERS may name the shipped ones by kind alone: dflash, draft, eagle3)
+    case $d in dflash) d=dflash=$DFL ;; draft) d=${DRM#,} ;; eagle3) d=${E3#,} ;; esac
+    DR+=(-d "$d")
+  done
   S=$OUT/sweep; rm -rf "$S"; mkdir -p "$S"
   bo() {  # bo NAME TIMEOUT_S BAKEOFF_ARGS...
     local name=$1 limit=$2; shift 2
