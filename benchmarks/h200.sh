@@ -482,6 +482,15 @@ diag)
   # DIAG_NATIVE=0 skips; DIAG_NATIVE_EAGER=1 runs it with GGML_CUDA_GRAPH_EAGER=1)
   smol_checkout
   G=$W/diag && rm -rf "$G" && mkdir -p "$G"
+  if [ "${DIAG_EAGER:-0}" = 1 ] && [ -x "$W/pkg/pyllama_spec/bin/test-backend-ops" ]; then
+    # patch 0018's crash test first: in one process the first MUL_MAT case warms a graph up the upstream way and
+    # every later case's graph is then captured at its first call (an illegal call in a capture would abort here)
+    log "test-backend-ops perf -o MUL_MAT with GGML_CUDA_GRAPH_EAGER=1 (crash test, 120 s at most)"
+    GGML_CUDA_GRAPH_EAGER=1 timeout 120 "$W/pkg/pyllama_spec/bin/test-backend-ops" perf -o MUL_MAT -b CUDA0 \
+        > "$G/eager_mul_mat_perf.txt" 2>&1
+    echo "rc=$? (124: the time limit, fine; 134 or 139: a crash)" | tee -a "$G/eager_mul_mat_perf.txt"
+    tail -3 "$G/eager_mul_mat_perf.txt"
+  fi
   # DIAG_EAGER=1: each also with patch 0018's GGML_CUDA_GRAPH_EAGER=1 (a new CUDA-graph shape captured at its first
   # call), side by side in separate processes
   for eager in 0 $([ "${DIAG_EAGER:-0}" = 1 ] && echo 1); do
