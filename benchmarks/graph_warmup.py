@@ -1,19 +1,24 @@
 """Which decodes run without a CUDA graph: ggml-cuda's warm-up events per decode of a generation (issue 25,
 RESULTS.md 19.17).
 
-ggml-cuda (``ggml_backend_cuda_graph_compute``, pinned tree) runs a graph whose node properties changed *directly*,
-launch by launch ("warmup reset"), captures and instantiates it at the next call with unchanged properties ("warmup
-complete"), and replays it from then on. 19.17 found each generation's first two steps and the two steps after a
-probe 2-4 ms dearer than a replayed 1.15 ms step and guessed this pattern; this counts it. llama.cpp's debug log is
-routed to Python logging (``set_llama_log_level(DEBUG)``), each line falls between two decodes, and a wrapper on
-``Context._after_decode`` marks where each decode ends, so every event belongs to one decode of one context.
+ggml-cuda (``ggml_backend_cuda_graph_compute``, pinned tree) runs a graph it has not seen, or whose node properties
+changed, *directly*, launch by launch, captures and instantiates it at the next call with unchanged properties
+("warmup complete"), and replays it from then on. 19.17 found each generation's first two steps and the two steps
+after a probe 2-4 ms dearer than a replayed 1.15 ms step and guessed this pattern; this counts it. llama.cpp's debug
+log is routed to Python logging (``set_llama_log_level(DEBUG)``), each line falls between two decodes, and a wrapper
+on ``Context._after_decode`` marks where each decode ends, so every event belongs to one decode of one context.
+Upstream logs a direct run only after a warm graph's properties changed ("warmup reset"); patch 0018 also logs every
+direct run of a warm-up ("warmup direct run", "(new shape)" at a key's first call), so with it a decode without an
+event is a replay.
 
-Per generation it prints the target's first ``--show`` decodes as ``rows:events`` (``R`` warm-up reset, ``C`` warm-up
-complete = a capture, ``E`` a capture at a shape's first call (patch 0018, ``GGML_CUDA_GRAPH_EAGER=1``), ``U`` the
-same graph object reused, ``F`` an executable update that failed, ``.`` a replay) and the counts over the generation,
-for plain decoding, DFlash n_max 2 and DFlash auto, each over ``--turns`` turns of ``--conversations`` conversations
-(the bake-off's order).
-Only a CUDA build prints events; on the CPU every decode shows ``.``.
+Per generation it prints the target's first ``--show`` decodes as ``rows:events`` (``D`` a direct run during a
+warm-up, ``R`` a warm graph's reset (a direct run too), ``C`` a capture, ``E`` a capture at a shape's first call
+(patch 0018, ``GGML_CUDA_GRAPH_EAGER=1``), ``U`` the same graph object reused, ``F`` an executable update that
+failed (debug builds of llama.cpp only), ``.`` none of these: a replay) and the counts over the generation, for
+plain decoding, DFlash n_max 2 and DFlash auto, each over ``--turns`` turns of ``--conversations`` conversations (the
+bake-off's order). Auto's one-time calibration (``Generator.verify_ms``: ~30 target decodes of 1-8 rows) runs before
+the log is read and its learnt state is reset, so auto's first turn shows its generation only. Only a CUDA build
+prints events; on the CPU every decode shows ``.``.
 
     python benchmarks/graph_warmup.py [-ngl 99] [--conversations 1] [--turns 2] [-n 64] [--show 8]
 """
@@ -29,10 +34,12 @@ from pyllama_spec.assets import smollm2_dflash_path, smollm2_path
 from pyllama_spec.backend import set_llama_log_level
 from pyllama_spec.context import Context
 from pyllama_spec.speculative.config import SpecConfig
+from pyllama_spec.speculative.costmodel import AutoState
 from pyllama_spec.study.prompts import load_prompts
 
 # (first match wins: patch 0018's eager capture logs "warmup complete (eager)")
-_CODES = (("(eager)", "E"), ("warmup reset", "R"), ("warmup complete", "C"), ("reused", "U"), ("update failed", "F"))
+_CODES = (("(eager)", "E"), ("warmup direct run", "D"), ("warmup reset", "R"), ("warmup complete", "C"),
+          ("reused", "U"), ("update failed", "F"))
 
 
 class _Events(logging.Handler):
@@ -78,39 +85,47 @@ def main() -> None:
     ap.add_argument("--show", type=int, default=8, help="decodes shown per generation")
     a = ap.parse_args()
     handler = _Events()
-    logging.getLogger("pyllama_spec.llama_cpp").addHandler(handler)
+    llama_log = logging.getLogger("pyllama_spec.llama_cpp")
+    level = llama_log.level
     orig = Context._after_decode
 
     def marked(self, rc, n, n_out, what, flags=None):  # noqa: ANN001 - the wrapped method's signature
         handler.seq.append(("decode", (id(self), n)))
         return orig(self, rc, n, n_out, what, flags)
 
-    Context._after_decode = marked  # type: ignore[method-assign]
     gen = ps.Generator(smollm2_path(), drafters={"dflash": smollm2_dflash_path()}, n_ctx=4096,
                        n_gpu_layers=a.n_gpu_layers)
     gen.generate("Hello", max_tokens=8)
     gen.generate("Hello", drafter="dflash", max_tokens=8)
-    set_llama_log_level(logging.DEBUG)  # from here on: the loads' thousands of lines are not wanted
+    # auto's one-time verify calibration (Generator.verify_ms) here, then a first use again
+    gen.generate("Hello", spec=SpecConfig(drafter="dflash", n_max="auto", tree=0), max_tokens=8)
+    gen.reset_auto_state("dflash", AutoState())
     tid = id(gen.ctx)
     convs = load_prompts(a.prompts)[:a.conversations]
-    for conv in convs:
-        for drafter, n_max in ((None, None), ("dflash", 2), ("dflash", "auto")):
-            answers: list[str] = []
-            for turn in range(min(a.turns, len(conv.turns))):
-                handler.seq.clear()
-                spec = SpecConfig(drafter=drafter, n_max=n_max, tree=0 if drafter else None)
-                t = time.perf_counter()
-                res = gen.generate(messages=conv.messages(answers), spec=spec, max_tokens=a.max_tokens)
-                wall = time.perf_counter() - t
-                answers.append(res.text)
-                dec = _per_decode(handler.seq, tid)
-                counts = Counter(c for _, ev in dec for c in ev)
-                shown = " ".join(f"{r}:{ev}" for r, ev in dec[:a.show])
-                print(f"{conv.id[:12]:12s} {str(drafter):6s} {str(n_max):4s} turn {turn + 1}: {res.tokens_per_s:6.1f} "
-                      f"tok/s, {len(dec)} target decodes ({1e3 * wall:.0f} ms), events {dict(counts)}, "
-                      f"first: {shown}", flush=True)
-    set_llama_log_level(logging.WARNING)
-    Context._after_decode = orig  # type: ignore[method-assign]
+    llama_log.addHandler(handler)
+    Context._after_decode = marked  # type: ignore[method-assign]
+    set_llama_log_level(logging.DEBUG)  # from here on: the loads' thousands of lines are not wanted
+    try:
+        for conv in convs:
+            for drafter, n_max in ((None, None), ("dflash", 2), ("dflash", "auto")):
+                answers: list[str] = []
+                for turn in range(min(a.turns, len(conv.turns))):
+                    handler.seq.clear()
+                    spec = SpecConfig(drafter=drafter, n_max=n_max, tree=0 if drafter else None)
+                    t = time.perf_counter()
+                    res = gen.generate(messages=conv.messages(answers), spec=spec, max_tokens=a.max_tokens)
+                    wall = time.perf_counter() - t
+                    answers.append(res.text)
+                    dec = _per_decode(handler.seq, tid)
+                    counts = Counter(c for _, ev in dec for c in ev)
+                    shown = " ".join(f"{r}:{ev}" for r, ev in dec[:a.show])
+                    print(f"{conv.id[:12]:12s} {str(drafter):6s} {str(n_max):4s} turn {turn + 1}: "
+                          f"{res.tokens_per_s:6.1f} tok/s, {len(dec)} target decodes ({1e3 * wall:.0f} ms), "
+                          f"events {dict(counts)}, first: {shown}", flush=True)
+    finally:
+        set_llama_log_level(level)
+        Context._after_decode = orig  # type: ignore[method-assign]
+        llama_log.removeHandler(handler)
 
 
 if __name__ == "__main__":

@@ -490,6 +490,9 @@ diag)
         > "$G/eager_mul_mat_perf.txt" 2>&1
     echo "rc=$? (124: the time limit, fine; 134 or 139: a crash)" | tee -a "$G/eager_mul_mat_perf.txt"
     tail -3 "$G/eager_mul_mat_perf.txt"
+  elif [ "${DIAG_EAGER:-0}" = 1 ]; then
+    echo "no $W/pkg/pyllama_spec/bin/test-backend-ops (a wheel built without PYLLAMA_SPEC_OP_TESTS=ON): crash test skipped" \
+        | tee "$G/eager_mul_mat_perf.txt"
   fi
   # DIAG_EAGER=1: each also with patch 0018's GGML_CUDA_GRAPH_EAGER=1 (a new CUDA-graph shape captured at its first
   # call), side by side in separate processes
@@ -599,7 +602,9 @@ sweep)
   [ -n "$ALL" ] || { echo "no drafter for part $PART (coding-t0c needs the shipped draft model or EAGLE-3 head)"; exit 1; }
   IFS=, read -ra names <<< "${DRAFTERS:-$ALL}"
   for d in "${names[@]}"; do  # (DRAFTERS may name the shipped ones by kind alone: dflash, draft, eagle3)
+    k=$d
     case $d in dflash) d=dflash=$DFL ;; draft) d=${DRM#,} ;; eagle3) d=${E3#,} ;; esac
+    [ -n "$d" ] || { echo "DRAFTERS names $k, but this checkout ships no $k drafter for SmolLM2"; exit 1; }
     DR+=(-d "$d")
   done
   S=$OUT/sweep; rm -rf "$S"; mkdir -p "$S"
