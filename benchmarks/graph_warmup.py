@@ -11,7 +11,8 @@ Upstream logs a direct run only after a warm graph's properties changed ("warmup
 direct run of a warm-up ("warmup direct run", "(new shape)" at a key's first call), so with it a decode without an
 event is a replay.
 
-Per generation it prints the target's first ``--show`` decodes as ``rows:events`` (``D`` a direct run during a
+Per generation it prints the target's first ``--show`` decodes as ``rows:events``, then the dear ones (more than twice
+the generation's median time between decode marks) with their index, events and milliseconds, (``D`` a direct run during a
 warm-up, ``R`` a warm graph's reset (a direct run too), ``C`` a capture, ``E`` a capture at a shape's first call
 (patch 0018, ``GGML_CUDA_GRAPH_EAGER=1``), ``U`` the same graph object reused, ``F`` an executable update that
 failed (debug builds of llama.cpp only), ``.`` none of these: a replay) and the counts over the generation, for
@@ -20,7 +21,7 @@ bake-off's order). Auto's one-time calibration (``Generator.verify_ms``: ~30 tar
 the log is read and its learnt state is reset, so auto's first turn shows its generation only. Only a CUDA build
 prints events; on the CPU every decode shows ``.``.
 
-    python benchmarks/graph_warmup.py [-ngl 99] [--conversations 1] [--turns 2] [-n 64] [--show 8]
+    python benchmarks/graph_warmup.py [-ngl 99] [--conversations 1] [--turns 3] [-n 128] [--show 8]
 """
 from __future__ import annotations
 
@@ -28,6 +29,8 @@ import argparse
 import logging
 import time
 from collections import Counter
+
+import numpy as np
 
 import pyllama_spec as ps
 from pyllama_spec.assets import smollm2_dflash_path, smollm2_path
@@ -59,20 +62,33 @@ class _Events(logging.Handler):
                 return
 
 
-def _per_decode(seq: list[tuple[str, object]], ctx_id: int) -> list[tuple[int, str]]:
-    """``[(rows, events)]`` of one context's decodes: the events logged since the previous decode mark (of any
-    context: a decode's events are logged inside it, before its mark)."""
-    out: list[tuple[int, str]] = []
+def _per_decode(seq: list[tuple[str, object]], ctx_id: int) -> list[tuple[int, str, float]]:
+    """``[(rows, events, ms)]`` of one context's decodes: the events logged since the previous decode mark (of any
+    context: a decode's events are logged inside it, before its mark) and the milliseconds since that mark (0 for
+    the first: the prefill's clock starts outside) — for consecutive target decodes a step's wall, so a dear decode
+    shows beside its events."""
+    out: list[tuple[int, str, float]] = []
     pending = ""
+    t_prev: float | None = None
     for kind, val in seq:
         if kind == "ev":
             pending += str(val)
         else:
-            cid, rows = val  # type: ignore[misc]
+            cid, rows, t = val  # type: ignore[misc]
             if cid == ctx_id:
-                out.append((rows, pending or "."))
+                out.append((rows, pending or ".", 0.0 if t_prev is None else 1e3 * (t - t_prev)))
             pending = ""
+            t_prev = t
     return out
+
+
+def _dear(dec: list[tuple[int, str, float]], factor: float = 2.0) -> list[tuple[int, int, str, float]]:
+    """``[(index, rows, events, ms)]`` of the decodes (after the first) that took more than ``factor`` × the
+    median of the others: where a generation's time went beyond its replayed steps."""
+    if len(dec) < 3:
+        return []
+    med = float(np.median([ms for _, _, ms in dec[1:]]))
+    return [(i, r, ev, ms) for i, (r, ev, ms) in enumerate(dec) if i > 0 and ms > factor * med]
 
 
 def main() -> None:
@@ -80,8 +96,9 @@ def main() -> None:
     ap.add_argument("-ngl", "--n-gpu-layers", type=int, default=99)
     ap.add_argument("--prompts", default="builtin:coding-chat")
     ap.add_argument("--conversations", type=int, default=1)
-    ap.add_argument("--turns", type=int, default=2)
-    ap.add_argument("-n", "--max-tokens", type=int, default=64)
+    ap.add_argument("--turns", type=int, default=3)
+    # (128 as the bake-off: a second turn then starts past 256 cached rows, a new KV extent and so a new graph shape)
+    ap.add_argument("-n", "--max-tokens", type=int, default=128)
     ap.add_argument("--show", type=int, default=8, help="decodes shown per generation")
     a = ap.parse_args()
     handler = _Events()
@@ -90,7 +107,7 @@ def main() -> None:
     orig = Context._after_decode
 
     def marked(self, rc, n, n_out, what, flags=None):  # noqa: ANN001 - the wrapped method's signature
-        handler.seq.append(("decode", (id(self), n)))
+        handler.seq.append(("decode", (id(self), n, time.perf_counter())))
         return orig(self, rc, n, n_out, what, flags)
 
     gen = ps.Generator(smollm2_path(), drafters={"dflash": smollm2_dflash_path()}, n_ctx=4096,
@@ -117,11 +134,19 @@ def main() -> None:
                     wall = time.perf_counter() - t
                     answers.append(res.text)
                     dec = _per_decode(handler.seq, tid)
-                    counts = Counter(c for _, ev in dec for c in ev)
-                    shown = " ".join(f"{r}:{ev}" for r, ev in dec[:a.show])
+                    counts = Counter(c for _, ev, _ in dec for c in ev)
+                    shown = " ".join(f"{r}:{ev}" for r, ev, _ in dec[:a.show])
                     print(f"{conv.id[:12]:12s} {str(drafter):6s} {str(n_max):4s} turn {turn + 1}: "
                           f"{res.tokens_per_s:6.1f} tok/s, {len(dec)} target decodes ({1e3 * wall:.0f} ms), "
                           f"events {dict(counts)}, first: {shown}", flush=True)
+                    # the dear ones, with their place in the generation (#index) and the time since the previous
+                    # decode of any context: a direct run or a capture of a new shape (a KV extent past a 256-row
+                    # boundary, a new block width) shows here with its events
+                    dear = _dear(dec)
+                    if dear:
+                        print("    dear target decodes (#i rows:events ms): " + ", ".join(
+                            f"#{i} {r}:{ev} {ms:.2f}" for i, r, ev, ms in dear[:a.show])
+                            + f"; median {np.median([ms for _, _, ms in dec[1:]]):.2f} ms", flush=True)
     finally:
         set_llama_log_level(level)
         Context._after_decode = orig  # type: ignore[method-assign]

@@ -479,10 +479,13 @@ diag)
   # warm-up events per decode: plain, DFlash n_max 2, auto); first_turn.py with the rest rule of 2026-12-07 and
   # --old-rests (DIAG_RULES, "new old"), alternating in separate processes (DIAG_REPS, "1 2"); the shipped EAGLE-3 head
   # through our loop vs llama-speculative-simple (compare_native, 16 held-out code prompts x 128 tokens, n_max 3 7;
-  # DIAG_NATIVE=0 skips; DIAG_NATIVE_EAGER=1 runs it with GGML_CUDA_GRAPH_EAGER=1)
+  # DIAG_NATIVE=0 skips; DIAG_NATIVE_EAGER=1 runs it with GGML_CUDA_GRAPH_EAGER=1); DIAG_CRASH=0 skips the crash test
+  # (passed on an H100 on 2026-12-07: RESULTS.md 19.20); DIAG_FIRST=0 skips first_turn.py
   smol_checkout
   G=$W/diag && rm -rf "$G" && mkdir -p "$G"
-  if [ "${DIAG_EAGER:-0}" = 1 ] && [ -x "$W/pkg/pyllama_spec/bin/test-backend-ops" ]; then
+  if [ "${DIAG_CRASH:-${DIAG_EAGER:-0}}" != 1 ]; then
+    :  # (no crash test asked for)
+  elif [ -x "$W/pkg/pyllama_spec/bin/test-backend-ops" ]; then
     # patch 0018's crash test first: in one process the first MUL_MAT case warms a graph up the upstream way and
     # every later case's graph is then captured at its first call (an illegal call in a capture would abort here)
     log "test-backend-ops perf -o MUL_MAT with GGML_CUDA_GRAPH_EAGER=1 (crash test, 120 s at most)"
@@ -490,7 +493,7 @@ diag)
         > "$G/eager_mul_mat_perf.txt" 2>&1
     echo "rc=$? (124: the time limit, fine; 134 or 139: a crash)" | tee -a "$G/eager_mul_mat_perf.txt"
     tail -3 "$G/eager_mul_mat_perf.txt"
-  elif [ "${DIAG_EAGER:-0}" = 1 ]; then
+  else
     echo "no $W/pkg/pyllama_spec/bin/test-backend-ops (a wheel built without PYLLAMA_SPEC_OP_TESTS=ON): crash test skipped" \
         | tee "$G/eager_mul_mat_perf.txt"
   fi
@@ -498,11 +501,13 @@ diag)
   # call), side by side in separate processes
   for eager in 0 $([ "${DIAG_EAGER:-0}" = 1 ] && echo 1); do
     log "graph warm-up events, eager $eager"
-    (cd /tmp && GGML_CUDA_GRAPH_EAGER=$eager timeout 120 python3 "$REPO/benchmarks/graph_warmup.py" --turns 2 -n 64) \
+    # (3 turns of 128 tokens as the bake-off: turn 2 starts past a 256-row KV boundary and turn 3 crosses one, new
+    # graph shapes; each generation's dear decodes are listed with their events and milliseconds)
+    (cd /tmp && GGML_CUDA_GRAPH_EAGER=$eager timeout 150 python3 "$REPO/benchmarks/graph_warmup.py" --turns 3 -n 128) \
         > "$G/graph_warmup_e$eager.txt" 2>&1
-    grep "turn" "$G/graph_warmup_e$eager.txt" | cut -c1-220
+    grep "turn\|dear" "$G/graph_warmup_e$eager.txt" | cut -c1-220
   done
-  for rep in ${DIAG_REPS:-1 2}; do
+  for rep in $([ "${DIAG_FIRST:-1}" = 1 ] && echo ${DIAG_REPS:-1 2}); do
     for rule in ${DIAG_RULES:-new old}; do
       for eager in 0 $([ "${DIAG_EAGER:-0}" = 1 ] && echo 1); do
         log "first turn, rests $rule, eager $eager (rep $rep)"

@@ -41,12 +41,23 @@ def test_events_belong_to_the_decode_whose_mark_follows_them():
     gw = _module()
     target, drafter = 1, 2
     seq = [
-        ("ev", "D"), ("decode", (target, 40)),  # prefill: a new shape, run directly
-        ("ev", "R"), ("decode", (drafter, 8)),  # the drafter's decode: not the target's
-        ("ev", "C"), ("decode", (target, 1)),  # the first step captured
-        ("decode", (target, 1)),  # no event: replayed (patch 0018 logs every direct run)
-        ("ev", "U"), ("ev", "C"), ("decode", (target, 3)),
+        ("ev", "D"), ("decode", (target, 40, 10.0)),  # prefill: a new shape, run directly
+        ("ev", "R"), ("decode", (drafter, 8, 10.002)),  # the drafter's decode: not the target's
+        ("ev", "C"), ("decode", (target, 1, 10.005)),  # the first step captured
+        ("decode", (target, 1, 10.006)),  # no event: replayed (patch 0018 logs every direct run)
+        ("ev", "U"), ("ev", "C"), ("decode", (target, 3, 10.0085)),
     ]
-    assert gw._per_decode(seq, target) == [(40, "D"), (1, "C"), (1, "."), (3, "UC")]
-    assert gw._per_decode(seq, drafter) == [(8, "R")]
+    got = gw._per_decode(seq, target)
+    assert [(r, ev) for r, ev, _ in got] == [(40, "D"), (1, "C"), (1, "."), (3, "UC")]
+    # milliseconds since the previous mark of any context (the first decode has none before it: 0)
+    assert [round(ms, 6) for _, _, ms in got] == [0.0, 3.0, 1.0, 2.5]
+    assert [(r, ev) for r, ev, _ in gw._per_decode(seq, drafter)] == [(8, "R")]
     assert gw._per_decode([], target) == []
+
+
+def test_dear_decodes_are_those_over_twice_the_median_after_the_first():
+    gw = _module()
+    dec = [(41, "D", 0.0), (1, "D", 4.6), (1, "C", 6.5), (1, ".", 1.2), (1, ".", 1.1), (1, ".", 1.2), (1, "U", 2.5)]
+    # median of the 6 after the prefill: 1.85 -> over 3.7: #1, #2 (2.5 is not)
+    assert gw._dear(dec) == [(1, 1, "D", 4.6), (2, 1, "C", 6.5)]
+    assert gw._dear(dec[:2]) == []
