@@ -11,14 +11,14 @@ Upstream logs a direct run only after a warm graph's properties changed ("warmup
 direct run of a warm-up ("warmup direct run", "(new shape)" at a key's first call), so with it a decode without an
 event is a replay.
 
-Per generation it prints the target's first ``--show`` decodes as ``rows:events``, then the dear ones (more than twice
-the generation's median time between decode marks) with their index, events and milliseconds, (``D`` a direct run during a
+Per generation it prints the target's first ``--show`` decodes as ``rows:events`` (``D`` a direct run during a
 warm-up, ``R`` a warm graph's reset (a direct run too), ``C`` a capture, ``E`` a capture at a shape's first call
 (patch 0018, ``GGML_CUDA_GRAPH_EAGER=1``), ``U`` the same graph object reused, ``F`` an executable update that
-failed (debug builds of llama.cpp only), ``.`` none of these: a replay) and the counts over the generation, for
-plain decoding, DFlash n_max 2 and DFlash auto, each over ``--turns`` turns of ``--conversations`` conversations (the
-bake-off's order). Auto's one-time calibration (``Generator.verify_ms``: ~30 target decodes of 1-8 rows) runs before
-the log is read and its learnt state is reset, so auto's first turn shows its generation only. Only a CUDA build
+failed (debug builds of llama.cpp only), ``.`` none of these: a replay), the counts over the generation, and the
+dear decodes (more than twice the generation's median time between decode marks) with their index, events and
+milliseconds, for plain decoding, DFlash n_max 2 and DFlash auto, each over ``--turns`` turns of ``--conversations``
+conversations (the bake-off's order). Auto's one-time calibration (``Generator.verify_ms``: ~30 target decodes of
+1-8 rows) runs before the log is read and its learnt state is reset, so auto's first turn shows its generation only. Only a CUDA build
 prints events; on the CPU every decode shows ``.``.
 
     python benchmarks/graph_warmup.py [-ngl 99] [--conversations 1] [--turns 3] [-n 128] [--show 8]
