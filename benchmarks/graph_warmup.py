@@ -18,8 +18,8 @@ failed (debug builds of llama.cpp only), ``.`` none of these: a replay), the cou
 dear decodes (more than twice the generation's median time between decode marks) with their index, events and
 milliseconds, for plain decoding, DFlash n_max 2 and DFlash auto, each over ``--turns`` turns of ``--conversations``
 conversations (the bake-off's order). Auto's one-time calibration (``Generator.verify_ms``: ~30 target decodes of
-1-8 rows) runs before the log is read and its learnt state is reset, so auto's first turn shows its generation only. Only a CUDA build
-prints events; on the CPU every decode shows ``.``.
+1-8 rows) runs before the log is read and its learnt state is reset, so auto's first turn shows its generation only.
+Only a CUDA build prints events; on the CPU every decode shows ``.``.
 
     python benchmarks/graph_warmup.py [-ngl 99] [--conversations 1] [--turns 3] [-n 128] [--show 8]
 """
