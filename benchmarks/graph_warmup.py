@@ -21,7 +21,7 @@ conversations (the bake-off's order). Auto's one-time calibration (``Generator.v
 1-8 rows) runs before the log is read and its learnt state is reset, so auto's first turn shows its generation only.
 Only a CUDA build prints events; on the CPU every decode shows ``.``.
 
-    python benchmarks/graph_warmup.py [-ngl 99] [--conversations 1] [--turns 3] [-n 128] [--show 8]
+    python benchmarks/graph_warmup.py [-ngl 99] [--conversations 1] [--turns 3] [-n 128] [--show 8] [--temperature 0]
 """
 from __future__ import annotations
 
@@ -100,6 +100,8 @@ def main() -> None:
     # (128 as the bake-off: a second turn then starts past 256 cached rows, a new KV extent and so a new graph shape)
     ap.add_argument("-n", "--max-tokens", type=int, default=128)
     ap.add_argument("--show", type=int, default=8, help="decodes shown per generation")
+    # (T > 0 attaches a backend sampler chain to each generation — more graph nodes, and a new chain each time)
+    ap.add_argument("--temperature", type=float, default=0.0)
     a = ap.parse_args()
     handler = _Events()
     llama_log = logging.getLogger("pyllama_spec.llama_cpp")
@@ -130,7 +132,8 @@ def main() -> None:
                     handler.seq.clear()
                     spec = SpecConfig(drafter=drafter, n_max=n_max, tree=0 if drafter else None)
                     t = time.perf_counter()
-                    res = gen.generate(messages=conv.messages(answers), spec=spec, max_tokens=a.max_tokens)
+                    res = gen.generate(messages=conv.messages(answers), spec=spec, max_tokens=a.max_tokens,
+                                       temperature=a.temperature, seed=turn)
                     wall = time.perf_counter() - t
                     answers.append(res.text)
                     dec = _per_decode(handler.seq, tid)

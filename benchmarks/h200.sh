@@ -507,6 +507,13 @@ diag)
         > "$G/graph_warmup_e$eager.txt" 2>&1
     grep "turn\|dear" "$G/graph_warmup_e$eager.txt" | cut -c1-220
   done
+  if [ "${DIAG_T08:-1}" = 1 ]; then
+    # at T = 0.8 each generation attaches a backend sampler chain of its own (DIAG_T08=0 skips)
+    log "graph warm-up events, T 0.8"
+    (cd /tmp && timeout 150 python3 "$REPO/benchmarks/graph_warmup.py" --turns 3 -n 128 --temperature 0.8) \
+        > "$G/graph_warmup_t08.txt" 2>&1
+    grep "turn\|dear" "$G/graph_warmup_t08.txt" | cut -c1-220
+  fi
   for rep in $([ "${DIAG_FIRST:-1}" = 1 ] && echo ${DIAG_REPS:-1 2}); do
     for rule in ${DIAG_RULES:-new old}; do
       for eager in 0 $([ "${DIAG_EAGER:-0}" = 1 ] && echo 1); do
