@@ -14,7 +14,9 @@ event is a replay.
 Per generation it prints the target's first ``--show`` decodes as ``rows:events`` (``D`` a direct run during a
 warm-up, ``R`` a warm graph's reset (a direct run too), ``C`` a capture, ``E`` a capture at a shape's first call
 (patch 0018, ``GGML_CUDA_GRAPH_EAGER=1``), ``U`` the same graph object reused, ``F`` an executable update that
-failed (debug builds of llama.cpp only), ``.`` none of these: a replay), the counts over the generation, and the
+failed (debug builds of llama.cpp only), ``.`` none of these: a replay; patch 0018 adds a reset's cause in brackets
+before it: ``[flags]`` a layer tap switched, ``[data]`` / ``[src]`` a new allocation plan moved a buffer, ``[op]``
+new op parameters such as sampling settings, ``[shape]``), the counts over the generation, and the
 dear decodes (more than twice the generation's median time between decode marks) with their index, events and
 milliseconds, for plain decoding, DFlash n_max 2 and DFlash auto, each over ``--turns`` turns of ``--conversations``
 conversations (the bake-off's order). Auto's one-time calibration (``Generator.verify_ms``: ~30 target decodes of
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import re
 import time
 from collections import Counter
 
@@ -43,6 +46,13 @@ from pyllama_spec.study.prompts import load_prompts
 # (first match wins: patch 0018's eager capture logs "warmup complete (eager)")
 _CODES = (("(eager)", "E"), ("warmup direct run", "D"), ("warmup reset", "R"), ("warmup complete", "C"),
           ("reused", "U"), ("update failed", "F"))
+# patch 0018's "CUDA graph node I (NAME) changed: WHAT": a reset's cause, shown in brackets before its code
+_CHANGED = re.compile(r"CUDA graph node \d+ \(.*\) changed: (\w+)")
+
+
+def _codes(events: str) -> str:
+    """The one-letter codes of a decode's events, without the bracketed causes."""
+    return re.sub(r"\[\w*\]", "", events)
 
 
 class _Events(logging.Handler):
@@ -55,6 +65,10 @@ class _Events(logging.Handler):
     def emit(self, record: logging.LogRecord) -> None:
         msg = record.getMessage()
         if "CUDA graph" not in msg and "CUDA Graph" not in msg:
+            return
+        m = _CHANGED.search(msg)
+        if m:  # (patch 0018: what changed in a cached graph's nodes, logged before the reset it causes)
+            self.seq.append(("ev", f"[{m.group(1)}]"))
             return
         for text, code in _CODES:
             if text in msg:
@@ -137,11 +151,13 @@ def main() -> None:
                     wall = time.perf_counter() - t
                     answers.append(res.text)
                     dec = _per_decode(handler.seq, tid)
-                    counts = Counter(c for _, ev, _ in dec for c in ev)
+                    counts = Counter(c for _, ev, _ in dec for c in _codes(ev))
+                    causes = Counter(m for _, ev, _ in dec for m in re.findall(r"\[(\w+)\]", ev))
                     shown = " ".join(f"{r}:{ev}" for r, ev, _ in dec[:a.show])
                     print(f"{conv.id[:12]:12s} {str(drafter):6s} {str(n_max):4s} turn {turn + 1}: "
                           f"{res.tokens_per_s:6.1f} tok/s, {len(dec)} target decodes ({1e3 * wall:.0f} ms), "
-                          f"events {dict(counts)}, first: {shown}", flush=True)
+                          f"events {dict(counts)}{f', reset causes {dict(causes)}' if causes else ''}, "
+                          f"first: {shown}", flush=True)
                     # the dear ones, with their place in the generation (#index) and the time since the previous
                     # decode of any context: a direct run or a capture of a new shape (a KV extent past a 256-row
                     # boundary, a new block width) shows here with its events

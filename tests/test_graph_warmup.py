@@ -31,10 +31,13 @@ def test_the_log_lines_of_ggml_cuda_map_to_one_code_each():
                  "ggml_backend_cuda_graph_compute: CUDA graph warmup complete (eager)",
                  "CUDA Graph id 42 reused",
                  "ggml_cuda_graph_update_executable: CUDA graph update failed",
+                 "ggml_cuda_graph_log_change: CUDA graph node 12 (norm-0 (copy)) changed: flags",
                  "llama_context: graph reserve warmup complete",
                  "sched_reserve: reserving a graph"):
         h.emit(_record(line))
-    assert h.seq == [("ev", "D"), ("ev", "R"), ("ev", "C"), ("ev", "E"), ("ev", "U"), ("ev", "F")]
+    assert h.seq == [("ev", "D"), ("ev", "R"), ("ev", "C"), ("ev", "E"), ("ev", "U"), ("ev", "F"), ("ev", "[flags]")]
+    # a cause stays out of the code counts
+    assert gw._codes("[flags]R") == "R" and gw._codes("[data]RUC") == "RUC" and gw._codes(".") == "."
 
 
 def test_events_belong_to_the_decode_whose_mark_follows_them():
