@@ -480,7 +480,8 @@ diag)
   # --old-rests (DIAG_RULES, "new old"), alternating in separate processes (DIAG_REPS, "1 2"); the shipped EAGLE-3 head
   # through our loop vs llama-speculative-simple (compare_native, 16 held-out code prompts x 128 tokens, n_max 3 7;
   # DIAG_NATIVE=0 skips; DIAG_NATIVE_EAGER=1 runs it with GGML_CUDA_GRAPH_EAGER=1); DIAG_CRASH=0 skips the crash test
-  # (passed on an H100 on 2026-12-07: RESULTS.md 19.20); DIAG_FIRST=0 skips first_turn.py
+  # (passed on an H100 on 2026-12-07: RESULTS.md 19.20); DIAG_FIRST=0 skips first_turn.py; graph_warmup.py also runs
+  # with LLAMA_SWITCH_PLAN=worst (DIAG_SWITCH_PLAN=0 skips) and at T 0.8 (DIAG_T08=0 skips)
   smol_checkout
   G=$W/diag && rm -rf "$G" && mkdir -p "$G"
   if [ "${DIAG_CRASH:-${DIAG_EAGER:-0}}" != 1 ]; then
@@ -507,6 +508,14 @@ diag)
         > "$G/graph_warmup_e$eager.txt" 2>&1
     grep "turn\|dear" "$G/graph_warmup_e$eager.txt" | cut -c1-220
   done
+  if [ "${DIAG_SWITCH_PLAN:-1}" = 1 ]; then
+    # patches 0016 / 0017's opt-in LLAMA_SWITCH_PLAN=worst: the worst-case plan after a tap or sampler switch, so that
+    # later graphs keep their buffers (do the [data] / [src] resets go?); DIAG_SWITCH_PLAN=0 skips
+    log "graph warm-up events, LLAMA_SWITCH_PLAN=worst"
+    (cd /tmp && LLAMA_SWITCH_PLAN=worst timeout 150 python3 "$REPO/benchmarks/graph_warmup.py" --turns 3 -n 128) \
+        > "$G/graph_warmup_worst.txt" 2>&1
+    grep "turn\|dear" "$G/graph_warmup_worst.txt" | cut -c1-220
+  fi
   if [ "${DIAG_T08:-1}" = 1 ]; then
     # at T = 0.8 each generation attaches a backend sampler chain of its own (DIAG_T08=0 skips)
     log "graph warm-up events, T 0.8"
