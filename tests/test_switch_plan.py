@@ -59,6 +59,7 @@ def test_generation_gives_the_same_tokens_with_the_worst_case_plan(tiny, tmp_pat
         return json.loads(r.stdout.strip().splitlines()[-1])
 
     off, on = run(False), run(True)
-    assert all(len(x) == 20 for x in off)
+    # (the random tiny target may end a generation early with its EOS)
+    assert len(off) == 8 and all(0 < len(x) <= 20 for x in off) and sum(map(len, off)) > 80
     assert on == off
     assert off[1] == off[0] == off[2] and off[5] == off[4] == off[6]  # (DFlash at T = 0 is plain decoding's chain)
