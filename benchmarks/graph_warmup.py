@@ -96,13 +96,14 @@ def _per_decode(seq: list[tuple[str, object]], ctx_id: int) -> list[tuple[int, s
     return out
 
 
-def _dear(dec: list[tuple[int, str, float]], factor: float = 2.0) -> list[tuple[int, int, str, float]]:
-    """``[(index, rows, events, ms)]`` of the decodes (after the first) that took more than ``factor`` × the
-    median of the others: where a generation's time went beyond its replayed steps."""
+def _dear(dec: list[tuple[int, str, float]], factor: float = 2.0) -> tuple[list[tuple[int, int, str, float]], float]:
+    """``([(index, rows, events, ms)], median)``: the decodes (after the first) that took more than ``factor`` ×
+    the median of those after the first, and that median — where a generation's time went beyond its replayed
+    steps. Fewer than 3 decodes: none, median 0."""
     if len(dec) < 3:
-        return []
+        return [], 0.0
     med = float(np.median([ms for _, _, ms in dec[1:]]))
-    return [(i, r, ev, ms) for i, (r, ev, ms) in enumerate(dec) if i > 0 and ms > factor * med]
+    return [(i, r, ev, ms) for i, (r, ev, ms) in enumerate(dec) if i > 0 and ms > factor * med], med
 
 
 def main() -> None:
@@ -161,11 +162,11 @@ def main() -> None:
                     # the dear ones, with their place in the generation (#index) and the time since the previous
                     # decode of any context: a direct run or a capture of a new shape (a KV extent past a 256-row
                     # boundary, a new block width) shows here with its events
-                    dear = _dear(dec)
+                    dear, med = _dear(dec)
                     if dear:
                         print("    dear target decodes (#i rows:events ms): " + ", ".join(
-                            f"#{i} {r}:{ev} {ms:.2f}" for i, r, ev, ms in dear[:a.show])
-                            + f"; median {np.median([ms for _, _, ms in dec[1:]]):.2f} ms", flush=True)
+                            f"#{i} {r}:{ev} {ms:.2f}" for i, r, ev, ms in dear[:a.show]) + f"; median {med:.2f} ms",
+                              flush=True)
     finally:
         set_llama_log_level(level)
         Context._after_decode = orig  # type: ignore[method-assign]

@@ -498,31 +498,23 @@ diag)
     echo "no $W/pkg/pyllama_spec/bin/test-backend-ops (a wheel built without PYLLAMA_SPEC_OP_TESTS=ON): crash test skipped" \
         | tee "$G/eager_mul_mat_perf.txt"
   fi
-  # DIAG_EAGER=1: each also with patch 0018's GGML_CUDA_GRAPH_EAGER=1 (a new CUDA-graph shape captured at its first
-  # call), side by side in separate processes
-  for eager in 0 $([ "${DIAG_EAGER:-0}" = 1 ] && echo 1); do
-    log "graph warm-up events, eager $eager"
-    # (3 turns of 128 tokens as the bake-off: turn 2 starts past a 256-row KV boundary and turn 3 crosses one, new
-    # graph shapes; each generation's dear decodes are listed with their events and milliseconds)
-    (cd /tmp && GGML_CUDA_GRAPH_EAGER=$eager timeout 150 python3 "$REPO/benchmarks/graph_warmup.py" --turns 3 -n 128) \
-        > "$G/graph_warmup_e$eager.txt" 2>&1
-    grep "turn\|dear" "$G/graph_warmup_e$eager.txt" | cut -c1-220
+  # graph_warmup.py (3 turns of 128 tokens as the bake-off: turn 2 starts past a 256-row KV boundary and turn 3 crosses
+  # one, new graph shapes; each generation's dear decodes with their events, reset causes and ms), in its own process
+  # per variant NAME:ENV:ARGS — eager 0; with DIAG_EAGER=1 patch 0018's GGML_CUDA_GRAPH_EAGER=1; patches 0016 / 0017's
+  # opt-in LLAMA_SWITCH_PLAN=worst (do the [data] / [src] resets go? DIAG_SWITCH_PLAN=0 skips); T 0.8, where each
+  # generation attaches a backend sampler chain of its own (DIAG_T08=0 skips)
+  variants=("e0:GGML_CUDA_GRAPH_EAGER=0:")
+  [ "${DIAG_EAGER:-0}" = 1 ] && variants+=("e1:GGML_CUDA_GRAPH_EAGER=1:")
+  [ "${DIAG_SWITCH_PLAN:-1}" = 1 ] && variants+=("worst:LLAMA_SWITCH_PLAN=worst:")
+  [ "${DIAG_T08:-1}" = 1 ] && variants+=("t08:GGML_CUDA_GRAPH_EAGER=0:--temperature 0.8")
+  for v in "${variants[@]}"; do
+    IFS=: read -r name env args <<< "$v"
+    log "graph warm-up events, $name ($env $args)"
+    # shellcheck disable=SC2086  # (args: words)
+    (cd /tmp && env "$env" timeout 150 python3 "$REPO/benchmarks/graph_warmup.py" --turns 3 -n 128 $args) \
+        > "$G/graph_warmup_$name.txt" 2>&1
+    grep "turn\|dear" "$G/graph_warmup_$name.txt" | cut -c1-220
   done
-  if [ "${DIAG_SWITCH_PLAN:-1}" = 1 ]; then
-    # patches 0016 / 0017's opt-in LLAMA_SWITCH_PLAN=worst: the worst-case plan after a tap or sampler switch, so that
-    # later graphs keep their buffers (do the [data] / [src] resets go?); DIAG_SWITCH_PLAN=0 skips
-    log "graph warm-up events, LLAMA_SWITCH_PLAN=worst"
-    (cd /tmp && LLAMA_SWITCH_PLAN=worst timeout 150 python3 "$REPO/benchmarks/graph_warmup.py" --turns 3 -n 128) \
-        > "$G/graph_warmup_worst.txt" 2>&1
-    grep "turn\|dear" "$G/graph_warmup_worst.txt" | cut -c1-220
-  fi
-  if [ "${DIAG_T08:-1}" = 1 ]; then
-    # at T = 0.8 each generation attaches a backend sampler chain of its own (DIAG_T08=0 skips)
-    log "graph warm-up events, T 0.8"
-    (cd /tmp && timeout 150 python3 "$REPO/benchmarks/graph_warmup.py" --turns 3 -n 128 --temperature 0.8) \
-        > "$G/graph_warmup_t08.txt" 2>&1
-    grep "turn\|dear" "$G/graph_warmup_t08.txt" | cut -c1-220
-  fi
   for rep in $([ "${DIAG_FIRST:-1}" = 1 ] && echo ${DIAG_REPS:-1 2}); do
     for rule in ${DIAG_RULES:-new old}; do
       for eager in 0 $([ "${DIAG_EAGER:-0}" = 1 ] && echo 1); do

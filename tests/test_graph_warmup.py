@@ -62,5 +62,6 @@ def test_dear_decodes_are_those_over_twice_the_median_after_the_first():
     gw = _module()
     dec = [(41, "D", 0.0), (1, "D", 4.6), (1, "C", 6.5), (1, ".", 1.2), (1, ".", 1.1), (1, ".", 1.2), (1, "U", 2.5)]
     # median of the 6 after the prefill: 1.85 -> over 3.7: #1, #2 (2.5 is not)
-    assert gw._dear(dec) == [(1, 1, "D", 4.6), (2, 1, "C", 6.5)]
-    assert gw._dear(dec[:2]) == []
+    dear, med = gw._dear(dec)
+    assert dear == [(1, 1, "D", 4.6), (2, 1, "C", 6.5)] and abs(med - 1.85) < 1e-9
+    assert gw._dear(dec[:2]) == ([], 0.0)

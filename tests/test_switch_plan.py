@@ -24,13 +24,15 @@ import json, sys
 import pyllama_spec as ps
 t, d = sys.argv[1], sys.argv[2]
 with ps.Generator(t, drafters={"dflash": d}, n_ctx=512, n_batch=64, n_ubatch=32) as g:
-    out = []
+    out, acc = [], []
     for p in ("hello there", "def add(a, b):"):  # plain, DFlash (taps on), plain again (taps off), sampled (a chain)
         out.append(g.generate(p, max_tokens=20, reuse_prefix=False).tokens)
-        out.append(g.generate(p, drafter="dflash", n_max=4, max_tokens=20, reuse_prefix=False).tokens)
+        r = g.generate(p, drafter="dflash", n_max=4, max_tokens=20, reuse_prefix=False)
+        out.append(r.tokens)
+        acc.append([r.stats.n_drafted, r.stats.n_accepted])  # (what the drafter read from the taps shows here)
         out.append(g.generate(p, max_tokens=20, reuse_prefix=False).tokens)
         out.append(g.generate(p, max_tokens=20, temperature=0.8, seed=3, reuse_prefix=False).tokens)
-print(json.dumps(out))
+print(json.dumps([out, acc]))
 """
 
 
@@ -58,8 +60,11 @@ def test_generation_gives_the_same_tokens_with_the_worst_case_plan(tiny, tmp_pat
         assert r.returncode == 0, r.stderr[-2000:]
         return json.loads(r.stdout.strip().splitlines()[-1])
 
-    off, on = run(False), run(True)
+    (off, acc_off), (on, acc_on) = run(False), run(True)
     # (the random tiny target may end a generation early with its EOS)
     assert len(off) == 8 and all(0 < len(x) <= 20 for x in off) and sum(map(len, off)) > 80
     assert on == off
     assert off[1] == off[0] == off[2] and off[5] == off[4] == off[6]  # (DFlash at T = 0 is plain decoding's chain)
+    # the tokens alone would not see garbage taps (the target decides them); the drafter's drafts and their
+    # acceptance would: the same with the worst-case plan
+    assert acc_on == acc_off and all(d > 0 for d, _ in acc_off)
