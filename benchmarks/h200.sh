@@ -507,6 +507,8 @@ diag)
   [ "${DIAG_EAGER:-0}" = 1 ] && variants+=("e1:GGML_CUDA_GRAPH_EAGER=1:")
   [ "${DIAG_SWITCH_PLAN:-1}" = 1 ] && variants+=("worst:LLAMA_SWITCH_PLAN=worst:")
   [ "${DIAG_T08:-1}" = 1 ] && variants+=("t08:GGML_CUDA_GRAPH_EAGER=0:--temperature 0.8")
+  # (both: at T 0.8 each generation switches the sampler chain too, patch 0017's half of the opt-in)
+  [ "${DIAG_T08:-1}${DIAG_SWITCH_PLAN:-1}" = 11 ] && variants+=("worst08:LLAMA_SWITCH_PLAN=worst:--temperature 0.8")
   for v in "${variants[@]}"; do
     IFS=: read -r name env args <<< "$v"
     log "graph warm-up events, $name ($env $args)"
