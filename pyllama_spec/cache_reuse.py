@@ -104,7 +104,7 @@ class CacheLedger:
         held = None  # what the record says while the caller holds a step (None: the loop is running)
         try:
             for step in steps:
-                history.extend(int(t) for t in step.tokens)
+                history.extend(map(int, step.tokens))
                 held = len(history) - 1
                 self._record_prefix(history, held)  # (history only grows: the prefix stays valid)
                 yield step
