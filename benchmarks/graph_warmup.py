@@ -48,11 +48,13 @@ _CODES = (("(eager)", "E"), ("warmup direct run", "D"), ("warmup reset", "R"), (
           ("reused", "U"), ("update failed", "F"))
 # patch 0018's "CUDA graph node I (NAME) changed: WHAT": a reset's cause, shown in brackets before its code
 _CHANGED = re.compile(r"CUDA graph node \d+ \(.*\) changed: (\w+)")
+# such a cause as it stands in a decode's events string
+_CAUSE = re.compile(r"\[(\w*)\]")
 
 
 def _codes(events: str) -> str:
     """The one-letter codes of a decode's events, without the bracketed causes."""
-    return re.sub(r"\[\w*\]", "", events)
+    return _CAUSE.sub("", events)
 
 
 class _Events(logging.Handler):
@@ -153,7 +155,7 @@ def main() -> None:
                     answers.append(res.text)
                     dec = _per_decode(handler.seq, tid)
                     counts = Counter(c for _, ev, _ in dec for c in _codes(ev))
-                    causes = Counter(m for _, ev, _ in dec for m in re.findall(r"\[(\w+)\]", ev))
+                    causes = Counter(m for _, ev, _ in dec for m in _CAUSE.findall(ev))
                     shown = " ".join(f"{r}:{ev}" for r, ev, _ in dec[:a.show])
                     print(f"{conv.id[:12]:12s} {str(drafter):6s} {str(n_max):4s} turn {turn + 1}: "
                           f"{res.tokens_per_s:6.1f} tok/s, {len(dec)} target decodes ({1e3 * wall:.0f} ms), "
