@@ -27,8 +27,9 @@
 #                                    # batches of 1 / 8 / 16 rows (torch.profiler: kernels, wall, CUDA runtime calls);
 #                                    # G: verify of 1 / 2 / 8 / 16 rows with CUDA graphs on and off (SBMM_DTYPES=f16 for
 #                                    # one dtype, ~1 min); F: the fusions (GGML_CUDA_SBMM_FUSE=2 / 1 / 0) -- verify logits
-#                                    # compared, verify of 1..16 rows, device activities, step ÷ plain. Each packs
-#                                    # $OUT/sbmm-A|B|P|G|F.tar.gz
+#                                    # compared, verify of 1..16 rows, device activities, step ÷ plain; V: the drafter
+#                                    # call and step ÷ plain with a reduced draft vocabulary (DV_KEEP rows, default
+#                                    # "32768 8192") beside the borrowed head. Each packs $OUT/sbmm-A|B|P|G|F|V.tar.gz
 #   bash benchmarks/h200.sh ops test   # issue 19, after install (our wheel, built with test-backend-ops): llama.cpp's
 #   bash benchmarks/h200.sh ops staged # op tests of MUL_MAT (must pass) and its op benchmark with sbmm on / off (test),
 #                                    # staged / register loads / MMVQ (staged) (benchmarks/kernels/ggml_op_check.sh),
@@ -292,7 +293,7 @@ step-big)
 sbmm)
   # Issue 19 stage 2 (patch 0008 in the installed wheel). Part A writes the pairs (f16 ~17 GB, Q4_K ~6 GB; kept in
   # /tmp/w/big while the machine stays warm) and measures verify batches; part B the loop on the same pairs.
-  PART=${2:?part: A | B | P | G | F}
+  PART=${2:?part: A | B | P | G | F | V}
   B=$W/big; mkdir -p "$B" "$OUT/sbmm"
   checkout_over_wheel
   DTS=${SBMM_DTYPES:-f16 q4_K q4_0}
@@ -355,6 +356,24 @@ sbmm)
         (cd /tmp && env ${env//,/ } timeout 150 python3 "$REPO/benchmarks/step_cost.py" --target $T --drafter $D \
             --label "qwen3-8b-$dt $env" --sections loop --n-max 3 7 --runs 1 --max-tokens 96 \
             --json "$OUT/sbmm/loop_${dt}_${env}.json") 2>&1 | grep "loop\|#\|plain\|n_max"
+      done
+    done
+  elif [ "$PART" = V ]; then
+    # a reduced draft vocabulary (FR-Spec, pyllama_spec.draft_vocab): the drafter call and the loop's step ÷
+    # plain with a head of its own of DV_KEEP rows beside the borrowed 151 936-row head (the first ids: a random pair
+    # has no token frequencies, and which rows are kept does not change the cost)
+    for dt in $DTS; do
+      T=$B/target-qwen3-8b-$dt.gguf; D=$B/dflash-qwen3-8b-$dt.gguf
+      for k in ${DV_KEEP:-32768 8192}; do
+        [ -s "$B/dflash-qwen3-8b-$dt-v$k.gguf" ] || (cd /tmp && python3 -c "import numpy as np
+from pyllama_spec.draft_vocab import write_reduced_vocab as w
+w('$D', '$T', np.arange($k), '$B/dflash-qwen3-8b-$dt-v$k.gguf')") || exit 1
+      done
+      for d in $D $(for k in ${DV_KEEP:-32768 8192}; do echo $B/dflash-qwen3-8b-$dt-v$k.gguf; done); do
+        v=$(basename $d .gguf); log "drafter call + loop, $v"
+        (cd /tmp && timeout 200 python3 "$REPO/benchmarks/step_cost.py" --target $T --drafter $d --label "$v" \
+            --sections drafter,loop --n-max 3 7 --runs 1 --reps 20 --max-tokens 96 \
+            --json "$OUT/sbmm/vocab_$v.json") 2>&1 | grep "propose\|draft\|loop\|#\|plain\|n_max"
       done
     done
   elif [ "$PART" = A ]; then

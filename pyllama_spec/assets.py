@@ -34,6 +34,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from .errors import ModelLoadError, ModelNotFoundError
 
 
@@ -368,19 +370,68 @@ def _unpacked(packed: Path, filename: str, sha256: str, verify: bool) -> Path:
                          "writable folder")
 
 
-def smollm2_dflash_path(verify: bool = True) -> Path:
+def smollm2_dflash_path(verify: bool = True, draft_vocab: int | None = None) -> Path:
     """Path of the DFlash drafter for SmolLM2-135M-Instruct shipped with the package (q8_0, block size and target
     layers in :data:`SMOLLM2_DFLASH`; model card: ``pyllama_spec/data/MODEL_CARD.md``; the file is unpacked into
     the cache on first use).
 
     Args:
         verify: check the file's sha256 (once per process).
+        draft_vocab: None for the shipped file, which borrows the target's 49 152-row head; else the same drafter
+            with a head of its own over the ``draft_vocab`` tokens SmolLM2 writes most often
+            (:func:`smollm2_token_counts`; FR-Spec, :mod:`pyllama_spec.draft_vocab`), made on first use beside the
+            unpacked file (from the target's head rows: the target is fetched if it is not cached) and reused.
+
+    Raises:
+        ModelNotFoundError: the file is missing from this installation.
+        ModelLoadError: the file was altered (sha256).
+        ValueError: ``draft_vocab`` outside ``[2, 49152]``.
+    """
+    path = _shipped_file(SMOLLM2_DFLASH_FILE, SMOLLM2_DFLASH_SHA256, verify)
+    if draft_vocab is None:
+        return path
+    from .draft_vocab import eog_ids, kept_tokens, write_reduced_vocab
+
+    if isinstance(draft_vocab, bool) or not isinstance(draft_vocab, int) or not 2 <= draft_vocab <= 49152:
+        raise ValueError(f"draft_vocab must be an int in [2, 49152] (rows of the drafter's head), got {draft_vocab!r}")
+    target = smollm2_path()
+    ids = kept_tokens(smollm2_token_counts(verify), draft_vocab, always=eog_ids(target))
+    out = path.parent / f"{path.stem}-v{draft_vocab}.gguf"
+    from .gguf_file import read_tensor
+
+    try:
+        if np.array_equal(read_tensor(out, "d2t"), ids):
+            return out
+    except Exception:  # (absent, cut short or another map: made again)
+        pass
+    fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        write_reduced_vocab(path, target, ids, tmp)
+        os.replace(tmp, out)  # (atomic: two processes making it at once is harmless)
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+    return out
+
+
+# How often SmolLM2-135M-Instruct writes each token: the train split of its own answers to the 71 292 prompts of
+# issue 20 (RESULTS.md 15.8: 70 332 answers, 22.77 M answer tokens; the answer shards' sha256 ae1eafa3…, fcf26e4d…,
+# b777ec18… in benchmarks/data/issue20-h200-torch/README.md): the ranking a reduced draft vocabulary keeps.
+# (49 152,) int64, .npy.
+SMOLLM2_TOKEN_COUNTS_FILE = "smollm2-135m-instruct-token-counts.npy"
+SMOLLM2_TOKEN_COUNTS_SHA256 = "7f85efb0a3e727675e7057ce9c7a7c85e51e177107c146d483e8cdd3ee32c8c7"
+
+
+def smollm2_token_counts(verify: bool = True) -> np.ndarray:
+    """How many times each of SmolLM2's 49 152 tokens occurs in the target's own answers (the training data of the
+    shipped drafters; see :data:`SMOLLM2_TOKEN_COUNTS_FILE`): ``(49152,)`` int64.
 
     Raises:
         ModelNotFoundError: the file is missing from this installation.
         ModelLoadError: the file was altered (sha256).
     """
-    return _shipped_file(SMOLLM2_DFLASH_FILE, SMOLLM2_DFLASH_SHA256, verify)
+    counts = np.load(_shipped_file(SMOLLM2_TOKEN_COUNTS_FILE, SMOLLM2_TOKEN_COUNTS_SHA256, verify))
+    return np.asarray(counts, dtype=np.int64)
 
 
 # The draft model for SmolLM2 (a 4-layer, 256-wide llama of SmolLM2's vocabulary, distilled online from the

@@ -189,21 +189,8 @@ def _parse_header(p: Path, buf: bytes, size: int) -> tuple[GGUFInfo, list[tuple[
     return info, tensors, (cur.off + align - 1) // align * align
 
 
-def read_gguf(path: str | os.PathLike) -> GGUFInfo:
-    """Read the header of a GGUF file and check that all its tensor data is present.
-
-    Arrays longer than 1024 items (the tokenizer's lists) are skipped, so this
-    takes milliseconds even for large vocabularies.
-
-    Returns:
-        GGUFInfo with metadata and tensor shapes.
-
-    Raises:
-        ModelNotFoundError: no such file.
-        NotGGUFError: not a GGUF file.
-        TruncatedGGUFError: the header or tensor data is cut short, or the header is malformed.
-    """
-    p = check_gguf_path(path)
+def _read_header(p: Path) -> tuple[GGUFInfo, list[tuple[str, tuple[int, ...], int, int]], int]:
+    """Parse the header of an existing file, reading more of it until the header fits."""
     size = p.stat().st_size
     want = 8 << 20
     while True:
@@ -221,6 +208,26 @@ def read_gguf(path: str | os.PathLike) -> GGUFInfo:
         except (ValueError, struct.error, UnicodeDecodeError) as exc:
             raise TruncatedGGUFError(f"{str(p)!r} has a damaged GGUF header: {exc}; download or convert it again") \
                 from None
+    return info, tensors, data_start
+
+
+def read_gguf(path: str | os.PathLike) -> GGUFInfo:
+    """Read the header of a GGUF file and check that all its tensor data is present.
+
+    Arrays longer than 1024 items (the tokenizer's lists) are skipped, so this
+    takes milliseconds even for large vocabularies.
+
+    Returns:
+        GGUFInfo with metadata and tensor shapes.
+
+    Raises:
+        ModelNotFoundError: no such file.
+        NotGGUFError: not a GGUF file.
+        TruncatedGGUFError: the header or tensor data is cut short, or the header is malformed.
+    """
+    p = check_gguf_path(path)
+    info, tensors, data_start = _read_header(p)
+    size = info.file_size
     end = data_start
     for _name, shape, ttype, offset in tensors:
         if ttype in _GGML_BLOCK:
@@ -235,4 +242,39 @@ def read_gguf(path: str | os.PathLike) -> GGUFInfo:
     return info
 
 
-__all__ = ["GGUFInfo", "read_gguf", "check_gguf_path", "sample_indices"]
+# ggml type id -> numpy dtype, for the small tensors read whole (:func:`read_tensor`)
+_NUMPY_TYPES = {0: "<f4", 1: "<f2", 24: "<i1", 25: "<i2", 26: "<i4", 27: "<i8", 28: "<f8"}
+
+
+def read_tensor(path: str | os.PathLike, name: str) -> np.ndarray:
+    """One unquantized tensor of a GGUF file as a numpy array (e.g. a drafter's ``d2t`` map).
+
+    Args:
+        path: the GGUF file.
+        name: the tensor's name.
+
+    Returns:
+        the array, shape reversed from GGUF order (outermost dimension first), copied out of the file.
+
+    Raises:
+        KeyError: no tensor of that name.
+        ValueError: a quantized (block) type, which has no numpy dtype.
+        ModelNotFoundError, NotGGUFError, TruncatedGGUFError: as :func:`read_gguf`.
+    """
+    p = check_gguf_path(path)
+    read_gguf(p)  # the data is all there
+    _info, tensors, data_start = _read_header(p)
+    for tname, shape, ttype, offset in tensors:
+        if tname != name:
+            continue
+        if ttype not in _NUMPY_TYPES:
+            raise ValueError(f"{name} in {p.name} is of ggml type {ttype}, which has no numpy dtype")
+        n = 1
+        for d in shape:
+            n *= d
+        arr = np.fromfile(p, dtype=_NUMPY_TYPES[ttype], count=n, offset=data_start + offset)
+        return arr.reshape(tuple(reversed(shape)) or (1,))
+    raise KeyError(f"{p.name} has no tensor {name!r}")
+
+
+__all__ = ["GGUFInfo", "read_gguf", "read_tensor", "check_gguf_path", "sample_indices"]

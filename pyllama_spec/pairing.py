@@ -11,8 +11,10 @@ import os
 import re
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from .errors import DrafterMismatchError
-from .gguf_file import GGUFInfo, read_gguf, sample_indices
+from .gguf_file import GGUFInfo, read_gguf, read_tensor, sample_indices
 
 if TYPE_CHECKING:
     from .model import Model
@@ -54,19 +56,61 @@ def check_vocab_match(target: Model, drafter: GGUFInfo) -> None:
                 f"the drafter and {ours!r} in the target: a drafter must use its target's tokenizer")
 
 
+def check_d2t(info: GGUFInfo, n_vocab: int, out: tuple[int, ...] | None) -> int | None:
+    """Check a drafter's ``d2t`` map (draft head row -> target token id) before llama.cpp sees it.
+
+    llama.cpp's DFlash and EAGLE-3 graphs scatter the head's rows to target ids with ``ggml_set_rows``
+    (``src/models/dflash.cpp``, ``eagle3.cpp``): an id outside the vocabulary would write out of bounds, a
+    repeated one would drop a row. So the map is read whole (``n_keep`` int64s) and checked here.
+
+    Args:
+        info: the drafter's header.
+        n_vocab: the target's vocabulary size.
+        out: the drafter's ``output.weight`` shape, or None.
+
+    Returns:
+        the map's length (the draft vocabulary), or None without a ``d2t`` tensor.
+
+    Raises:
+        DrafterMismatchError: no head of the map's length, ids repeated or outside ``[0, n_vocab)``, or a map
+            that is not one int64 vector.
+    """
+    d2t = info.tensors.get("d2t")
+    if d2t is None:
+        return None
+    name = info.path.name
+    if len(d2t) != 1 or out is None or out[1] != d2t[0]:
+        raise DrafterMismatchError(f"{name}: d2t has shape {d2t} but the output head {out}: a reduced draft "
+                                   "vocabulary needs an output.weight of one row per d2t id")
+    try:
+        ids = read_tensor(info.path, "d2t")
+    except ValueError as exc:
+        raise DrafterMismatchError(f"{name}: d2t is not an integer vector ({exc})") from None
+    if ids.dtype != np.int64:
+        raise DrafterMismatchError(f"{name}: d2t must be int64 (llama.cpp's loader asserts it), got {ids.dtype}")
+    if ids.size > n_vocab or (ids.size and (int(ids.min()) < 0 or int(ids.max()) >= n_vocab)) \
+            or np.unique(ids).size != ids.size:
+        raise DrafterMismatchError(f"{name}: d2t maps {ids.size} rows to ids that repeat or leave the target's "
+                                   f"{n_vocab}-token vocabulary: it was made for another target")
+    return int(ids.size)
+
+
 def check_dflash_pair(target: Model, drafter: str | os.PathLike | GGUFInfo) -> dict[str, Any]:
     """Check a DFlash drafter (a file, or the header of one) against a loaded target before
     llama.cpp links them.
 
     Returns:
         ``{"block_size", "target_layer_ids", "mask_token_id", "causal", "selector_top_k", "markov",
-        "confidence", "sample_from_anchor"}`` from the drafter's metadata and tensors
-        (``selector_top_k > 0``: a DFlash2 drafter; ``markov``: a DSpark drafter).
+        "confidence", "sample_from_anchor", "draft_vocab"}`` from the drafter's metadata and tensors
+        (``selector_top_k > 0``: a DFlash2 drafter; ``markov``: a DSpark drafter; ``draft_vocab``: the rows of
+        the head it drafts with — the target's vocabulary, or fewer with a ``d2t`` map,
+        :mod:`pyllama_spec.draft_vocab`).
 
     Raises:
         DrafterMismatchError: not a DFlash file, a target that is not a tappable model (e.g.
             another drafter), or a drafter made for another target (hidden size, layers, vocabulary,
-            fc shape, mask token; a DFlash2 selector wider than the hidden size allows).
+            fc shape, mask token; a DFlash2 selector wider than the hidden size allows; a ``d2t`` map whose
+            length is not the head's or whose ids repeat or leave the target's vocabulary).
     """
     info = drafter if isinstance(drafter, GGUFInfo) else read_gguf(drafter)
     from .model import TAPPABLE_ARCHS
@@ -98,9 +142,10 @@ def check_dflash_pair(target: Model, drafter: str | os.PathLike | GGUFInfo) -> d
     tokens = info.tensors.get("token_embd.weight")
     n_vocab_dft = tokens[1] if tokens else None
     out = info.tensors.get("output.weight")
-    if out is not None and out[1] != target.n_vocab:
+    draft_vocab = check_d2t(info, target.n_vocab, out)
+    if out is not None and draft_vocab is None and out[1] != target.n_vocab:
         raise DrafterMismatchError(f"{name} has an output head of {out[1]} tokens but the target's vocabulary has "
-                                   f"{target.n_vocab}")
+                                   f"{target.n_vocab} (and no d2t map to the target's ids)")
     if n_vocab_dft is not None and n_vocab_dft != target.n_vocab:
         raise DrafterMismatchError(f"{name} has {n_vocab_dft} token embeddings but the target has "
                                    f"{target.n_vocab}")
@@ -120,7 +165,8 @@ def check_dflash_pair(target: Model, drafter: str | os.PathLike | GGUFInfo) -> d
     return {"block_size": block, "target_layer_ids": [int(i) for i in ids], "mask_token_id": int(mask),
             "causal": bool(info.get("dflash.attention.causal", False)), "selector_top_k": top_k,
             "markov": "markov_w1.weight" in info.tensors, "confidence": "conf_proj.weight" in info.tensors,
-            "sample_from_anchor": bool(info.get("dflash.sample_from_anchor", True))}
+            "sample_from_anchor": bool(info.get("dflash.sample_from_anchor", True)),
+            "draft_vocab": draft_vocab or target.n_vocab}
 
 
-__all__ = ["check_dflash_pair", "check_vocab_match"]
+__all__ = ["check_dflash_pair", "check_vocab_match", "check_d2t"]

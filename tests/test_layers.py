@@ -25,8 +25,8 @@ ROOT = Path(importlib.util.find_spec(PACKAGE).origin).parent
 LAYERS: list[tuple[str, list[str]]] = [
     ("foundation: the exception tree, argument checks, locks, the log ring, settings values",
      ["_pin", "_version", "_logring", "errors", "_check", "_locks", "_bin", "sampling_params"]),
-    ("GGUF files in Python: the header reader, the test models' writers, the shipped assets",
-     ["gguf_file", "fixtures", "drafter_fixtures", "assets"]),
+    ("GGUF files in Python: the header reader, the test models' writers, reduced draft vocabularies, the shipped "
+     "assets", ["gguf_file", "fixtures", "drafter_fixtures", "draft_vocab", "assets"]),
     ("the cffi binding", ["_native", "_llama", "_ffi"]),
     ("process-wide llama.cpp state: init, log routing, the device table", ["backend"]),
     ("wrappers that own llama.cpp objects",

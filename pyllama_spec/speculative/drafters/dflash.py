@@ -144,7 +144,9 @@ class DFlashDrafter(ModelDrafter):
     Args:
         target: the target :class:`~pyllama_spec.Context`.
         path: the drafter ``.gguf`` (``general.architecture = "dflash"``). A DFlash2 file
-            (``dflash.selector_top_k > 0``) makes a :class:`~.dflash2.DFlash2Drafter`.
+            (``dflash.selector_top_k > 0``) makes a :class:`~.dflash2.DFlash2Drafter`. A file with a head of
+            its own over part of the vocabulary (``output.weight`` + ``d2t``, FR-Spec; made by
+            :mod:`pyllama_spec.draft_vocab`) drafts only those tokens, at a fraction of the head's cost.
         p_min: stop the draft at the first row whose top candidate (softmax over the 10 best
             logits) is below this (``--spec-draft-p-min``; 0 = never).
         n_min: drop drafts shorter than this.
@@ -203,6 +205,9 @@ class DFlashDrafter(ModelDrafter):
         self.block_size = meta["block_size"]
         self.target_layer_ids = meta["target_layer_ids"]
         self.mask_token = meta["mask_token_id"]
+        #: the rows of the head it drafts with: the target's vocabulary when it borrows the target's head, fewer with
+        #: a reduced draft vocabulary of its own (``output.weight`` + ``d2t``: :mod:`pyllama_spec.draft_vocab`)
+        self.draft_vocab: int = meta["draft_vocab"]
         self.n_max_limit = self.block_size - 1
         self.n_max_default = min(7, self.n_max_limit)
         if device is not None and not isinstance(device, str):

@@ -1,0 +1,260 @@
+"""A reduced draft vocabulary for a DFlash drafter: its own output head over the most frequent tokens.
+
+A DFlash drafter has no output head of its own: it borrows the target's (``src/models/dflash.cpp``), so every
+draft block pays the ``n_embd x n_vocab`` matmul on each of its rows: on 2 CPU cores ~40 % of the shipped SmolLM2
+drafter's call (49 152 tokens) and ~70 % of a 3-layer drafter's for Qwen2.5-Coder (151 936; RESULTS.md §21); on a
+GPU its bytes (1.2 GB of f16 head for a Qwen3-8B-shaped drafter) are read on every call.
+FR-Spec (Zhao et al., 2025, "FR-Spec: Accelerating Large-Vocabulary Language Models via Frequency-Ranked
+Speculative Sampling") keeps the drafter's head to the few thousand most frequent tokens: a draft can then only
+propose those, which costs little acceptance because the tokens left out are rare.
+
+llama.cpp's DFlash loader already takes such a drafter: an ``output.weight`` of ``n_keep`` rows and a ``d2t``
+tensor (int64, the target token id of each row) make the graph scatter the ``n_keep`` logits into a full-vocabulary
+row filled with -inf (``dflash.cpp``, "reduced-draft-vocab exports"). So nothing changes downstream: the backend
+greedy rows, the sampler and the verification see target token ids, and speculative decoding stays lossless (the
+target verifies every token; at T > 0 the rejection rule sees a draft distribution that is zero off the kept set).
+
+This module makes such a drafter from a trained one, with no training: the kept rows are the target's own head rows
+(copied byte for byte, in the target's quantization), so the kept tokens' logits equal the full head's.
+
+* :func:`token_counts` counts tokens in the target's answers (the drafter's training data: what the target writes);
+* :func:`kept_tokens` ranks them and always keeps the end-of-generation tokens;
+* :func:`write_reduced_vocab` writes the new drafter GGUF.
+
+    python -m pyllama_spec.draft_vocab --drafter D.gguf --target T.gguf --counts answers*.jsonl.gz \\
+        --keep 8192 -o D-v8192.gguf
+"""
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import sys
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .errors import ModelLoadError
+
+__all__ = ["token_counts", "kept_tokens", "write_reduced_vocab", "eog_ids", "main"]
+
+
+def token_counts(answer_files: Iterable[str | os.PathLike], n_vocab: int, *, split: str | None = "train",
+                 field: str = "answer_tokens") -> np.ndarray:
+    """Count every token of the answers in regen answer files (JSON lines, optionally gzipped).
+
+    Args:
+        answer_files: files of :mod:`pyllama_spec.train.regen` records (``{"split", field: [ids]}`` per line).
+        n_vocab: the target's vocabulary size (the length of the result).
+        split: count only records of this split (``"train"``: keep the held-out prompts out of the ranking);
+            ``None`` counts every record.
+        field: the record's token list.
+
+    Returns:
+        ``(n_vocab,)`` int64 counts.
+
+    Raises:
+        ValueError: a token id outside ``[0, n_vocab)`` (answers of another target) or ``n_vocab < 1``.
+        OSError: a file cannot be read.
+    """
+    if n_vocab < 1:
+        raise ValueError(f"n_vocab must be >= 1, got {n_vocab}")
+    counts = np.zeros(n_vocab, dtype=np.int64)
+    for path in answer_files:
+        p = Path(path)
+        opener: Any = gzip.open if p.suffix == ".gz" else open
+        with opener(p, "rt", encoding="utf-8") as f:
+            for line in f:
+                rec = json.loads(line)
+                if split is not None and rec.get("split") != split:
+                    continue
+                ids = np.asarray(rec.get(field) or (), dtype=np.int64)
+                if ids.size and (ids.min() < 0 or ids.max() >= n_vocab):
+                    raise ValueError(f"{p}: token id {int(ids.max())} outside a {n_vocab}-token vocabulary: "
+                                     "answers of another target? count with that target's n_vocab")
+                counts += np.bincount(ids, minlength=n_vocab)
+    return counts
+
+
+def kept_tokens(counts: np.ndarray, keep: int, *, always: Sequence[int] = ()) -> np.ndarray:
+    """The ``keep`` most frequent token ids, ``always`` among them, sorted by id.
+
+    Ties (tokens never seen, mostly) go to the lower id, so the result is deterministic.
+
+    Args:
+        counts: ``(n_vocab,)`` counts (:func:`token_counts`).
+        keep: how many rows the drafter's head keeps, ``len(always) <= keep <= n_vocab``.
+        always: ids kept whatever their count (the end-of-generation tokens: a drafter that cannot propose the
+            end of an answer loses the last step of every answer).
+
+    Returns:
+        ``(keep,)`` int64 ids, ascending.
+
+    Raises:
+        ValueError: ``keep`` out of range, or an ``always`` id outside the vocabulary.
+    """
+    counts = np.asarray(counts)
+    n_vocab = counts.shape[0]
+    always = sorted({int(t) for t in always})
+    if any(t < 0 or t >= n_vocab for t in always):
+        raise ValueError(f"always-kept ids {always} must lie in [0, {n_vocab})")
+    if not len(always) <= keep <= n_vocab:
+        raise ValueError(f"keep must be between {len(always)} (the always-kept tokens) and the vocabulary's "
+                         f"{n_vocab}, got {keep}")
+    order = np.lexsort((np.arange(n_vocab), -counts.astype(np.int64)))  # by count descending, then id
+    chosen = list(always)
+    seen = set(always)
+    for t in order:
+        if len(chosen) == keep:
+            break
+        if int(t) not in seen:
+            chosen.append(int(t))
+            seen.add(int(t))
+    return np.sort(np.asarray(chosen, dtype=np.int64))
+
+
+def _field_value(gguf: Any, f: Any) -> tuple[Any, Any, Any]:
+    """(value, type, sub-type) of a reader field, as ``GGUFWriter.add_key_value`` takes them."""
+    vtype = f.types[0]
+    if vtype == gguf.GGUFValueType.ARRAY:
+        sub = f.types[-1]
+        if sub == gguf.GGUFValueType.STRING:
+            return [bytes(f.parts[i]) for i in f.data], vtype, sub
+        return [f.parts[i].tolist()[0] for i in f.data], vtype, sub
+    if vtype == gguf.GGUFValueType.STRING:
+        return bytes(f.parts[f.data[0]]).decode("utf-8"), vtype, None
+    return f.parts[f.data[0]].tolist()[0], vtype, None
+
+
+def _head_tensor(reader: Any) -> Any:
+    """The target's output head: ``output.weight``, else the tied ``token_embd.weight``."""
+    by_name = {t.name: t for t in reader.tensors}
+    return by_name.get("output.weight") or by_name.get("token_embd.weight")
+
+
+def write_reduced_vocab(drafter: str | os.PathLike, target: str | os.PathLike, ids: Sequence[int] | np.ndarray,
+                        out: str | os.PathLike) -> Path:
+    """Write a copy of a DFlash drafter whose own output head keeps only the target head's rows ``ids``.
+
+    Every key and tensor of ``drafter`` is copied; added are ``output.weight`` (the rows ``ids`` of the target's
+    ``output.weight``, or of ``token_embd.weight`` where the head is tied, byte for byte in their quantization) and
+    ``d2t`` (``ids`` as int64), which llama.cpp's DFlash graph uses to scatter the draft logits back to target ids.
+
+    Args:
+        drafter: a DFlash GGUF that borrows the target's head (no ``output.weight`` / ``d2t`` of its own).
+        target: the target GGUF it drafts for.
+        ids: the kept target token ids (:func:`kept_tokens`), distinct, each in ``[0, n_vocab)``.
+        out: the new GGUF's path (its folder is created).
+
+    Returns:
+        ``out`` as a Path.
+
+    Raises:
+        ModelLoadError: ``drafter`` is not a DFlash GGUF, already has a head of its own, or ``target`` has no head
+            of ``n_embd`` columns.
+        ValueError: ``ids`` empty, repeated or out of range.
+        OSError: a file cannot be read or written.
+    """
+    import gguf
+
+    dr, tr = gguf.GGUFReader(str(drafter)), gguf.GGUFReader(str(target))
+    arch_f = dr.fields.get("general.architecture")
+    arch = _field_value(gguf, arch_f)[0] if arch_f is not None else None
+    if arch != "dflash":
+        raise ModelLoadError(f"{drafter}: architecture {arch!r}, not 'dflash': a reduced vocabulary is made for "
+                             "DFlash drafters (EAGLE-3 heads are trained with their own d2t: train --draft-vocab)")
+    own = sorted({t.name for t in dr.tensors} & {"output.weight", "d2t", "token_embd.weight"})
+    if own:
+        raise ModelLoadError(f"{drafter} already has an output head of its own ({', '.join(own)}): "
+                             "pass the drafter that borrows the target's head")
+    head = _head_tensor(tr)
+    n_embd = int(_field_value(gguf, dr.fields["dflash.embedding_length"])[0])
+    if head is None or int(head.shape[0]) != n_embd:
+        raise ModelLoadError(f"{target} has no output head of {n_embd} columns (the drafter's width): "
+                             "pass the target this drafter was trained for")
+    n_vocab = int(head.shape[1])
+    ids_arr = np.asarray(ids, dtype=np.int64).reshape(-1)
+    if ids_arr.size == 0 or ids_arr.min() < 0 or ids_arr.max() >= n_vocab:
+        raise ValueError(f"ids must be non-empty and within [0, {n_vocab}) (the target's vocabulary)")
+    if np.unique(ids_arr).size != ids_arr.size:
+        raise ValueError("ids repeat a token: each kept token needs exactly one head row")
+
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    w = gguf.GGUFWriter(str(out), "dflash")
+    for name, f in dr.fields.items():
+        if name.startswith("GGUF.") or name == "general.architecture":
+            continue
+        val, vtype, sub = _field_value(gguf, f)
+        w.add_key_value(name, val, vtype, sub_type=sub)
+    for t in dr.tensors:
+        w.add_tensor(t.name, np.asarray(t.data), raw_shape=t.data.shape, raw_dtype=t.tensor_type)
+    rows = np.ascontiguousarray(np.asarray(head.data)[ids_arr])  # (keep, bytes or values per row): one row per token
+    w.add_tensor("output.weight", rows, raw_shape=rows.shape, raw_dtype=head.tensor_type)
+    w.add_tensor("d2t", ids_arr)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return out
+
+
+def eog_ids(target: str | os.PathLike) -> list[int]:
+    """The target's end-of-generation ids (eos, eot, eom) from its GGUF header."""
+    from .gguf_file import read_gguf
+
+    info = read_gguf(target)
+    keys = ("tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id")
+    return sorted({int(info.metadata[k]) for k in keys if info.metadata.get(k) is not None})
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m pyllama_spec.draft_vocab", description=__doc__.split("\n")[0])
+    ap.add_argument("--drafter", required=True, help="a DFlash GGUF that borrows the target's head")
+    ap.add_argument("--target", required=True, help="the target GGUF")
+    ap.add_argument("--counts", nargs="+", required=True,
+                    help="what to rank tokens by: regen answer files (.jsonl[.gz]) and / or token counts (.npy)")
+    ap.add_argument("--keep", type=int, required=True, help="rows the drafter's head keeps (e.g. 8192)")
+    ap.add_argument("--split", default="train", help="count only this split's records ('' = all)")
+    ap.add_argument("-o", "--out", required=True, help="the new drafter GGUF")
+    return ap
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Command line: rank the target's answer tokens and write the reduced-vocabulary drafter."""
+    from .errors import PyllamaSpecError
+
+    a = parser().parse_args(argv)
+    try:
+        import gguf
+
+        head = _head_tensor(gguf.GGUFReader(a.target))
+        if head is None:
+            raise ModelLoadError(f"{a.target} has no output head")
+        n_vocab = int(head.shape[1])
+        counts = np.zeros(n_vocab, dtype=np.int64)
+        answers = [c for c in a.counts if not c.endswith(".npy")]
+        for c in a.counts:
+            if c.endswith(".npy"):  # counts made before (np.save(p, pyllama_spec.assets.smollm2_token_counts()))
+                arr = np.load(c)
+                if arr.shape != (n_vocab,):
+                    raise ValueError(f"{c} holds counts of shape {arr.shape}, the target's vocabulary is {n_vocab}")
+                counts += arr.astype(np.int64)
+        if answers:
+            counts += token_counts(answers, n_vocab, split=a.split or None)
+        ids = kept_tokens(counts, a.keep, always=eog_ids(a.target))
+        path = write_reduced_vocab(a.drafter, a.target, ids, a.out)
+    except (PyllamaSpecError, ValueError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    cover = float(counts[ids].sum() / max(1, counts.sum()))
+    print(json.dumps({"out": str(path), "keep": int(ids.size), "n_vocab": int(counts.size),
+                      "answer_tokens": int(counts.sum()), "coverage": round(cover, 6)}))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
