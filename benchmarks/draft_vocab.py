@@ -26,7 +26,7 @@ import numpy as np
 
 import pyllama_spec as ps
 from pyllama_spec.assets import humaneval_problems, smollm2_dflash_path, smollm2_path
-from pyllama_spec.draft_vocab import _head_tensor, eog_ids, kept_tokens, token_counts, write_reduced_vocab
+from pyllama_spec.draft_vocab import eog_ids, head_shape, kept_tokens, token_counts, write_reduced_vocab
 from pyllama_spec.train.features import load_sequences
 
 
@@ -44,12 +44,9 @@ def main() -> None:
     ap.add_argument("--out-dir", help="where the reduced drafters go (default: a temporary folder)")
     ap.add_argument("--json")
     a = ap.parse_args()
-    import gguf
-
     target = a.target or str(smollm2_path())
     drafter = a.drafter or str(smollm2_dflash_path())
-    head = _head_tensor(gguf.GGUFReader(target))
-    n_vocab = int(head.shape[1])
+    n_vocab = head_shape(target)[2]
     counts = token_counts(a.answers, n_vocab, split="train")
     held_counts = token_counts(a.answers, n_vocab, split="heldout")
     out_dir = Path(a.out_dir or tempfile.mkdtemp(prefix="draft_vocab-"))

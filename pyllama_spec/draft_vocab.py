@@ -39,7 +39,7 @@ import numpy as np
 
 from .errors import ModelLoadError
 
-__all__ = ["token_counts", "kept_tokens", "write_reduced_vocab", "eog_ids", "main"]
+__all__ = ["token_counts", "kept_tokens", "write_reduced_vocab", "head_shape", "eog_ids", "main"]
 
 
 def token_counts(answer_files: Iterable[str | os.PathLike], n_vocab: int, *, split: str | None = "train",
@@ -129,10 +129,22 @@ def _field_value(gguf: Any, f: Any) -> tuple[Any, Any, Any]:
     return f.parts[f.data[0]].tolist()[0], vtype, None
 
 
-def _head_tensor(reader: Any) -> Any:
-    """The target's output head: ``output.weight``, else the tied ``token_embd.weight``."""
-    by_name = {t.name: t for t in reader.tensors}
-    return by_name.get("output.weight") or by_name.get("token_embd.weight")
+def head_shape(target: str | os.PathLike) -> tuple[str, int, int]:
+    """The target's output head: ``(tensor name, n_embd, n_vocab)`` — ``output.weight``, else the tied
+    ``token_embd.weight``.
+
+    Raises:
+        ModelLoadError: the target has neither (not a language model's GGUF).
+        ModelNotFoundError, NotGGUFError, TruncatedGGUFError: as :func:`pyllama_spec.gguf_file.read_gguf`.
+    """
+    from .gguf_file import read_gguf
+
+    info = read_gguf(target)
+    for name in ("output.weight", "token_embd.weight"):
+        shape = info.tensors.get(name)
+        if shape is not None and len(shape) == 2:
+            return name, int(shape[0]), int(shape[1])
+    raise ModelLoadError(f"{target} has no output head (output.weight or token_embd.weight): pass the target's GGUF")
 
 
 def write_reduced_vocab(drafter: str | os.PathLike, target: str | os.PathLike, ids: Sequence[int] | np.ndarray,
@@ -160,7 +172,9 @@ def write_reduced_vocab(drafter: str | os.PathLike, target: str | os.PathLike, i
     """
     import gguf
 
-    dr, tr = gguf.GGUFReader(str(drafter)), gguf.GGUFReader(str(target))
+    from .gguf_file import tensor_rows
+
+    dr = gguf.GGUFReader(str(drafter))  # (its keys are copied whole: the tokenizer's too)
     arch_f = dr.fields.get("general.architecture")
     arch = _field_value(gguf, arch_f)[0] if arch_f is not None else None
     if arch != "dflash":
@@ -170,12 +184,11 @@ def write_reduced_vocab(drafter: str | os.PathLike, target: str | os.PathLike, i
     if own:
         raise ModelLoadError(f"{drafter} already has an output head of its own ({', '.join(own)}): "
                              "pass the drafter that borrows the target's head")
-    head = _head_tensor(tr)
+    head, head_embd, n_vocab = head_shape(target)
     n_embd = int(_field_value(gguf, dr.fields["dflash.embedding_length"])[0])
-    if head is None or int(head.shape[0]) != n_embd:
-        raise ModelLoadError(f"{target} has no output head of {n_embd} columns (the drafter's width): "
+    if head_embd != n_embd:
+        raise ModelLoadError(f"{target} has an output head of {head_embd} columns, the drafter is {n_embd} wide: "
                              "pass the target this drafter was trained for")
-    n_vocab = int(head.shape[1])
     ids_arr = np.asarray(ids, dtype=np.int64).reshape(-1)
     if ids_arr.size == 0 or ids_arr.min() < 0 or ids_arr.max() >= n_vocab:
         raise ValueError(f"ids must be non-empty and within [0, {n_vocab}) (the target's vocabulary)")
@@ -192,8 +205,8 @@ def write_reduced_vocab(drafter: str | os.PathLike, target: str | os.PathLike, i
         w.add_key_value(name, val, vtype, sub_type=sub)
     for t in dr.tensors:
         w.add_tensor(t.name, np.asarray(t.data), raw_shape=t.data.shape, raw_dtype=t.tensor_type)
-    rows = np.ascontiguousarray(np.asarray(head.data)[ids_arr])  # (keep, bytes or values per row): one row per token
-    w.add_tensor("output.weight", rows, raw_shape=rows.shape, raw_dtype=head.tensor_type)
+    rows, ttype = tensor_rows(target, head, ids_arr)  # one row per kept token, as stored (blocks or values)
+    w.add_tensor("output.weight", rows, raw_shape=rows.shape, raw_dtype=gguf.GGMLQuantizationType(ttype))
     w.add_tensor("d2t", ids_arr)
     w.write_header_to_file()
     w.write_kv_data_to_file()
@@ -229,12 +242,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     a = parser().parse_args(argv)
     try:
-        import gguf
-
-        head = _head_tensor(gguf.GGUFReader(a.target))
-        if head is None:
-            raise ModelLoadError(f"{a.target} has no output head")
-        n_vocab = int(head.shape[1])
+        n_vocab = head_shape(a.target)[2]
         counts = np.zeros(n_vocab, dtype=np.int64)
         answers = [c for c in a.counts if not c.endswith(".npy")]
         for c in a.counts:

@@ -246,6 +246,47 @@ def read_gguf(path: str | os.PathLike) -> GGUFInfo:
 _NUMPY_TYPES = {0: "<f4", 1: "<f2", 24: "<i1", 25: "<i2", 26: "<i4", 27: "<i8", 28: "<f8"}
 
 
+def tensor_rows(path: str | os.PathLike, name: str, rows: np.ndarray | None = None) -> tuple[np.ndarray, int]:
+    """Rows of a 2-D tensor of a GGUF file, as they lie in the file (read through a memory map: only those rows).
+
+    Args:
+        path: the GGUF file.
+        name: a tensor of shape ``(ne0, ne1)`` in GGUF order (``ne1`` rows of ``ne0`` values).
+        rows: the row indices to read (default: all).
+
+    Returns:
+        ``(array, ggml_type)``: for f32 / f16 tensors ``(len(rows), ne0)`` of that dtype; for quantized ones
+        ``(len(rows), bytes_per_row)`` uint8, the blocks as stored (what ``gguf.GGUFWriter.add_tensor(..., raw_dtype=)``
+        takes).
+
+    Raises:
+        KeyError: no tensor of that name.
+        ValueError: not 2-D, a type this reader does not know, or a row index out of range.
+        ModelNotFoundError, NotGGUFError, TruncatedGGUFError: as :func:`read_gguf`.
+    """
+    p = check_gguf_path(path)
+    read_gguf(p)  # the data is all there
+    _info, tensors, data_start = _read_header(p)
+    for tname, shape, ttype, offset in tensors:
+        if tname != name:
+            continue
+        if len(shape) != 2 or ttype not in _GGML_BLOCK:
+            raise ValueError(f"{name} in {p.name}: shape {shape}, ggml type {ttype}: not a 2-D tensor of a known type")
+        blk, nbytes = _GGML_BLOCK[ttype]
+        ne0, ne1 = shape
+        row_bytes = ne0 // blk * nbytes
+        m = np.memmap(p, dtype=np.uint8, mode="r", offset=data_start + offset, shape=(ne1, row_bytes))
+        idx = np.arange(ne1) if rows is None else np.asarray(rows, dtype=np.int64)
+        if idx.size and (idx.min() < 0 or idx.max() >= ne1):
+            raise ValueError(f"row indices of {name} must lie in [0, {ne1})")
+        out = np.ascontiguousarray(m[idx])
+        del m
+        if ttype in (0, 1):  # f32 / f16: values, not blocks
+            out = out.view(_NUMPY_TYPES[ttype])
+        return out, ttype
+    raise KeyError(f"{p.name} has no tensor {name!r}")
+
+
 def read_tensor(path: str | os.PathLike, name: str) -> np.ndarray:
     """One unquantized tensor of a GGUF file as a numpy array (e.g. a drafter's ``d2t`` map).
 
@@ -277,4 +318,4 @@ def read_tensor(path: str | os.PathLike, name: str) -> np.ndarray:
     raise KeyError(f"{p.name} has no tensor {name!r}")
 
 
-__all__ = ["GGUFInfo", "read_gguf", "read_tensor", "check_gguf_path", "sample_indices"]
+__all__ = ["GGUFInfo", "read_gguf", "read_tensor", "tensor_rows", "check_gguf_path", "sample_indices"]

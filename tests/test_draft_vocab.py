@@ -9,7 +9,7 @@ import pytest
 
 import pyllama_spec as ps
 from pyllama_spec import draft_vocab as dv
-from pyllama_spec.gguf_file import read_tensor
+from pyllama_spec.gguf_file import read_tensor, tensor_rows
 
 
 def _answers(path, records):
@@ -215,6 +215,11 @@ def test_shipped_drafter_with_a_reduced_vocabulary(smollm2):
     assert path.name == "smollm2-135m-instruct-dflash-q8_0-v8192.gguf"
     ids = read_tensor(path, "d2t")
     assert len(ids) == 8192 and set(dv.eog_ids(smollm2)) <= set(ids.tolist())
+    # the head rows as SmolLM2 stores them (Q8_0 blocks of its tied token_embd), read by gguf-py for reference
+    emb = {t.name: t for t in gguf.GGUFReader(str(smollm2)).tensors}["token_embd.weight"]
+    own, ttype = tensor_rows(path, "output.weight")
+    assert ttype == int(emb.tensor_type) == 8 and own.shape == (8192, 612)
+    np.testing.assert_array_equal(own, np.asarray(emb.data)[ids])
     counts = ps.assets.smollm2_token_counts()
     assert counts[ids].sum() / counts.sum() == pytest.approx(0.9686, abs=1e-4)  # coverage of the train answers
     mtime = path.stat().st_mtime_ns
