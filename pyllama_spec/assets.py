@@ -356,6 +356,9 @@ def _unpacked(packed: Path, filename: str, sha256: str, verify: bool) -> Path:
                 fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{filename}.", suffix=".tmp")
                 with lzma.open(packed) as src, os.fdopen(fd, "wb") as dst:
                     shutil.copyfileobj(src, dst, 1 << 20)
+                umask = os.umask(0)
+                os.umask(umask)
+                os.chmod(tmp, 0o666 & ~umask)  # (mkstemp makes it private: a shared cache's files are readable)
                 os.replace(tmp, path)  # (atomic: another process unpacking the same file at once is harmless)
                 tmp = None
             return path
@@ -384,34 +387,43 @@ def smollm2_dflash_path(verify: bool = True, draft_vocab: int | None = None) -> 
 
     Raises:
         ModelNotFoundError: the file is missing from this installation.
-        ModelLoadError: the file was altered (sha256).
-        ValueError: ``draft_vocab`` outside ``[2, 49152]``.
+        ModelLoadError: the file was altered (sha256), or no folder could hold the reduced drafter.
+        InvalidArgumentError: ``draft_vocab`` not an int in ``[2, 49152]`` (a ValueError; InvalidTypeError for
+            another type).
     """
     path = _shipped_file(SMOLLM2_DFLASH_FILE, SMOLLM2_DFLASH_SHA256, verify)
     if draft_vocab is None:
         return path
+    from ._check import check_int
     from .draft_vocab import eog_ids, kept_tokens, write_reduced_vocab
-
-    if isinstance(draft_vocab, bool) or not isinstance(draft_vocab, int) or not 2 <= draft_vocab <= 49152:
-        raise ValueError(f"draft_vocab must be an int in [2, 49152] (rows of the drafter's head), got {draft_vocab!r}")
-    target = smollm2_path()
-    ids = kept_tokens(smollm2_token_counts(verify), draft_vocab, always=eog_ids(target))
-    out = path.parent / f"{path.stem}-v{draft_vocab}.gguf"
     from .gguf_file import read_tensor
 
+    n = check_int("draft_vocab", draft_vocab, min=2, max=49152,
+                  what="an int in [2, 49152] (rows of the drafter's head)")
+    target = smollm2_path()
+    ids = kept_tokens(smollm2_token_counts(verify), n, always=eog_ids(target))
+    name = f"{Path(SMOLLM2_DFLASH_FILE).stem}-v{n}.gguf"
+    homes = [path.parent]  # beside the unpacked drafter (the cache), else a per-user temporary folder
+    if path.parent == Path(__file__).parent / "data":  # (never into the installed package)
+        homes = []
     try:
-        if np.array_equal(read_tensor(out, "d2t"), ids):
-            return out
-    except Exception:  # (absent, cut short or another map: made again)
+        homes.append(cache_dir() / "shipped" / SMOLLM2_DFLASH_SHA256[:16])
+    except OSError:
         pass
-    fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        write_reduced_vocab(path, target, ids, tmp)
-        os.replace(tmp, out)  # (atomic: two processes making it at once is harmless)
-    finally:
-        Path(tmp).unlink(missing_ok=True)
-    return out
+    homes.append(Path(tempfile.gettempdir()) / f"pyllama_spec-shipped-{os.getuid() if hasattr(os, 'getuid') else 0}")
+    errors = []
+    for home in dict.fromkeys(homes):
+        out = home / name
+        try:
+            if np.array_equal(read_tensor(out, "d2t"), ids):
+                return out
+        except Exception:  # (absent, cut short or another map: made again)
+            pass
+        try:
+            return write_reduced_vocab(path, target, ids, out)  # (atomic: two processes at once are harmless)
+        except OSError as e:
+            errors.append(f"{home}: {e}")
+    raise ModelLoadError(f"could not write {name} ({'; '.join(errors)}): set PYLLAMA_SPEC_CACHE to a writable folder")
 
 
 # How often SmolLM2-135M-Instruct writes each token: the train split of its own answers to the 71 292 prompts of

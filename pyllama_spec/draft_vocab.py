@@ -31,23 +31,26 @@ import gzip
 import json
 import os
 import sys
+import tempfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from ._check import check_int
 from .errors import ModelLoadError
 
 __all__ = ["token_counts", "kept_tokens", "write_reduced_vocab", "head_shape", "eog_ids", "main"]
 
 
-def token_counts(answer_files: Iterable[str | os.PathLike], n_vocab: int, *, split: str | None = "train",
-                 field: str = "answer_tokens") -> np.ndarray:
+def token_counts(answer_files: str | os.PathLike | Iterable[str | os.PathLike], n_vocab: int, *,
+                 split: str | None = "train", field: str = "answer_tokens") -> np.ndarray:
     """Count every token of the answers in regen answer files (JSON lines, optionally gzipped).
 
     Args:
-        answer_files: files of :mod:`pyllama_spec.train.regen` records (``{"split", field: [ids]}`` per line).
+        answer_files: a file, or files, of :mod:`pyllama_spec.train.regen` records (``{"split", field: [ids]}`` a
+            line; blank lines are skipped).
         n_vocab: the target's vocabulary size (the length of the result).
         split: count only records of this split (``"train"``: keep the held-out prompts out of the ranking);
             ``None`` counts every record.
@@ -57,24 +60,40 @@ def token_counts(answer_files: Iterable[str | os.PathLike], n_vocab: int, *, spl
         ``(n_vocab,)`` int64 counts.
 
     Raises:
-        ValueError: a token id outside ``[0, n_vocab)`` (answers of another target) or ``n_vocab < 1``.
+        InvalidArgumentError: ``n_vocab < 1``.
+        ValueError: a line that is not a JSON object, a token list that is not of integers, or an id outside
+            ``[0, n_vocab)`` (answers of another target); the message names the file and line.
         OSError: a file cannot be read.
     """
-    if n_vocab < 1:
-        raise ValueError(f"n_vocab must be >= 1, got {n_vocab}")
+    n_vocab = check_int("n_vocab", n_vocab, min=1)
+    files = [answer_files] if isinstance(answer_files, (str, os.PathLike)) else list(answer_files)
     counts = np.zeros(n_vocab, dtype=np.int64)
-    for path in answer_files:
+    for path in files:
         p = Path(path)
         opener: Any = gzip.open if p.suffix == ".gz" else open
         with opener(p, "rt", encoding="utf-8") as f:
-            for line in f:
-                rec = json.loads(line)
+            for lineno, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    rec = json.loads(line)
+                except json.JSONDecodeError as exc:
+                    raise ValueError(f"{p}, line {lineno}: not JSON ({exc.msg}): a regen answer file has one "
+                                     "JSON object a line") from None
+                if not isinstance(rec, dict):
+                    raise ValueError(f"{p}, line {lineno}: a JSON {type(rec).__name__}, not an object with "
+                                     f"{field!r}: is this a regen answer file?")
                 if split is not None and rec.get("split") != split:
                     continue
-                ids = np.asarray(rec.get(field) or (), dtype=np.int64)
-                if ids.size and (ids.min() < 0 or ids.max() >= n_vocab):
-                    raise ValueError(f"{p}: token id {int(ids.max())} outside a {n_vocab}-token vocabulary: "
-                                     "answers of another target? count with that target's n_vocab")
+                toks = rec.get(field) or []
+                if not isinstance(toks, list) or not all(isinstance(t, int) and not isinstance(t, bool)
+                                                         for t in toks):
+                    raise ValueError(f"{p}, line {lineno}: {field!r} must be a list of integer token ids")
+                ids = np.asarray(toks, dtype=np.int64)
+                bad = ids[(ids < 0) | (ids >= n_vocab)]
+                if bad.size:
+                    raise ValueError(f"{p}, line {lineno}: token id {int(bad[0])} outside a {n_vocab}-token "
+                                     "vocabulary: answers of another target? count with that target's n_vocab")
                 counts += np.bincount(ids, minlength=n_vocab)
     return counts
 
@@ -94,16 +113,16 @@ def kept_tokens(counts: np.ndarray, keep: int, *, always: Sequence[int] = ()) ->
         ``(keep,)`` int64 ids, ascending.
 
     Raises:
-        ValueError: ``keep`` out of range, or an ``always`` id outside the vocabulary.
+        InvalidArgumentError: ``keep`` not an int or out of range (InvalidTypeError, a ValueError too), or an
+            ``always`` id outside the vocabulary.
+        ValueError: ``counts`` not a vector of non-negative integers.
     """
-    counts = np.asarray(counts)
+    counts = _check_counts(counts)
     n_vocab = counts.shape[0]
-    always = sorted({int(t) for t in always})
-    if any(t < 0 or t >= n_vocab for t in always):
-        raise ValueError(f"always-kept ids {always} must lie in [0, {n_vocab})")
-    if not len(always) <= keep <= n_vocab:
-        raise ValueError(f"keep must be between {len(always)} (the always-kept tokens) and the vocabulary's "
-                         f"{n_vocab}, got {keep}")
+    always = sorted({check_int("an always-kept id", t, min=0, max=n_vocab - 1) for t in always})
+    keep = check_int("keep", keep, min=max(1, len(always)), max=n_vocab,
+                     what=f"an int between {max(1, len(always))} (1 or the always-kept tokens) and the "
+                          f"vocabulary's {n_vocab}")
     order = np.lexsort((np.arange(n_vocab), -counts.astype(np.int64)))  # by count descending, then id
     chosen = list(always)
     seen = set(always)
@@ -114,6 +133,19 @@ def kept_tokens(counts: np.ndarray, keep: int, *, always: Sequence[int] = ()) ->
             chosen.append(int(t))
             seen.add(int(t))
     return np.sort(np.asarray(chosen, dtype=np.int64))
+
+
+def _check_counts(counts: Any) -> np.ndarray:
+    """``counts`` as an int64 vector, refusing what cannot be token counts."""
+    arr = np.asarray(counts)
+    if arr.ndim != 1 or arr.size == 0 or arr.dtype.kind not in "iu" and not (
+            arr.dtype.kind == "f" and np.all(np.isfinite(arr)) and np.all(arr == np.round(arr))):
+        raise ValueError(f"counts must be a non-empty vector of integer counts, one a token; got shape {arr.shape}, "
+                         f"dtype {arr.dtype}")
+    arr = arr.astype(np.int64)
+    if (arr < 0).any():
+        raise ValueError("counts must not be negative (token counts, one a token)")
+    return arr
 
 
 def _field_value(gguf: Any, f: Any) -> tuple[Any, Any, Any]:
@@ -154,65 +186,97 @@ def write_reduced_vocab(drafter: str | os.PathLike, target: str | os.PathLike, i
     Every key and tensor of ``drafter`` is copied; added are ``output.weight`` (the rows ``ids`` of the target's
     ``output.weight``, or of ``token_embd.weight`` where the head is tied, byte for byte in their quantization) and
     ``d2t`` (``ids`` as int64), which llama.cpp's DFlash graph uses to scatter the draft logits back to target ids.
+    The file is written beside ``out`` and moved there when complete (an interrupted write leaves no partial file).
 
     Args:
-        drafter: a DFlash GGUF that borrows the target's head (no ``output.weight`` / ``d2t`` of its own).
+        drafter: a DFlash (or DFlash2) GGUF that borrows the target's head (no ``output.weight`` / ``d2t`` of its own).
         target: the target GGUF it drafts for.
-        ids: the kept target token ids (:func:`kept_tokens`), distinct, each in ``[0, n_vocab)``.
-        out: the new GGUF's path (its folder is created).
+        ids: the kept target token ids (:func:`kept_tokens`): a vector of distinct integers in ``[0, n_vocab)``.
+        out: the new GGUF's path (its folder is created); neither input file.
 
     Returns:
         ``out`` as a Path.
 
     Raises:
-        ModelLoadError: ``drafter`` is not a DFlash GGUF, already has a head of its own, or ``target`` has no head
-            of ``n_embd`` columns.
-        ValueError: ``ids`` empty, repeated or out of range.
-        OSError: a file cannot be read or written.
+        ModelLoadError: ``drafter`` is not a DFlash GGUF, is a DSpark one (its Markov head is per token too),
+            already has a head of its own, or does not fit ``target`` (width, vocabulary).
+        ValueError: ``ids`` empty, not integers, repeated or out of range; ``out`` names an input file.
+        ModelNotFoundError, NotGGUFError, TruncatedGGUFError: an input is missing or not a GGUF file.
+        OSError: a file cannot be written.
     """
     import gguf
 
-    from .gguf_file import tensor_rows
+    from .gguf_file import read_gguf, tensor_rows
 
-    dr = gguf.GGUFReader(str(drafter))  # (its keys are copied whole: the tokenizer's too)
-    arch_f = dr.fields.get("general.architecture")
-    arch = _field_value(gguf, arch_f)[0] if arch_f is not None else None
-    if arch != "dflash":
-        raise ModelLoadError(f"{drafter}: architecture {arch!r}, not 'dflash': a reduced vocabulary is made for "
+    info = read_gguf(drafter)  # (fast, and a clear error for what is not a GGUF file)
+    if info.arch != "dflash":
+        raise ModelLoadError(f"{drafter}: architecture {info.arch!r}, not 'dflash': a reduced vocabulary is made for "
                              "DFlash drafters (EAGLE-3 heads are trained with their own d2t: train --draft-vocab)")
-    own = sorted({t.name for t in dr.tensors} & {"output.weight", "d2t", "token_embd.weight"})
+    if "markov_w1.weight" in info.tensors or "markov_w2.weight" in info.tensors:
+        raise ModelLoadError(f"{drafter} is a DSpark drafter: its Markov head has a row per token too, which this "
+                             "writer does not reduce; use it with the target's head")
+    own = sorted(set(info.tensors) & {"output.weight", "d2t", "token_embd.weight"})
     if own:
         raise ModelLoadError(f"{drafter} already has an output head of its own ({', '.join(own)}): "
                              "pass the drafter that borrows the target's head")
     head, head_embd, n_vocab = head_shape(target)
-    n_embd = int(_field_value(gguf, dr.fields["dflash.embedding_length"])[0])
+    n_embd = int(info.get("dflash.embedding_length", 0))
     if head_embd != n_embd:
         raise ModelLoadError(f"{target} has an output head of {head_embd} columns, the drafter is {n_embd} wide: "
                              "pass the target this drafter was trained for")
-    ids_arr = np.asarray(ids, dtype=np.int64).reshape(-1)
-    if ids_arr.size == 0 or ids_arr.min() < 0 or ids_arr.max() >= n_vocab:
-        raise ValueError(f"ids must be non-empty and within [0, {n_vocab}) (the target's vocabulary)")
+    if info.n_tokens is not None and info.n_tokens != n_vocab:
+        raise ModelLoadError(f"{drafter}'s tokenizer has {info.n_tokens} tokens, {target}'s head {n_vocab}: "
+                             "pass the target this drafter was trained for")
+    ids_arr = np.asarray(ids)
+    if ids_arr.ndim != 1 or ids_arr.size == 0 or ids_arr.dtype.kind not in "iu":
+        raise ValueError(f"ids must be a non-empty vector of integer token ids, got shape {ids_arr.shape}, dtype "
+                         f"{ids_arr.dtype}")
+    ids_arr = ids_arr.astype(np.int64)
+    if ids_arr.min() < 0 or ids_arr.max() >= n_vocab:
+        raise ValueError(f"ids must lie within [0, {n_vocab}) (the target's vocabulary)")
     if np.unique(ids_arr).size != ids_arr.size:
         raise ValueError("ids repeat a token: each kept token needs exactly one head row")
-
     out = Path(out)
+    for src in (drafter, target):
+        if out.exists() and os.path.samefile(out, src):
+            raise ValueError(f"out {out} is the {'drafter' if src is drafter else 'target'} itself: write the "
+                             "reduced drafter to a new file")
+
+    dr = gguf.GGUFReader(str(drafter))  # (its keys are copied whole: the tokenizer's too)
     out.parent.mkdir(parents=True, exist_ok=True)
-    w = gguf.GGUFWriter(str(out), "dflash")
-    for name, f in dr.fields.items():
-        if name.startswith("GGUF.") or name == "general.architecture":
-            continue
-        val, vtype, sub = _field_value(gguf, f)
-        w.add_key_value(name, val, vtype, sub_type=sub)
-    for t in dr.tensors:
-        w.add_tensor(t.name, np.asarray(t.data), raw_shape=t.data.shape, raw_dtype=t.tensor_type)
-    rows, ttype = tensor_rows(target, head, ids_arr)  # one row per kept token, as stored (blocks or values)
-    w.add_tensor("output.weight", rows, raw_shape=rows.shape, raw_dtype=gguf.GGMLQuantizationType(ttype))
-    w.add_tensor("d2t", ids_arr)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    fd, tmp_name = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp")
+    os.close(fd)
+    tmp: str | None = tmp_name
+    try:
+        w = gguf.GGUFWriter(tmp_name, "dflash")
+        for name, f in dr.fields.items():
+            if name.startswith("GGUF.") or name == "general.architecture":
+                continue
+            val, vtype, sub = _field_value(gguf, f)
+            w.add_key_value(name, val, vtype, sub_type=sub)
+        for t in dr.tensors:
+            w.add_tensor(t.name, np.asarray(t.data), raw_shape=t.data.shape, raw_dtype=t.tensor_type)
+        rows, ttype = tensor_rows(target, head, ids_arr)  # one row per kept token, as stored (blocks or values)
+        w.add_tensor("output.weight", rows, raw_shape=rows.shape, raw_dtype=gguf.GGMLQuantizationType(ttype))
+        w.add_tensor("d2t", ids_arr)
+        w.write_header_to_file()
+        w.write_kv_data_to_file()
+        w.write_tensors_to_file()
+        w.close()
+        os.chmod(tmp_name, 0o666 & ~_umask())  # (mkstemp makes it private; a model file is readable as any other)
+        os.replace(tmp_name, out)
+        tmp = None
+    finally:
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
     return out
+
+
+def _umask() -> int:
+    """The process's umask (read by setting it and setting it back)."""
+    m = os.umask(0)
+    os.umask(m)
+    return m
 
 
 def eog_ids(target: str | os.PathLike) -> list[int]:
@@ -247,12 +311,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         answers = [c for c in a.counts if not c.endswith(".npy")]
         for c in a.counts:
             if c.endswith(".npy"):  # counts made before (np.save(p, pyllama_spec.assets.smollm2_token_counts()))
-                arr = np.load(c)
+                try:
+                    arr = _check_counts(np.load(c, allow_pickle=False))
+                except ValueError as exc:
+                    raise ValueError(f"{c}: {exc}") from None
                 if arr.shape != (n_vocab,):
                     raise ValueError(f"{c} holds counts of shape {arr.shape}, the target's vocabulary is {n_vocab}")
-                counts += arr.astype(np.int64)
+                counts += arr
         if answers:
             counts += token_counts(answers, n_vocab, split=a.split or None)
+        if counts.sum() == 0:
+            raise ValueError(f"no answer tokens were counted in {', '.join(a.counts)}"
+                             + (f" (only records of split {a.split!r} count: --split '' counts every record)"
+                                if a.split and answers else ""))
         ids = kept_tokens(counts, a.keep, always=eog_ids(a.target))
         path = write_reduced_vocab(a.drafter, a.target, ids, a.out)
     except (PyllamaSpecError, ValueError, OSError) as exc:

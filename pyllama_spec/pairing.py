@@ -56,7 +56,7 @@ def check_vocab_match(target: Model, drafter: GGUFInfo) -> None:
                 f"the drafter and {ours!r} in the target: a drafter must use its target's tokenizer")
 
 
-def check_d2t(info: GGUFInfo, n_vocab: int, out: tuple[int, ...] | None) -> int | None:
+def check_d2t(info: GGUFInfo, n_vocab: int, out: tuple[int, ...] | None, n_embd: int | None = None) -> int | None:
     """Check a drafter's ``d2t`` map (draft head row -> target token id) before llama.cpp sees it.
 
     llama.cpp's DFlash and EAGLE-3 graphs scatter the head's rows to target ids with ``ggml_set_rows``
@@ -67,21 +67,25 @@ def check_d2t(info: GGUFInfo, n_vocab: int, out: tuple[int, ...] | None) -> int 
         info: the drafter's header.
         n_vocab: the target's vocabulary size.
         out: the drafter's ``output.weight`` shape, or None.
+        n_embd: the width its head must have (the drafter's hidden size), or None not to check it.
 
     Returns:
         the map's length (the draft vocabulary), or None without a ``d2t`` tensor.
 
     Raises:
-        DrafterMismatchError: no head of the map's length, ids repeated or outside ``[0, n_vocab)``, or a map
-            that is not one int64 vector.
+        DrafterMismatchError: no head of the map's length (or of the drafter's width), an empty map, ids
+            repeated or outside ``[0, n_vocab)``, or a map that is not one int64 vector.
     """
     d2t = info.tensors.get("d2t")
     if d2t is None:
         return None
     name = info.path.name
-    if len(d2t) != 1 or out is None or out[1] != d2t[0]:
+    if len(d2t) != 1 or out is None or len(out) != 2 or out[1] != d2t[0] or d2t[0] == 0:
         raise DrafterMismatchError(f"{name}: d2t has shape {d2t} but the output head {out}: a reduced draft "
-                                   "vocabulary needs an output.weight of one row per d2t id")
+                                   "vocabulary needs an output.weight of one row per d2t id, at least one")
+    if n_embd is not None and out[0] != n_embd:
+        raise DrafterMismatchError(f"{name}: its output head is {out[0]} wide, its hidden size {n_embd}: the "
+                                   "head's rows were taken from another model")
     try:
         ids = read_tensor(info.path, "d2t")
     except ValueError as exc:
@@ -142,7 +146,7 @@ def check_dflash_pair(target: Model, drafter: str | os.PathLike | GGUFInfo) -> d
     tokens = info.tensors.get("token_embd.weight")
     n_vocab_dft = tokens[1] if tokens else None
     out = info.tensors.get("output.weight")
-    draft_vocab = check_d2t(info, target.n_vocab, out)
+    draft_vocab = check_d2t(info, target.n_vocab, out, int(info.get("dflash.embedding_length", 0)))
     if out is not None and draft_vocab is None and out[1] != target.n_vocab:
         raise DrafterMismatchError(f"{name} has an output head of {out[1]} tokens but the target's vocabulary has "
                                    f"{target.n_vocab} (and no d2t map to the target's ids)")

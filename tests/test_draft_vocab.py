@@ -29,12 +29,28 @@ def test_counts_and_ranking(tmp_path):
     assert dv.kept_tokens(c, 3).tolist() == [0, 2, 5]
     assert dv.kept_tokens(c, 4, always=[8]).tolist() == [0, 2, 5, 8]  # 8 never seen, kept all the same
     assert dv.kept_tokens(c, 10).tolist() == list(range(10))
-    with pytest.raises(ValueError, match="keep must be between 1"):
+    with pytest.raises(ValueError, match="keep must be an int between 1"):
         dv.kept_tokens(c, 0, always=[3])
-    with pytest.raises(ValueError, match="keep must be between"):
-        dv.kept_tokens(c, 11)
-    with pytest.raises(ValueError, match="outside a 8-token vocabulary"):
+    for bad in (11, 2.5, True, None, "8"):
+        with pytest.raises(ValueError, match="keep must be an int between"):
+            dv.kept_tokens(c, bad)
+    assert dv.kept_tokens(c, np.int64(3)).tolist() == [0, 2, 5]
+    for bad_counts in (-np.arange(10), np.arange(10) + 0.5, np.zeros((2, 5), np.int64), []):
+        with pytest.raises(ValueError, match="counts must"):
+            dv.kept_tokens(bad_counts, 3)
+    # bad answer files: the file, the line and the bad id named
+    with pytest.raises(ValueError, match=r"a.jsonl.gz, line 1: token id 9 outside a 8-token vocabulary"):
         dv.token_counts([p], 8)
+    assert dv.token_counts(p, 10).sum() == 8  # one file, not a list
+    lines = {"json.jsonl": '{"split": "train", "answer_tokens": [1,\n', "list.jsonl": '[1, 2]\n',
+             "float.jsonl": '{"split": "train", "answer_tokens": [1.5]}\n',
+             "neg.jsonl": '\n{"split": "train", "answer_tokens": [3, -1]}\n'}
+    for name, text in lines.items():
+        (tmp_path / name).write_text(text)
+    for name, msg in (("json.jsonl", "line 1: not JSON"), ("list.jsonl", "line 1: a JSON list, not an object"),
+                      ("float.jsonl", "must be a list of integer token ids"), ("neg.jsonl", "line 2: token id -1")):
+        with pytest.raises(ValueError, match=msg):
+            dv.token_counts([tmp_path / name], 10)
 
 
 class _Recorder:
@@ -142,7 +158,7 @@ def test_bad_maps_are_refused_before_llama_cpp(tiny, reduced, tmp_path):
     """Ids out of range or repeated would write out of bounds / drop rows in ggml_set_rows: refused at load."""
     gen = ps.Generator(tiny["target"], n_ctx=256, n_batch=32)
 
-    def with_d2t(ids, name):
+    def with_d2t(ids, name, head=None):
         src = gguf.GGUFReader(str(reduced["part"]))
         w = gguf.GGUFWriter(str(tmp_path / name), "dflash")
         for key, f in src.fields.items():
@@ -152,6 +168,8 @@ def test_bad_maps_are_refused_before_llama_cpp(tiny, reduced, tmp_path):
         for t in src.tensors:
             if t.name == "d2t":
                 w.add_tensor("d2t", np.asarray(ids, dtype=np.int64))
+            elif t.name == "output.weight" and head is not None:
+                w.add_tensor("output.weight", head)
             else:
                 w.add_tensor(t.name, np.asarray(t.data), raw_shape=t.data.shape, raw_dtype=t.tensor_type)
         w.write_header_to_file()
@@ -171,20 +189,54 @@ def test_bad_maps_are_refused_before_llama_cpp(tiny, reduced, tmp_path):
         assert "bad" not in gen.drafters
     with pytest.raises(ps.DrafterMismatchError, match="one row per d2t id"):
         gen.add_drafter("bad", with_d2t(reduced["keep"][: n - 1], "short.gguf"))
+    with pytest.raises(ps.DrafterMismatchError, match="one row per d2t id, at least one"):
+        gen.add_drafter("bad", with_d2t([], "empty.gguf", head=np.zeros((0, 64), np.float32)))
+    with pytest.raises(ps.DrafterMismatchError, match="output head is 32 wide, its hidden size 64"):
+        gen.add_drafter("bad", with_d2t(reduced["keep"], "narrow.gguf", head=np.zeros((n, 32), np.float32)))
     gen.add_drafter("part", reduced["part"])  # the Generator is still usable
     assert len(gen.generate("hello", drafter="part", max_tokens=6).tokens) == 6
     gen.close()
 
 
 def test_writer_refuses_wrong_inputs(tiny, reduced, tmp_path):
+    from pyllama_spec import drafter_fixtures
+
+    x = tmp_path / "x.gguf"
     with pytest.raises(ps.ModelLoadError, match="not 'dflash'"):
-        dv.write_reduced_vocab(tiny["target"], tiny["target"], [1, 2], tmp_path / "x.gguf")
+        dv.write_reduced_vocab(tiny["target"], tiny["target"], [1, 2], x)
     with pytest.raises(ps.ModelLoadError, match="already has an output head"):
-        dv.write_reduced_vocab(reduced["part"], tiny["target"], [1, 2], tmp_path / "x.gguf")
+        dv.write_reduced_vocab(reduced["part"], tiny["target"], [1, 2], x)
     with pytest.raises(ValueError, match="within"):
-        dv.write_reduced_vocab(tiny["dflash"], tiny["target"], [1, 264], tmp_path / "x.gguf")
+        dv.write_reduced_vocab(tiny["dflash"], tiny["target"], [1, 264], x)
     with pytest.raises(ValueError, match="repeat"):
-        dv.write_reduced_vocab(tiny["dflash"], tiny["target"], [1, 1], tmp_path / "x.gguf")
+        dv.write_reduced_vocab(tiny["dflash"], tiny["target"], [1, 1], x)
+    for ids in ([1.7, 2.2], [True, False], [[1, 2]], ["1"], []):
+        with pytest.raises(ValueError, match="non-empty vector of integer token ids"):
+            dv.write_reduced_vocab(tiny["dflash"], tiny["target"], ids, x)
+    (tmp_path / "not.gguf").write_bytes(b"hello world, not a model")
+    with pytest.raises(ps.NotGGUFError):
+        dv.write_reduced_vocab(tmp_path / "not.gguf", tiny["target"], [1, 2], x)
+    with pytest.raises(ps.NotGGUFError):
+        dv.write_reduced_vocab(tiny["dflash"], tmp_path / "not.gguf", [1, 2], x)
+    # another target of the same width but another vocabulary
+    other = tmp_path / "other.gguf"
+    ps.fixtures.write_tiny_target(other, n_layer=4, n_embd=64, seed=1, extra_tokens=[f"<x{i}>" for i in range(4)])
+    with pytest.raises(ps.ModelLoadError, match="tokenizer has 264 tokens, .*other.gguf's head 268"):
+        dv.write_reduced_vocab(tiny["dflash"], other, [1, 2], x)
+    # DSpark: its Markov head has a row per token too
+    drafter_fixtures.write_dspark_drafter(tmp_path / "ds.gguf", target=tiny["target"])
+    with pytest.raises(ps.ModelLoadError, match="DSpark"):
+        dv.write_reduced_vocab(tmp_path / "ds.gguf", tiny["target"], [1, 2], x)
+    # never over an input file (the drafter read through a memory map while written over: SIGBUS)
+    import shutil
+
+    shutil.copy(tiny["dflash"], tmp_path / "d.gguf")
+    shutil.copy(tiny["target"], tmp_path / "t.gguf")
+    for out in (tmp_path / "d.gguf", tmp_path / "t.gguf"):
+        with pytest.raises(ValueError, match="itself: write the reduced drafter to a new file"):
+            dv.write_reduced_vocab(tmp_path / "d.gguf", tmp_path / "t.gguf", [1, 2], out)
+    assert (tmp_path / "d.gguf").read_bytes() == tiny["dflash"].read_bytes()
+    assert not list(tmp_path.glob(".*.tmp")) and not x.exists()  # nothing half-written left behind
 
 
 def test_command_line(tiny, tmp_path, capsys):
@@ -199,6 +251,21 @@ def test_command_line(tiny, tmp_path, capsys):
     assert dv.main(["--drafter", str(tiny["target"]), "--target", str(tiny["target"]), "--counts", str(p),
                     "--keep", "8", "-o", str(out)]) == 2
     assert "not 'dflash'" in capsys.readouterr().err
+    # nothing counted (only held-out records; a held-out split is not the ranking's): refused, --split '' named
+    held = _answers(tmp_path / "h.jsonl.gz", [("heldout", [3, 4])])
+    args = ["--drafter", str(tiny["dflash"]), "--target", str(tiny["target"]), "--keep", "8", "-o", str(out)]
+    assert dv.main([*args, "--counts", str(held)]) == 2
+    assert "no answer tokens were counted" in capsys.readouterr().err
+    assert dv.main([*args, "--counts", str(held), "--split", ""]) == 0
+    capsys.readouterr()
+    # counts saved as .npy: checked as counts
+    np.save(tmp_path / "c.npy", np.arange(264))
+    assert dv.main([*args, "--counts", str(tmp_path / "c.npy")]) == 0
+    assert read_tensor(out, "d2t").tolist() == list(range(256, 264))  # the 8 largest counts (the eog id 258 among them)
+    capsys.readouterr()
+    np.save(tmp_path / "neg.npy", -np.arange(264.0) + 0.5)
+    assert dv.main([*args, "--counts", str(tmp_path / "neg.npy")]) == 2
+    assert "neg.npy: counts must" in capsys.readouterr().err
 
 
 def test_shipped_counts():
@@ -237,3 +304,13 @@ def test_shipped_drafter_with_a_reduced_vocabulary(smollm2):
     assert res["v8192"].tokens[:16] == plain.tokens[:16]
     assert res["v8192"].stats.mean_accepted_length > 1.5  # it still drafts what the target writes
     gen.close()
+
+
+def test_entropy_of_rows_with_fewer_kept_tokens_than_candidates():
+    """A reduced vocabulary of fewer tokens than the 10 candidates a row reads: the rest come back at -inf."""
+    from pyllama_spec.speculative.drafters.dflash import _entropy, _top_prob
+
+    lg = np.array([[2.0, 1.0, -np.inf, -np.inf], [0.0, 0.0, 0.0, 0.0]])
+    p = np.exp([2.0, 1.0]) / np.exp([2.0, 1.0]).sum()
+    np.testing.assert_allclose(_entropy(lg), [-(p * np.log(p)).sum(), np.log(4)])
+    np.testing.assert_allclose(_top_prob(lg), [p[0], 0.25])

@@ -73,7 +73,10 @@ def _entropy(logits: np.ndarray) -> np.ndarray:
     z = lg - lg.max(axis=1, keepdims=True)
     e = np.exp(z)
     s = e.sum(axis=1, keepdims=True)
-    return np.maximum(0.0, np.log(s[:, 0]) - (e * z).sum(axis=1) / s[:, 0])
+    # (a candidate at -inf — fewer kept tokens than candidates, a reduced draft vocabulary — has e = 0 and adds
+    # nothing: 0 * -inf would be NaN)
+    ez = np.where(e > 0.0, e * np.where(np.isfinite(z), z, 0.0), 0.0)
+    return np.maximum(0.0, np.log(s[:, 0]) - ez.sum(axis=1) / s[:, 0])
 
 
 class _RowTail:

@@ -91,7 +91,7 @@ def check_eagle3_pair(target_model: Model, drafter_path: str | os.PathLike) -> d
                                    f"{target_model.n_vocab} (and there is no d2t map)")
     if out is not None and d2t is not None and out[1] != d2t[0]:
         raise DrafterMismatchError(f"{name}: its LM head covers {out[1]} tokens but d2t maps {d2t[0]}")
-    check_d2t(info, target_model.n_vocab, out)  # the map's ids, which llama.cpp would write through unchecked
+    check_d2t(info, target_model.n_vocab, out, n_embd)  # the map's ids, which llama.cpp would write through unchecked
     return {"layer_ids": ids, "n_embd": n_embd}
 
 
