@@ -148,19 +148,6 @@ def _check_counts(counts: Any) -> np.ndarray:
     return arr
 
 
-def _field_value(gguf: Any, f: Any) -> tuple[Any, Any, Any]:
-    """(value, type, sub-type) of a reader field, as ``GGUFWriter.add_key_value`` takes them."""
-    vtype = f.types[0]
-    if vtype == gguf.GGUFValueType.ARRAY:
-        sub = f.types[-1]
-        if sub == gguf.GGUFValueType.STRING:
-            return [bytes(f.parts[i]) for i in f.data], vtype, sub
-        return [f.parts[i].tolist()[0] for i in f.data], vtype, sub
-    if vtype == gguf.GGUFValueType.STRING:
-        return bytes(f.parts[f.data[0]]).decode("utf-8"), vtype, None
-    return f.parts[f.data[0]].tolist()[0], vtype, None
-
-
 def head_shape(target: str | os.PathLike) -> tuple[str, int, int]:
     """The target's output head: ``(tensor name, n_embd, n_vocab)`` — ``output.weight``, else the tied
     ``token_embd.weight``.
@@ -206,7 +193,7 @@ def write_reduced_vocab(drafter: str | os.PathLike, target: str | os.PathLike, i
     """
     import gguf
 
-    from .gguf_file import read_gguf, tensor_rows
+    from .gguf_file import read_gguf, reader_field_value, tensor_rows
 
     info = read_gguf(drafter)  # (fast, and a clear error for what is not a GGUF file)
     if info.arch != "dflash":
@@ -252,7 +239,7 @@ def write_reduced_vocab(drafter: str | os.PathLike, target: str | os.PathLike, i
         for name, f in dr.fields.items():
             if name.startswith("GGUF.") or name == "general.architecture":
                 continue
-            val, vtype, sub = _field_value(gguf, f)
+            val, vtype, sub = reader_field_value(f)
             w.add_key_value(name, val, vtype, sub_type=sub)
         for t in dr.tensors:
             w.add_tensor(t.name, np.asarray(t.data), raw_shape=t.data.shape, raw_dtype=t.tensor_type)

@@ -25,22 +25,9 @@ from typing import Any
 import numpy as np
 
 from .fixtures import _copy_tokenizer, _rng_tensor
+from .gguf_file import reader_field_value
 
 _SKIP_KEYS = ("GGUF.", "general.architecture")
-
-
-def _field_value(f):
-    import gguf
-
-    vtype = f.types[0]
-    if vtype == gguf.GGUFValueType.ARRAY:
-        sub = f.types[-1]
-        if sub == gguf.GGUFValueType.STRING:
-            return [bytes(f.parts[i]) for i in f.data], vtype, sub
-        return [f.parts[i].tolist()[0] for i in f.data], vtype, sub
-    if vtype == gguf.GGUFValueType.STRING:
-        return bytes(f.parts[f.data[0]]).decode("utf-8"), vtype, None
-    return f.parts[f.data[0]].tolist()[0], vtype, None
 
 
 def _add_value(w: Any, key: str, value: Any) -> None:
@@ -85,7 +72,7 @@ def copy_gguf(src: str | os.PathLike, dst: str | os.PathLike, *,
     import gguf
 
     reader = gguf.GGUFReader(str(src))
-    arch = _field_value(reader.fields["general.architecture"])[0]
+    arch = reader_field_value(reader.fields["general.architecture"])[0]
     w = gguf.GGUFWriter(str(dst), arch)
     set_kv = dict(set_kv or {})
     if name is not None:
@@ -96,7 +83,7 @@ def copy_gguf(src: str | os.PathLike, dst: str | os.PathLike, *,
     for key, f in reader.fields.items():
         if key.startswith(_SKIP_KEYS) or key in set_kv or key in drop_kv:
             continue
-        value, vtype, sub = _field_value(f)
+        value, vtype, sub = reader_field_value(f)
         w.add_key_value(key, value, vtype, sub_type=sub)
     for key, value in set_kv.items():
         _add_value(w, key, value)
@@ -576,7 +563,7 @@ def _extend(src: str | os.PathLike, dst: str | os.PathLike, tensors: dict, kv: d
     for key, f in reader.fields.items():
         if key.startswith(_SKIP_KEYS) or key in kv:
             continue
-        value, vtype, sub = _field_value(f)
+        value, vtype, sub = reader_field_value(f)
         w.add_key_value(key, value, vtype, sub_type=sub)
     for key, value in kv.items():
         _add_value(w, key, value)

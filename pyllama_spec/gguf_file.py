@@ -264,27 +264,21 @@ def tensor_rows(path: str | os.PathLike, name: str, rows: np.ndarray | None = No
         ValueError: not 2-D, a type this reader does not know, or a row index out of range.
         ModelNotFoundError, NotGGUFError, TruncatedGGUFError: as :func:`read_gguf`.
     """
-    p = check_gguf_path(path)
-    read_gguf(p)  # the data is all there
-    _info, tensors, data_start = _read_header(p)
-    for tname, shape, ttype, offset in tensors:
-        if tname != name:
-            continue
-        if len(shape) != 2 or ttype not in _GGML_BLOCK:
-            raise ValueError(f"{name} in {p.name}: shape {shape}, ggml type {ttype}: not a 2-D tensor of a known type")
-        blk, nbytes = _GGML_BLOCK[ttype]
-        ne0, ne1 = shape
-        row_bytes = ne0 // blk * nbytes
-        m = np.memmap(p, dtype=np.uint8, mode="r", offset=data_start + offset, shape=(ne1, row_bytes))
-        idx = np.arange(ne1) if rows is None else np.asarray(rows, dtype=np.int64)
-        if idx.size and (idx.min() < 0 or idx.max() >= ne1):
-            raise ValueError(f"row indices of {name} must lie in [0, {ne1})")
-        out = np.ascontiguousarray(m[idx])
-        del m
-        if ttype in (0, 1):  # f32 / f16: values, not blocks
-            out = out.view(_NUMPY_TYPES[ttype])
-        return out, ttype
-    raise KeyError(f"{p.name} has no tensor {name!r}")
+    p, shape, ttype, offset = _locate(path, name)
+    if len(shape) != 2 or ttype not in _GGML_BLOCK:
+        raise ValueError(f"{name} in {p.name}: shape {shape}, ggml type {ttype}: not a 2-D tensor of a known type")
+    blk, nbytes = _GGML_BLOCK[ttype]
+    ne0, ne1 = shape
+    row_bytes = ne0 // blk * nbytes
+    m = np.memmap(p, dtype=np.uint8, mode="r", offset=offset, shape=(ne1, row_bytes))
+    idx = np.arange(ne1) if rows is None else np.asarray(rows, dtype=np.int64)
+    if idx.size and (idx.min() < 0 or idx.max() >= ne1):
+        raise ValueError(f"row indices of {name} must lie in [0, {ne1})")
+    out = np.ascontiguousarray(m[idx])
+    del m
+    if ttype in (0, 1):  # f32 / f16: values, not blocks
+        out = out.view(_NUMPY_TYPES[ttype])
+    return out, ttype
 
 
 def read_tensor(path: str | os.PathLike, name: str) -> np.ndarray:
@@ -302,20 +296,42 @@ def read_tensor(path: str | os.PathLike, name: str) -> np.ndarray:
         ValueError: a quantized (block) type, which has no numpy dtype.
         ModelNotFoundError, NotGGUFError, TruncatedGGUFError: as :func:`read_gguf`.
     """
+    p, shape, ttype, offset = _locate(path, name)
+    if ttype not in _NUMPY_TYPES:
+        raise ValueError(f"{name} in {p.name} is of ggml type {ttype}, which has no numpy dtype")
+    n = 1
+    for d in shape:
+        n *= d
+    arr = np.fromfile(p, dtype=_NUMPY_TYPES[ttype], count=n, offset=offset)
+    return arr.reshape(tuple(reversed(shape)) or (1,))
+
+
+def _locate(path: str | os.PathLike, name: str) -> tuple[Path, tuple[int, ...], int, int]:
+    """``(file, shape, ggml type, absolute data offset)`` of a tensor, its data checked present."""
     p = check_gguf_path(path)
     read_gguf(p)  # the data is all there
     _info, tensors, data_start = _read_header(p)
     for tname, shape, ttype, offset in tensors:
-        if tname != name:
-            continue
-        if ttype not in _NUMPY_TYPES:
-            raise ValueError(f"{name} in {p.name} is of ggml type {ttype}, which has no numpy dtype")
-        n = 1
-        for d in shape:
-            n *= d
-        arr = np.fromfile(p, dtype=_NUMPY_TYPES[ttype], count=n, offset=data_start + offset)
-        return arr.reshape(tuple(reversed(shape)) or (1,))
+        if tname == name:
+            return p, shape, ttype, data_start + offset
     raise KeyError(f"{p.name} has no tensor {name!r}")
 
 
-__all__ = ["GGUFInfo", "read_gguf", "read_tensor", "tensor_rows", "check_gguf_path", "sample_indices"]
+def reader_field_value(f: Any) -> tuple[Any, Any, Any]:
+    """A field of a ``gguf.GGUFReader`` as ``(value, type, sub-type)``, what ``GGUFWriter.add_key_value`` takes (to
+    copy a file's keys)."""
+    import gguf
+
+    vtype = f.types[0]
+    if vtype == gguf.GGUFValueType.ARRAY:
+        sub = f.types[-1]
+        if sub == gguf.GGUFValueType.STRING:
+            return [bytes(f.parts[i]) for i in f.data], vtype, sub
+        return [f.parts[i].tolist()[0] for i in f.data], vtype, sub
+    if vtype == gguf.GGUFValueType.STRING:
+        return bytes(f.parts[f.data[0]]).decode("utf-8"), vtype, None
+    return f.parts[f.data[0]].tolist()[0], vtype, None
+
+
+__all__ = ["GGUFInfo", "read_gguf", "read_tensor", "tensor_rows", "reader_field_value", "check_gguf_path",
+           "sample_indices"]

@@ -9,7 +9,7 @@ import pytest
 
 import pyllama_spec as ps
 from pyllama_spec import draft_vocab as dv
-from pyllama_spec.gguf_file import read_tensor, tensor_rows
+from pyllama_spec.gguf_file import read_tensor, reader_field_value, tensor_rows
 
 
 def _answers(path, records):
@@ -164,7 +164,8 @@ def test_bad_maps_are_refused_before_llama_cpp(tiny, reduced, tmp_path):
         for key, f in src.fields.items():
             if key.startswith("GGUF.") or key == "general.architecture":
                 continue
-            w.add_key_value(key, *dv._field_value(gguf, f)[:2], sub_type=dv._field_value(gguf, f)[2])
+            val, vtype, sub = reader_field_value(f)
+            w.add_key_value(key, val, vtype, sub_type=sub)
         for t in src.tensors:
             if t.name == "d2t":
                 w.add_tensor("d2t", np.asarray(ids, dtype=np.int64))
