@@ -41,7 +41,11 @@ import numpy as np
 from ._check import check_int
 from .errors import ModelLoadError
 
-__all__ = ["token_counts", "kept_tokens", "write_reduced_vocab", "head_shape", "eog_ids", "main"]
+#: a key of the reduced drafter: its head rows are the target head's, copied (checked at load against the target)
+FROM_TARGET_HEAD_KEY = "pyllama_spec.draft_vocab.from_target_head"
+
+__all__ = ["FROM_TARGET_HEAD_KEY", "token_counts", "kept_tokens", "write_reduced_vocab", "head_shape", "eog_ids",
+           "main"]
 
 
 def token_counts(answer_files: str | os.PathLike | Iterable[str | os.PathLike], n_vocab: int, *,
@@ -244,6 +248,9 @@ def write_reduced_vocab(drafter: str | os.PathLike, target: str | os.PathLike, i
         for t in dr.tensors:
             w.add_tensor(t.name, np.asarray(t.data), raw_shape=t.data.shape, raw_dtype=t.tensor_type)
         rows, ttype = tensor_rows(target, head, ids_arr)  # one row per kept token, as stored (blocks or values)
+        # (says the rows are the target's own, so that a load on another target of the same shape is caught:
+        # pairing.check_d2t compares a sample of them with that target's head; llama.cpp ignores the key)
+        w.add_bool(FROM_TARGET_HEAD_KEY, True)
         w.add_tensor("output.weight", rows, raw_shape=rows.shape, raw_dtype=gguf.GGMLQuantizationType(ttype))
         w.add_tensor("d2t", ids_arr)
         w.write_header_to_file()

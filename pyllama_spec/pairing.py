@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .errors import DrafterMismatchError
-from .gguf_file import GGUFInfo, read_gguf, read_tensor, sample_indices
+from .gguf_file import GGUFInfo, read_gguf, read_tensor, sample_indices, tensor_rows
 
 if TYPE_CHECKING:
     from .model import Model
@@ -99,6 +99,31 @@ def check_d2t(info: GGUFInfo, n_vocab: int, out: tuple[int, ...] | None, n_embd:
     return int(ids.size)
 
 
+def check_head_rows(info: GGUFInfo, target: Model, n_sample: int = 16) -> None:
+    """A reduced drafter whose head rows were copied from its target's head (:mod:`pyllama_spec.draft_vocab`) made
+    from *this* target: ``n_sample`` of its rows, evenly spaced, equal the target head's rows of their ids.
+
+    Another target of the same shape and vocabulary would load and stay lossless, but draft with the first
+    target's rows; reading 16 rows of each file through a memory map catches it at load.
+
+    Raises:
+        DrafterMismatchError: a sampled row differs (or the head's type does).
+    """
+    from .draft_vocab import FROM_TARGET_HEAD_KEY
+
+    if not info.get(FROM_TARGET_HEAD_KEY):
+        return
+    head = "output.weight" if "output.weight" in target.info.tensors else "token_embd.weight"
+    ids = read_tensor(info.path, "d2t")
+    pos = np.unique(np.linspace(0, ids.size - 1, min(n_sample, ids.size)).astype(np.int64))
+    own, own_type = tensor_rows(info.path, "output.weight", pos)
+    tgt, tgt_type = tensor_rows(target.path, head, ids[pos])
+    if own_type != tgt_type or not np.array_equal(own.view(np.uint8), tgt.view(np.uint8)):
+        raise DrafterMismatchError(f"{info.path.name}'s head rows were copied from another target's head than "
+                                   f"{target.path.name}'s: make the reduced drafter again for this target "
+                                   "(python -m pyllama_spec.draft_vocab)")
+
+
 def check_dflash_pair(target: Model, drafter: str | os.PathLike | GGUFInfo) -> dict[str, Any]:
     """Check a DFlash drafter (a file, or the header of one) against a loaded target before
     llama.cpp links them.
@@ -147,6 +172,8 @@ def check_dflash_pair(target: Model, drafter: str | os.PathLike | GGUFInfo) -> d
     n_vocab_dft = tokens[1] if tokens else None
     out = info.tensors.get("output.weight")
     draft_vocab = check_d2t(info, target.n_vocab, out, int(info.get("dflash.embedding_length", 0)))
+    if draft_vocab is not None:
+        check_head_rows(info, target)
     if out is not None and draft_vocab is None and out[1] != target.n_vocab:
         raise DrafterMismatchError(f"{name} has an output head of {out[1]} tokens but the target's vocabulary has "
                                    f"{target.n_vocab} (and no d2t map to the target's ids)")
@@ -173,4 +200,4 @@ def check_dflash_pair(target: Model, drafter: str | os.PathLike | GGUFInfo) -> d
             "draft_vocab": draft_vocab or target.n_vocab}
 
 
-__all__ = ["check_dflash_pair", "check_vocab_match", "check_d2t"]
+__all__ = ["check_dflash_pair", "check_vocab_match", "check_d2t", "check_head_rows"]

@@ -315,3 +315,17 @@ def test_entropy_of_rows_with_fewer_kept_tokens_than_candidates():
     p = np.exp([2.0, 1.0]) / np.exp([2.0, 1.0]).sum()
     np.testing.assert_allclose(_entropy(lg), [-(p * np.log(p)).sum(), np.log(4)])
     np.testing.assert_allclose(_top_prob(lg), [p[0], 0.25])
+
+
+def test_head_rows_copied_from_another_target_are_refused(tiny, reduced, tmp_path):
+    """The same shape and vocabulary, other weights: the reduced drafter would load and draft with the first target's
+    rows; a sample of its rows is compared with this target's head at load."""
+    other = tmp_path / "other.gguf"
+    ps.fixtures.write_tiny_target(other, arch="llama", n_layer=4, n_embd=64, seed=7)
+    gen = ps.Generator(other, n_ctx=256, n_batch=32)
+    with pytest.raises(ps.DrafterMismatchError, match="copied from another target's head than other.gguf's"):
+        gen.add_drafter("part", reduced["part"])
+    gen.add_drafter("full", tiny["dflash"])  # (the borrowing drafter has no rows of its own to compare)
+    gen.add_drafter("mine", dv.write_reduced_vocab(tiny["dflash"], other, reduced["keep"], tmp_path / "mine.gguf"))
+    assert len(gen.generate("hello", drafter="mine", max_tokens=6).tokens) == 6
+    gen.close()
