@@ -22,8 +22,6 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
-
 import pyllama_spec as ps
 from pyllama_spec.assets import humaneval_problems, smollm2_dflash_path, smollm2_path
 from pyllama_spec.draft_vocab import eog_ids, head_shape, kept_tokens, token_counts, write_reduced_vocab
@@ -119,5 +117,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    np.seterr(all="ignore")
     main()

@@ -417,8 +417,8 @@ def smollm2_dflash_path(verify: bool = True, draft_vocab: int | None = None) -> 
         try:
             if np.array_equal(read_tensor(out, "d2t"), ids):
                 return out
-        except Exception:  # (absent, cut short or another map: made again)
-            pass
+        except (KeyError, ValueError, OSError, ModelLoadError, ModelNotFoundError):  # (absent, cut short or another
+            pass  # map — TruncatedGGUFError and NotGGUFError are ModelLoadErrors: made again)
         try:
             return write_reduced_vocab(path, target, ids, out)  # (atomic: two processes at once are harmless)
         except OSError as e:

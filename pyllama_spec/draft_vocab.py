@@ -249,7 +249,7 @@ def write_reduced_vocab(drafter: str | os.PathLike, target: str | os.PathLike, i
             w.add_tensor(t.name, np.asarray(t.data), raw_shape=t.data.shape, raw_dtype=t.tensor_type)
         rows, ttype = tensor_rows(target, head, ids_arr)  # one row per kept token, as stored (blocks or values)
         # (says the rows are the target's own, so that a load on another target of the same shape is caught:
-        # pairing.check_d2t compares a sample of them with that target's head; llama.cpp ignores the key)
+        # pairing.check_head_rows compares a sample of them with that target's head; llama.cpp ignores the key)
         w.add_bool(FROM_TARGET_HEAD_KEY, True)
         w.add_tensor("output.weight", rows, raw_shape=rows.shape, raw_dtype=gguf.GGMLQuantizationType(ttype))
         w.add_tensor("d2t", ids_arr)

@@ -56,7 +56,8 @@ def check_vocab_match(target: Model, drafter: GGUFInfo) -> None:
                 f"the drafter and {ours!r} in the target: a drafter must use its target's tokenizer")
 
 
-def check_d2t(info: GGUFInfo, n_vocab: int, out: tuple[int, ...] | None, n_embd: int | None = None) -> int | None:
+def check_d2t(info: GGUFInfo, n_vocab: int, out: tuple[int, ...] | None,
+              n_embd: int | None = None) -> np.ndarray | None:
     """Check a drafter's ``d2t`` map (draft head row -> target token id) before llama.cpp sees it.
 
     llama.cpp's DFlash and EAGLE-3 graphs scatter the head's rows to target ids with ``ggml_set_rows``
@@ -70,7 +71,7 @@ def check_d2t(info: GGUFInfo, n_vocab: int, out: tuple[int, ...] | None, n_embd:
         n_embd: the width its head must have (the drafter's hidden size), or None not to check it.
 
     Returns:
-        the map's length (the draft vocabulary), or None without a ``d2t`` tensor.
+        the map (``(n_keep,)`` int64: its length is the draft vocabulary), or None without a ``d2t`` tensor.
 
     Raises:
         DrafterMismatchError: no head of the map's length (or of the drafter's width), an empty map, ids
@@ -96,15 +97,21 @@ def check_d2t(info: GGUFInfo, n_vocab: int, out: tuple[int, ...] | None, n_embd:
             or np.unique(ids).size != ids.size:
         raise DrafterMismatchError(f"{name}: d2t maps {ids.size} rows to ids that repeat or leave the target's "
                                    f"{n_vocab}-token vocabulary: it was made for another target")
-    return int(ids.size)
+    return ids
 
 
-def check_head_rows(info: GGUFInfo, target: Model, n_sample: int = 16) -> None:
+def check_head_rows(info: GGUFInfo, target: Model, ids: np.ndarray, n_sample: int = 16) -> None:
     """A reduced drafter whose head rows were copied from its target's head (:mod:`pyllama_spec.draft_vocab`) made
     from *this* target: ``n_sample`` of its rows, evenly spaced, equal the target head's rows of their ids.
 
     Another target of the same shape and vocabulary would load and stay lossless, but draft with the first
     target's rows; reading 16 rows of each file through a memory map catches it at load.
+
+    Args:
+        info: the drafter's header.
+        target: the loaded target.
+        ids: the drafter's ``d2t`` map (:func:`check_d2t`).
+        n_sample: rows compared.
 
     Raises:
         DrafterMismatchError: a sampled row differs (or the head's type does).
@@ -114,7 +121,6 @@ def check_head_rows(info: GGUFInfo, target: Model, n_sample: int = 16) -> None:
     if not info.get(FROM_TARGET_HEAD_KEY):
         return
     head = "output.weight" if "output.weight" in target.info.tensors else "token_embd.weight"
-    ids = read_tensor(info.path, "d2t")
     pos = np.unique(np.linspace(0, ids.size - 1, min(n_sample, ids.size)).astype(np.int64))
     own, own_type = tensor_rows(info.path, "output.weight", pos)
     tgt, tgt_type = tensor_rows(target.path, head, ids[pos])
@@ -171,10 +177,10 @@ def check_dflash_pair(target: Model, drafter: str | os.PathLike | GGUFInfo) -> d
     tokens = info.tensors.get("token_embd.weight")
     n_vocab_dft = tokens[1] if tokens else None
     out = info.tensors.get("output.weight")
-    draft_vocab = check_d2t(info, target.n_vocab, out, int(info.get("dflash.embedding_length", 0)))
-    if draft_vocab is not None:
-        check_head_rows(info, target)
-    if out is not None and draft_vocab is None and out[1] != target.n_vocab:
+    d2t = check_d2t(info, target.n_vocab, out, int(info.get("dflash.embedding_length", 0)))
+    if d2t is not None:
+        check_head_rows(info, target, d2t)
+    if out is not None and d2t is None and out[1] != target.n_vocab:
         raise DrafterMismatchError(f"{name} has an output head of {out[1]} tokens but the target's vocabulary has "
                                    f"{target.n_vocab} (and no d2t map to the target's ids)")
     if n_vocab_dft is not None and n_vocab_dft != target.n_vocab:
@@ -197,7 +203,7 @@ def check_dflash_pair(target: Model, drafter: str | os.PathLike | GGUFInfo) -> d
             "causal": bool(info.get("dflash.attention.causal", False)), "selector_top_k": top_k,
             "markov": "markov_w1.weight" in info.tensors, "confidence": "conf_proj.weight" in info.tensors,
             "sample_from_anchor": bool(info.get("dflash.sample_from_anchor", True)),
-            "draft_vocab": draft_vocab or target.n_vocab}
+            "draft_vocab": target.n_vocab if d2t is None else int(d2t.size)}
 
 
 __all__ = ["check_dflash_pair", "check_vocab_match", "check_d2t", "check_head_rows"]

@@ -2,6 +2,7 @@
 target's most frequent rows and a ``d2t`` map, which llama.cpp's DFlash graph scatters back to target ids."""
 import gzip
 import json
+import os
 
 import gguf
 import numpy as np
@@ -246,6 +247,9 @@ def test_command_line(tiny, tmp_path, capsys):
     assert dv.main(["--drafter", str(tiny["dflash"]), "--target", str(tiny["target"]), "--counts", str(p),
                     "--keep", "8", "-o", str(out)]) == 0
     rep = json.loads(capsys.readouterr().out)
+    umask = os.umask(0)
+    os.umask(umask)
+    assert out.stat().st_mode & 0o777 == 0o666 & ~umask  # (not mkstemp's private 0600: a model file others may read)
     assert rep["keep"] == 8 and rep["n_vocab"] == 264 and rep["answer_tokens"] == 6 and rep["coverage"] == 1.0
     ids = read_tensor(out, "d2t")
     assert {3, 4, 10}.issubset(set(ids.tolist())) and len(ids) == 8
