@@ -10,6 +10,7 @@ subprocess after each turn with ``--native``). This replays that order (plain, f
 tok/s, the verify ms a step and, for auto, its trace (``AutoState.trace``).
 
     python benchmarks/first_turn.py [--native] [--n-max 2] [--conversations 2] [--turns 4] [-ngl 99] [--old-rests]
+                                    [--taps-off]
 
 ``--old-rests``: the rest rule before 2026-12-07 (a later rest twice the last, whatever a probe was measured to lose;
 the resting steps after a probe booked as plain steps), for a side-by-side run in separate processes.
@@ -38,6 +39,8 @@ def main() -> None:
     ap.add_argument("-n", "--max-tokens", type=int, default=128)
     ap.add_argument("-ngl", "--n-gpu-layers", type=int, default=99)
     ap.add_argument("--old-rests", action="store_true", help="the rest rule before 2026-12-07 (side by side)")
+    ap.add_argument("--taps-off", action="store_true",
+                    help="AutoState.taps_off_when_dormant: the target's layer taps off deep in a long rest")
     a = ap.parse_args()
     if a.old_rests:
         from pyllama_spec.speculative import costmodel
@@ -49,7 +52,7 @@ def main() -> None:
     gen = ps.Generator(target, drafters={"dflash": dpath}, n_ctx=4096, n_gpu_layers=a.n_gpu_layers)
     gen.generate("Hello", max_tokens=8)
     gen.generate("Hello", drafter="dflash", max_tokens=8)
-    st = gen.reset_auto_state("dflash", AutoState(trace=[]))
+    st = gen.reset_auto_state("dflash", AutoState(trace=[], taps_off_when_dormant=a.taps_off))
     convs = load_prompts(a.prompts)[:a.conversations]
     points = [(None, None)] + [("dflash", n) for n in a.n_max]
     points = [("dflash", "auto")] + points if a.auto_first else points + [("dflash", "auto")]
@@ -107,7 +110,7 @@ def main() -> None:
     for k, (n, secs, n1, secs1) in totals.items():
         print(f"total {k}: {n / secs:.1f} tok/s ({n / secs / (plain[0] / plain[1]):.3f} x plain), first turns "
               f"{n1 / secs1:.1f} tok/s ({n1 / secs1 / (plain[2] / plain[3]):.3f} x plain)"
-              + (" [old rests]" if a.old_rests else ""))
+              + (" [old rests]" if a.old_rests else "") + (" [taps off]" if a.taps_off else ""))
 
 
 if __name__ == "__main__":
