@@ -36,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+from ._files import atomic_file
 from .errors import ModelLoadError, ModelNotFoundError
 
 
@@ -328,16 +329,23 @@ def _shipped_file(filename: str, sha256: str, verify: bool) -> Path:
 _unpack_lock = threading.Lock()  # (threads of one process unpack one at a time; processes race through os.replace)
 
 
-def _unpacked(packed: Path, filename: str, sha256: str, verify: bool) -> Path:
-    """``packed`` (``<filename>.xz``) unpacked into ``cache_dir()/shipped/<sha256[:16]>/<filename>``, or into a
-    per-user temporary folder where the cache cannot be written (a read-only model cache); a copy already there
-    is kept when it passes the sha256 (``verify``) or, without ``verify``, whenever it exists."""
+def _shipped_homes() -> list[Path]:
+    """Where files made from the shipped ones go, in order: ``cache_dir()/shipped`` (where it can be made), then a
+    per-user temporary folder (a read-only model cache)."""
     homes = []
     try:
         homes.append(cache_dir() / "shipped")
     except OSError:
         pass
     homes.append(Path(tempfile.gettempdir()) / f"pyllama_spec-shipped-{os.getuid() if hasattr(os, 'getuid') else 0}")
+    return homes
+
+
+def _unpacked(packed: Path, filename: str, sha256: str, verify: bool) -> Path:
+    """``packed`` (``<filename>.xz``) unpacked into ``<home>/<sha256[:16]>/<filename>`` of the first of
+    :func:`_shipped_homes` that can be written; a copy already there is kept when it passes the sha256
+    (``verify``) or, without ``verify``, whenever it exists."""
+    homes = _shipped_homes()
     errors = []
     for home in homes:
         path = home / sha256[:16] / filename
@@ -347,28 +355,17 @@ def _unpacked(packed: Path, filename: str, sha256: str, verify: bool) -> Path:
             if verify:
                 _verified.add(path)
             return path
-        tmp = None
         try:
             with _unpack_lock:
                 if path.exists() and _sha256(path) == sha256:  # (another thread unpacked it meanwhile)
                     return path
-                path.parent.mkdir(parents=True, exist_ok=True)
-                fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{filename}.", suffix=".tmp")
-                with lzma.open(packed) as src, os.fdopen(fd, "wb") as dst:
+                with atomic_file(path) as tmp, lzma.open(packed) as src, open(tmp, "wb") as dst:
                     shutil.copyfileobj(src, dst, 1 << 20)
-                umask = os.umask(0)
-                os.umask(umask)
-                os.chmod(tmp, 0o666 & ~umask)  # (mkstemp makes it private: a shared cache's files are readable)
-                os.replace(tmp, path)  # (atomic: another process unpacking the same file at once is harmless)
-                tmp = None
             return path
         except (lzma.LZMAError, EOFError) as e:
             raise ModelLoadError(f"{packed} is damaged ({e}): reinstall pyllama_spec") from e
         except OSError as e:
             errors.append(f"{path.parent}: {e}")
-        finally:
-            if tmp is not None:
-                Path(tmp).unlink(missing_ok=True)
     raise ModelLoadError(f"could not unpack {packed.name} ({'; '.join(errors)}): set PYLLAMA_SPEC_CACHE to a "
                          "writable folder")
 
@@ -403,14 +400,9 @@ def smollm2_dflash_path(verify: bool = True, draft_vocab: int | None = None) -> 
     target = smollm2_path()
     ids = kept_tokens(smollm2_token_counts(verify), n, always=eog_ids(target))
     name = f"{Path(SMOLLM2_DFLASH_FILE).stem}-v{n}.gguf"
-    homes = [path.parent]  # beside the unpacked drafter (the cache), else a per-user temporary folder
-    if path.parent == Path(__file__).parent / "data":  # (never into the installed package)
-        homes = []
-    try:
-        homes.append(cache_dir() / "shipped" / SMOLLM2_DFLASH_SHA256[:16])
-    except OSError:
-        pass
-    homes.append(Path(tempfile.gettempdir()) / f"pyllama_spec-shipped-{os.getuid() if hasattr(os, 'getuid') else 0}")
+    # beside the unpacked drafter (the cache; never into the installed package), else as _unpacked would put it
+    homes = [] if path.parent == Path(__file__).parent / "data" else [path.parent]
+    homes += [home / SMOLLM2_DFLASH_SHA256[:16] for home in _shipped_homes()]
     errors = []
     for home in dict.fromkeys(homes):
         out = home / name

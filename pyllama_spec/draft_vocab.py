@@ -31,7 +31,6 @@ import gzip
 import json
 import os
 import sys
-import tempfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -39,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from ._check import check_int
+from ._files import atomic_file
 from .errors import ModelLoadError
 
 #: a key of the reduced drafter: its head rows are the target head's, copied (checked at load against the target)
@@ -142,8 +142,9 @@ def kept_tokens(counts: np.ndarray, keep: int, *, always: Sequence[int] = ()) ->
 def _check_counts(counts: Any) -> np.ndarray:
     """``counts`` as an int64 vector, refusing what cannot be token counts."""
     arr = np.asarray(counts)
-    if arr.ndim != 1 or arr.size == 0 or arr.dtype.kind not in "iu" and not (
-            arr.dtype.kind == "f" and np.all(np.isfinite(arr)) and np.all(arr == np.round(arr))):
+    integral = arr.dtype.kind in "iu" or (arr.dtype.kind == "f" and bool(np.all(np.isfinite(arr)))
+                                          and bool(np.all(arr == np.round(arr))))  # (counts saved as floats)
+    if arr.ndim != 1 or arr.size == 0 or not integral:
         raise ValueError(f"counts must be a non-empty vector of integer counts, one a token; got shape {arr.shape}, "
                          f"dtype {arr.dtype}")
     arr = arr.astype(np.int64)
@@ -197,7 +198,7 @@ def write_reduced_vocab(drafter: str | os.PathLike, target: str | os.PathLike, i
     """
     import gguf
 
-    from .gguf_file import read_gguf, reader_field_value, tensor_rows
+    from .gguf_file import copy_fields, read_gguf, tensor_rows
 
     info = read_gguf(drafter)  # (fast, and a clear error for what is not a GGUF file)
     if info.arch != "dflash":
@@ -234,17 +235,9 @@ def write_reduced_vocab(drafter: str | os.PathLike, target: str | os.PathLike, i
                              "reduced drafter to a new file")
 
     dr = gguf.GGUFReader(str(drafter))  # (its keys are copied whole: the tokenizer's too)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp")
-    os.close(fd)
-    tmp: str | None = tmp_name
-    try:
-        w = gguf.GGUFWriter(tmp_name, "dflash")
-        for name, f in dr.fields.items():
-            if name.startswith("GGUF.") or name == "general.architecture":
-                continue
-            val, vtype, sub = reader_field_value(f)
-            w.add_key_value(name, val, vtype, sub_type=sub)
+    with atomic_file(out) as tmp:  # (an interrupted write leaves no partial file at out)
+        w = gguf.GGUFWriter(tmp, "dflash")
+        copy_fields(dr, w)
         for t in dr.tensors:
             w.add_tensor(t.name, np.asarray(t.data), raw_shape=t.data.shape, raw_dtype=t.tensor_type)
         rows, ttype = tensor_rows(target, head, ids_arr)  # one row per kept token, as stored (blocks or values)
@@ -257,20 +250,7 @@ def write_reduced_vocab(drafter: str | os.PathLike, target: str | os.PathLike, i
         w.write_kv_data_to_file()
         w.write_tensors_to_file()
         w.close()
-        os.chmod(tmp_name, 0o666 & ~_umask())  # (mkstemp makes it private; a model file is readable as any other)
-        os.replace(tmp_name, out)
-        tmp = None
-    finally:
-        if tmp is not None:
-            Path(tmp).unlink(missing_ok=True)
     return out
-
-
-def _umask() -> int:
-    """The process's umask (read by setting it and setting it back)."""
-    m = os.umask(0)
-    os.umask(m)
-    return m
 
 
 def eog_ids(target: str | os.PathLike) -> list[int]:

@@ -25,9 +25,7 @@ from typing import Any
 import numpy as np
 
 from .fixtures import _copy_tokenizer, _rng_tensor
-from .gguf_file import reader_field_value
-
-_SKIP_KEYS = ("GGUF.", "general.architecture")
+from .gguf_file import copy_fields, reader_field_value
 
 
 def _add_value(w: Any, key: str, value: Any) -> None:
@@ -80,11 +78,7 @@ def copy_gguf(src: str | os.PathLike, dst: str | os.PathLike, *,
     if dequantize is not None:
         set_kv["general.file_type"] = int(gguf.LlamaFileType.MOSTLY_F16 if dequantize == "f16"
                                           else gguf.LlamaFileType.ALL_F32)
-    for key, f in reader.fields.items():
-        if key.startswith(_SKIP_KEYS) or key in set_kv or key in drop_kv:
-            continue
-        value, vtype, sub = reader_field_value(f)
-        w.add_key_value(key, value, vtype, sub_type=sub)
+    copy_fields(reader, w, skip=[*set_kv, *drop_kv])
     for key, value in set_kv.items():
         _add_value(w, key, value)
     float_types = (gguf.GGMLQuantizationType.F32, gguf.GGMLQuantizationType.F16)
@@ -560,11 +554,7 @@ def _extend(src: str | os.PathLike, dst: str | os.PathLike, tensors: dict, kv: d
 
     reader = gguf.GGUFReader(str(src))
     w = gguf.GGUFWriter(str(dst), "dflash")
-    for key, f in reader.fields.items():
-        if key.startswith(_SKIP_KEYS) or key in kv:
-            continue
-        value, vtype, sub = reader_field_value(f)
-        w.add_key_value(key, value, vtype, sub_type=sub)
+    copy_fields(reader, w, skip=kv)
     for key, value in kv.items():
         _add_value(w, key, value)
     for t in reader.tensors:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import struct
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -333,5 +334,16 @@ def reader_field_value(f: Any) -> tuple[Any, Any, Any]:
     return f.parts[f.data[0]].tolist()[0], vtype, None
 
 
-__all__ = ["GGUFInfo", "read_gguf", "read_tensor", "tensor_rows", "reader_field_value", "check_gguf_path",
-           "sample_indices"]
+def copy_fields(reader: Any, writer: Any, skip: Iterable[str] = ()) -> None:
+    """Copy every key of a ``gguf.GGUFReader`` into a ``gguf.GGUFWriter`` as it is stored, but the reader's own
+    (``GGUF.*``), ``general.architecture`` (the writer was made with one) and the keys in ``skip``."""
+    skip = set(skip)
+    for key, f in reader.fields.items():
+        if key.startswith("GGUF.") or key == "general.architecture" or key in skip:
+            continue
+        value, vtype, sub = reader_field_value(f)
+        writer.add_key_value(key, value, vtype, sub_type=sub)
+
+
+__all__ = ["GGUFInfo", "read_gguf", "read_tensor", "tensor_rows", "reader_field_value", "copy_fields",
+           "check_gguf_path", "sample_indices"]

@@ -177,7 +177,8 @@ def check_dflash_pair(target: Model, drafter: str | os.PathLike | GGUFInfo) -> d
     tokens = info.tensors.get("token_embd.weight")
     n_vocab_dft = tokens[1] if tokens else None
     out = info.tensors.get("output.weight")
-    d2t = check_d2t(info, target.n_vocab, out, int(info.get("dflash.embedding_length", 0)))
+    width = info.get("dflash.embedding_length")
+    d2t = check_d2t(info, target.n_vocab, out, None if width is None else int(width))
     if d2t is not None:
         check_head_rows(info, target, d2t)
     if out is not None and d2t is None and out[1] != target.n_vocab:

@@ -10,7 +10,7 @@ import pytest
 
 import pyllama_spec as ps
 from pyllama_spec import draft_vocab as dv
-from pyllama_spec.gguf_file import read_tensor, reader_field_value, tensor_rows
+from pyllama_spec.gguf_file import copy_fields, read_tensor, tensor_rows
 
 
 def _answers(path, records):
@@ -162,11 +162,7 @@ def test_bad_maps_are_refused_before_llama_cpp(tiny, reduced, tmp_path):
     def with_d2t(ids, name, head=None):
         src = gguf.GGUFReader(str(reduced["part"]))
         w = gguf.GGUFWriter(str(tmp_path / name), "dflash")
-        for key, f in src.fields.items():
-            if key.startswith("GGUF.") or key == "general.architecture":
-                continue
-            val, vtype, sub = reader_field_value(f)
-            w.add_key_value(key, val, vtype, sub_type=sub)
+        copy_fields(src, w)
         for t in src.tensors:
             if t.name == "d2t":
                 w.add_tensor("d2t", np.asarray(ids, dtype=np.int64))

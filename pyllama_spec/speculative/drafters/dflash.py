@@ -74,8 +74,8 @@ def _entropy(logits: np.ndarray) -> np.ndarray:
     e = np.exp(z)
     s = e.sum(axis=1, keepdims=True)
     # (a candidate at -inf — fewer kept tokens than candidates, a reduced draft vocabulary — has e = 0 and adds
-    # nothing: 0 * -inf would be NaN)
-    ez = np.where(e > 0.0, e * np.where(np.isfinite(z), z, 0.0), 0.0)
+    # nothing: 0 * -inf would be NaN, so its z counts as 0)
+    ez = e * np.where(z > -np.inf, z, 0.0)
     return np.maximum(0.0, np.log(s[:, 0]) - ez.sum(axis=1) / s[:, 0])
 
 
