@@ -23,8 +23,8 @@ ROOT = Path(importlib.util.find_spec(PACKAGE).origin).parent
 #: a module or a package (then it holds the package and every module under it that no more specific
 #: entry names); ``__init__`` is the package's own ``__init__.py``.
 LAYERS: list[tuple[str, list[str]]] = [
-    ("foundation: the exception tree, argument checks, locks, the log ring, settings values",
-     ["_pin", "_version", "_logring", "errors", "_check", "_locks", "_bin", "sampling_params"]),
+    ("foundation: the exception tree, argument checks, atomic file writes, locks, the log ring, settings values",
+     ["_pin", "_version", "_logring", "errors", "_check", "_files", "_locks", "_bin", "sampling_params"]),
     ("GGUF files in Python: the header reader, the test models' writers, reduced draft vocabularies, the shipped "
      "assets", ["gguf_file", "fixtures", "drafter_fixtures", "draft_vocab", "assets"]),
     ("the cffi binding", ["_native", "_llama", "_ffi"]),
